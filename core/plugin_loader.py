@@ -1,0 +1,174 @@
+"""Find plugins through entry points, run their registration hooks once, build registries."""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from importlib import metadata
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+from turnout import hookspecs
+from turnout.errors import PluginError
+from turnout.plugin_registry import PluginFailure, Registration, Registry
+
+if TYPE_CHECKING:
+    from turnout.reasoning.types import ReasoningParser
+    from turnout.routing.types import Policy
+    from turnout.tool_calls.types import ToolParser
+
+ENTRY_POINT_GROUP = "turnout.plugins"
+#: Comma-separated allow-list of distribution or entry-point names; unset loads every plugin.
+ALLOW_LIST_ENV = "TURNOUT_PLUGINS"
+
+_HOOKS = {
+    "tool_parsers": "turnout_register_tool_parsers",
+    "reasoning_parsers": "turnout_register_reasoning_parsers",
+    "policies": "turnout_register_policies",
+}
+_KIND_LABEL = {
+    "tool_parsers": "tool parser",
+    "reasoning_parsers": "reasoning parser",
+    "policies": "policy",
+}
+
+
+class PluginImportWarning(UserWarning):
+    """A plugin's entry point failed to import; turnout goes on without it."""
+
+
+@dataclass(slots=True)
+class LoadedPlugin:
+    """A plugin module that was registered, and where it came from."""
+
+    name: str
+    distribution: str
+    version: str
+
+
+@dataclass(slots=True)
+class Plugins:
+    """The registries built at start-up; requests use these, never pluggy."""
+
+    tool_parsers: Registry[ToolParser]
+    reasoning_parsers: Registry[ReasoningParser]
+    policies: Registry[Policy]
+    loaded: list[LoadedPlugin] = field(default_factory=list)
+    failures: list[PluginFailure] = field(default_factory=list)
+
+    def registry(self, kind: str) -> Registry[Any]:
+        """The registry for ``"tool_parsers"``, ``"reasoning_parsers"`` or ``"policies"``."""
+        registry: Registry[Any] = getattr(self, kind)
+        return registry
+
+
+def _allow_list(allow: Iterable[str] | None) -> set[str] | None:
+    if allow is not None:
+        return {name.strip().lower() for name in allow}
+    raw = os.environ.get(ALLOW_LIST_ENV)
+    if raw is None or not raw.strip():
+        return None
+    return {name.strip().lower() for name in raw.split(",") if name.strip()}
+
+
+def load_plugins(
+    *,
+    allow: Iterable[str] | None = None,
+    extra: Iterable[tuple[object, str, str]] = (),
+) -> Plugins:
+    """Discover plugins by entry point and return plain registries.
+
+    ``allow`` (or the ``TURNOUT_PLUGINS`` environment variable) restricts loading to the named
+    distributions or entry points. ``extra`` adds in-process plugins as
+    ``(module_or_object, distribution, version)`` — handy in tests.
+    """
+    allowed = _allow_list(allow)
+    pm = pluggy.PluginManager(hookspecs.PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    origins: dict[str, LoadedPlugin] = {}
+    failures: list[PluginFailure] = []
+
+    for ep in sorted(metadata.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist = ep.dist
+        dist_name = dist.metadata["Name"] if dist is not None else "<unknown>"
+        version = dist.version if dist is not None else "?"
+        if allowed is not None and not {ep.name.lower(), dist_name.lower()} & allowed:
+            continue
+        plugin_name = f"{dist_name}:{ep.name}"
+        if plugin_name in origins:
+            continue  # the same distribution seen twice on sys.path
+        try:
+            module = ep.load()
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            failures.append(PluginFailure(dist_name, ep.name, error))
+            warnings.warn(
+                f"turnout plugin {ep.name!r} from {dist_name} {version} failed to import: {error}",
+                PluginImportWarning,
+                stacklevel=2,
+            )
+            continue
+        pm.register(module, name=plugin_name)
+        origins[plugin_name] = LoadedPlugin(plugin_name, dist_name, version)
+
+    for index, (obj, dist_name, version) in enumerate(extra):
+        plugin_name = f"{dist_name}:extra{index}"
+        pm.register(obj, name=plugin_name)
+        origins[plugin_name] = LoadedPlugin(plugin_name, dist_name, version)
+
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        raise PluginError(f"a plugin implements an unknown hook: {exc}") from exc
+
+    registries: dict[str, Registry[Any]] = {}
+    for kind, hook_name in _HOOKS.items():
+        registry: Registry[Any] = Registry(_KIND_LABEL[kind], failures)
+        hook = getattr(pm.hook, hook_name)
+        # Each implementation is called on its own so every name is attributed to its distribution.
+        for impl in reversed(hook.get_hookimpls()):
+            origin = origins[impl.plugin_name]
+            impl.function(register=_registrar(registry, origin))
+        registries[kind] = registry
+
+    return Plugins(
+        tool_parsers=registries["tool_parsers"],
+        reasoning_parsers=registries["reasoning_parsers"],
+        policies=registries["policies"],
+        loaded=list(origins.values()),
+        failures=failures,
+    )
+
+
+def _registrar(registry: Registry[Any], origin: LoadedPlugin) -> hookspecs.Register:
+    def register(
+        name: str,
+        factory: object,
+        *,
+        models: tuple[str, ...] | list[str] = (),
+        aliases: tuple[str, ...] | list[str] = (),
+        description: str = "",
+    ) -> None:
+        if not isinstance(name, str) or not name:
+            raise PluginError(f"{origin.distribution}: a {registry.kind} needs a non-empty name")
+        if not (callable(factory) or (isinstance(factory, str) and ":" in factory)):
+            raise PluginError(
+                f"{origin.distribution}: {registry.kind} {name!r} needs a callable factory or a "
+                f"'module:attr' string, got {factory!r}"
+            )
+        registry.add(
+            Registration(
+                name=name,
+                factory=factory,
+                models=tuple(models),
+                aliases=tuple(aliases),
+                description=description,
+                distribution=origin.distribution,
+                version=origin.version,
+            )
+        )
+
+    return register

@@ -1,0 +1,5 @@
+"""Worker selection: the public policy API."""
+
+from turnout.routing.types import Candidate, Policy, RoutingRequest
+
+__all__ = ["Candidate", "Policy", "RoutingRequest"]

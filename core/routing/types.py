@@ -1,0 +1,60 @@
+"""The public selection-policy API: what a policy plugin implements.
+
+The router calls a policy once per request with the request's routing facts and the workers that
+may serve it: only healthy workers with a closed (or half-open) circuit that serve the requested
+model. A policy instance serves one model and is created once at start-up (or on config reload)
+by ``load_plugins().policies.create(name, **params)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+
+@dataclass(slots=True, frozen=True)
+class RoutingRequest:
+    """What a policy may look at to choose a worker."""
+
+    model: str
+    token_ids: Sequence[int] = ()
+    text: str | None = None
+    #: Request headers, names lower-cased.
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: Value of the configured routing-key header (``x-routing-key`` by default), if any.
+    routing_key: str | None = None
+
+
+@runtime_checkable
+class Candidate(Protocol):
+    """A worker a policy may pick."""
+
+    @property
+    def id(self) -> str:
+        """Stable worker id (unique in this router)."""
+        ...
+
+    @property
+    def url(self) -> str:
+        """The worker's ``grpc://host:port`` address."""
+        ...
+
+    @property
+    def load(self) -> int:
+        """In-flight requests from this router plus the worker's own running/queued count."""
+        ...
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A selection policy. Optional hooks are looked up once, not per request.
+
+    Optional methods a policy may define:
+    ``on_workers_changed(worker_ids: Sequence[str]) -> None`` when workers join or leave, and
+    ``on_request_done(request: RoutingRequest, worker_id: str, ok: bool) -> None``.
+    """
+
+    def select(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Candidate:
+        """Choose one of ``candidates`` (never empty) for ``request``."""
+        ...

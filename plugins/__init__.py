@@ -1,0 +1,1 @@
+"""turnout's built-in plugins, registered through entry points like any third-party package."""

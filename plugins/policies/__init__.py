@@ -1,0 +1,20 @@
+"""Built-in worker selection policies, registered lazily."""
+
+from __future__ import annotations
+
+from turnout.hookspecs import Register, hookimpl
+
+_PKG = "turnout.plugins.policies"
+
+# (canonical name, "module:Class", aliases, description)
+BUILTIN_POLICIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
+    ("random", "simple:RandomPolicy", (), "uniformly random healthy worker"),
+    ("round_robin", "simple:RoundRobinPolicy", ("roundrobin",), "each worker in turn"),
+)
+
+
+@hookimpl
+def turnout_register_policies(register: Register) -> None:
+    """Register every built-in policy by its lazy import path."""
+    for name, target, aliases, description in BUILTIN_POLICIES:
+        register(name, f"{_PKG}.{target}", aliases=aliases, description=description)
