@@ -53,7 +53,9 @@ class Registration:
                     ) from exc
                 factory = obj
             if not callable(factory):
-                raise PluginError(f"{self.name!r} from {self.distribution}: factory is not callable")
+                raise PluginError(
+                    f"{self.name!r} from {self.distribution}: factory is not callable"
+                )
             self._resolved = factory
         return self._resolved
 

@@ -1,0 +1,145 @@
+"""The ``turnout`` command: ``serve``, ``sim`` and ``plugins``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from turnout import __version__
+from turnout.errors import StartupError
+
+
+def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    simple = {
+        "host": "server.host",
+        "port": "server.port",
+        "log_level": "server.log_level",
+        "admin_api_key": "server.admin_api_key",
+        "policy": "defaults.policy",
+        "tool_parser": "defaults.tool_parser",
+        "reasoning_parser": "defaults.reasoning_parser",
+        "model_path": "defaults.tokenizer_path",
+    }
+    for attr, key in simple.items():
+        value = getattr(args, attr)
+        if value is not None:
+            overrides[key] = value
+    if args.log_json:
+        overrides["server.log_json"] = True
+    if args.api_key:
+        overrides["server.api_keys"] = list(args.api_key)
+    if args.worker_urls:
+        overrides["workers"] = [{"url": url} for url in args.worker_urls]
+    return overrides
+
+
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from turnout.config import load_config
+    from turnout.server.runner import serve
+
+    config = load_config(args.config, _serve_overrides(args))
+    serve(config, demo=args.demo)
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from turnout.config import load_config
+    from turnout.plugin_choice import choose_plugins, validate_plugin_names
+    from turnout.plugin_loader import load_plugins
+
+    config = load_config(args.config, _serve_overrides(args))
+    plugins = load_plugins()
+    validate_plugin_names(config, plugins)
+    models = sorted(set(config.models) | {w.model for w in config.workers if w.model})
+    for model_id in models:
+        choice = choose_plugins(model_id, config, plugins)
+        print(
+            f"{model_id}: tool_parser={choice.tool_parser} "
+            f"reasoning_parser={choice.reasoning_parser} policy={choice.policy.name}"
+        )
+    print("config OK")
+    return 0
+
+
+def _cmd_plugins(args: argparse.Namespace) -> int:
+    from turnout.plugin_report import plugins_report, render_plugins_report
+
+    report = plugins_report()
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(render_plugins_report(report))
+    return 0
+
+
+def _cmd_sim(argv: list[str]) -> int:
+    from turnout.sim.cli import main as sim_main
+
+    return sim_main(argv)
+
+
+def _add_config_flags(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--config", help="YAML or TOML config file")
+    command.add_argument("--host")
+    command.add_argument("--port", type=int)
+    command.add_argument("--worker-urls", nargs="+", metavar="URL", help="grpc://host:port ...")
+    command.add_argument("--model-path", help="model directory (tokenizer) for served models")
+    command.add_argument("--policy", help="default selection policy")
+    command.add_argument("--tool-parser", help="default tool-call parser")
+    command.add_argument("--reasoning-parser", help="default reasoning parser")
+    command.add_argument("--api-key", action="append", help="require this bearer key (repeatable)")
+    command.add_argument("--admin-api-key", help="bearer key for admin routes")
+    command.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
+    command.add_argument("--log-json", action="store_true", help="one JSON object per log line")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``turnout`` command."""
+    parser = argparse.ArgumentParser(
+        prog="turnout", description="A pluggable router for SGLang gRPC inference workers."
+    )
+    parser.add_argument("--version", action="version", version=f"turnout {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the router")
+    check = commands.add_parser("check", help="validate a config and show each model's plugins")
+    _add_config_flags(serve)
+    serve.add_argument(
+        "--demo",
+        action="store_true",
+        help="start two simulated workers with the demo model and route to them",
+    )
+    serve.set_defaults(handler=_cmd_serve)
+    _add_config_flags(check)
+    check.set_defaults(handler=_cmd_check)
+
+    plugins = commands.add_parser("plugins", help="list installed plugins")
+    plugins.add_argument("--json", action="store_true", help="machine-readable output")
+    plugins.set_defaults(handler=_cmd_plugins)
+
+    commands.add_parser("sim", help="run a simulated SGLang worker (see `turnout sim --help`)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``turnout`` command; start-up errors exit 2 without a traceback."""
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    if arguments[:1] == ["sim"]:
+        return _cmd_sim(arguments[1:])
+    args = build_parser().parse_args(arguments)
+    try:
+        code: int = args.handler(args)
+    except StartupError as exc:
+        print(f"turnout: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,243 @@
+"""The typed configuration: loaded from YAML or TOML, ``${ENV}`` substituted, then validated."""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import yaml
+
+from turnout.errors import ConfigError
+
+#: A parser name in the config that turns parsing off for a model.
+DISABLED = "none"
+
+
+class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """Base of every config section: unknown keys are errors (typos must not pass silently)."""
+
+
+class ServerConfig(_Section):
+    """HTTP server settings."""
+
+    host: str = "127.0.0.1"
+    port: int = 8000
+    log_level: str = "info"
+    log_json: bool = False
+    #: Keys accepted as ``Authorization: Bearer`` on serving routes; empty means no auth.
+    api_keys: list[str] = msgspec.field(default_factory=list)
+    #: Key for admin routes (``/workers`` …); None leaves them open unless ``api_keys`` are set.
+    admin_api_key: str | None = None
+    #: Header names searched (in order) for a client-given request id.
+    request_id_headers: list[str] = msgspec.field(
+        default_factory=lambda: ["x-request-id", "x-correlation-id"]
+    )
+    #: Header carrying the routing key for ``consistent_hashing`` / ``manual`` policies.
+    routing_key_header: str = "x-routing-key"
+    max_body_bytes: int = 32 * 1024 * 1024
+    #: 0 disables the limit.
+    max_concurrent_requests: int = 0
+    queue_size: int = 100
+    queue_timeout_s: float = 60.0
+    #: End-to-end deadline of one request; 0 disables it.
+    request_timeout_s: float = 600.0
+    keepalive_interval_s: float = 15.0
+    cors_allow_origins: list[str] = msgspec.field(default_factory=list)
+
+
+class WorkerEntry(_Section):
+    """One inference worker: ``grpc://host:port``, optional model id (wins over what it reports)."""
+
+    url: str
+    model: str | None = None
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+class PolicyConfig(_Section):
+    """A selection policy by name, with its parameters."""
+
+    name: str
+    params: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
+class ModelConfig(_Section):
+    """Per-model settings; every field is optional."""
+
+    #: Local model directory holding tokenizer.json, tokenizer_config.json …
+    tokenizer_path: str | None = None
+    #: A chat template file (or template text) that overrides the model directory's.
+    chat_template: str | None = None
+    tool_parser: str | None = None
+    reasoning_parser: str | None = None
+    policy: str | PolicyConfig | None = None
+    aliases: list[str] = msgspec.field(default_factory=list)
+
+
+class DefaultsConfig(_Section):
+    """Choices for models the ``models`` section does not list (or leaves open)."""
+
+    policy: str | PolicyConfig = "round_robin"
+    tool_parser: str | None = None
+    reasoning_parser: str | None = None
+    tokenizer_path: str | None = None
+
+
+class Config(_Section):
+    """The whole turnout configuration."""
+
+    server: ServerConfig = msgspec.field(default_factory=ServerConfig)
+    workers: list[WorkerEntry] = msgspec.field(default_factory=list)
+    models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
+    defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
+
+
+def policy_config(value: str | PolicyConfig) -> PolicyConfig:
+    """Normalise the short ``policy: name`` form."""
+    return PolicyConfig(name=value) if isinstance(value, str) else value
+
+
+_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
+
+
+def substitute_env(value: Any, path: str = "$", environ: Mapping[str, str] | None = None) -> Any:
+    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of a parsed config."""
+    env = os.environ if environ is None else environ
+    if isinstance(value, str):
+
+        def replace(match: re.Match[str]) -> str:
+            name, default = match.group(1), match.group(2)
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise ConfigError(f"{_dotted(path)}: environment variable {name} is not set")
+
+        return _ENV_PATTERN.sub(replace, value)
+    if isinstance(value, dict):
+        return {k: substitute_env(v, f"{path}.{k}", env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute_env(v, f"{path}[{i}]", env) for i, v in enumerate(value)]
+    return value
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """Parse a YAML (``.yaml``/``.yml``) or TOML (``.toml``) file into plain data."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {file}: {exc.strerror or exc}") from exc
+    try:
+        if file.suffix == ".toml":
+            data: Any = tomllib.loads(text)
+        else:
+            data = yaml.safe_load(text)
+    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
+        kind = "TOML" if file.suffix == ".toml" else "YAML"
+        raise ConfigError(f"config file {file} is not valid {kind}: {exc}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {file}: the top level must be a mapping")
+    return data
+
+
+def build_config(data: dict[str, Any]) -> Config:
+    """Validate plain data into a :class:`Config`; errors name the key path and the bad value."""
+    data = substitute_env(data)
+    models = data.get("models")
+    if isinstance(models, dict):
+        # msgspec does not name dict keys in error paths; validate entries one by one first.
+        for model_id, entry in models.items():
+            try:
+                msgspec.convert(entry, ModelConfig, strict=False)
+            except msgspec.ValidationError as exc:
+                message = str(exc).replace(" - at `$", f" - at `$.models.{model_id}", 1)
+                if " - at `" not in message:
+                    message += f" - at `$.models.{model_id}`"
+                raise ConfigError(_describe_validation_error(message, data)) from None
+    try:
+        config = msgspec.convert(data, Config, strict=False)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(_describe_validation_error(str(exc), data)) from None
+    _check(config)
+    return config
+
+
+def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
+    """Load the config file (if any) and apply overrides (dotted keys from CLI flags)."""
+    data = read_config_file(path) if path is not None else {}
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
+    return build_config(data)
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    *parents, last = dotted.split(".")
+    node = data
+    for key in parents:
+        child = node.get(key)
+        if not isinstance(child, dict):
+            child = {}
+            node[key] = child
+        node = child
+    node[last] = value
+
+
+def _check(config: Config) -> None:
+    server = config.server
+    if not 0 <= server.port <= 65535:
+        raise ConfigError(f"server.port: must be between 0 and 65535, got {server.port!r}")
+    for index, worker in enumerate(config.workers):
+        if not re.fullmatch(r"grpc://[^/\s:]+(:\d+)?|grpc://\[[0-9a-fA-F:.]+\](:\d+)?", worker.url):
+            raise ConfigError(
+                f"workers[{index}].url: expected grpc://host:port, got {worker.url!r}"
+            )
+    seen: dict[str, str] = {}
+    for model_id, model in config.models.items():
+        for alias in model.aliases:
+            if alias in config.models or alias in seen:
+                raise ConfigError(
+                    f"models.{model_id}.aliases: {alias!r} is already used by "
+                    f"{seen.get(alias, alias)!r}"
+                )
+            seen[alias] = model_id
+
+
+_PATH_IN_MESSAGE = re.compile(r" - at `(\$[^`]*)`$")
+
+
+def _describe_validation_error(message: str, data: Any) -> str:
+    match = _PATH_IN_MESSAGE.search(message)
+    if match is None:
+        return f"invalid config: {message}"
+    path = match.group(1)
+    reason = message[: match.start()]
+    value = _lookup(data, path)
+    shown = "" if value is _MISSING else f" (got {value!r})"
+    return f"{_dotted(path)}: {reason}{shown}"
+
+
+_MISSING = object()
+_PATH_TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[(\.\.\.)\]")
+
+
+def _lookup(data: Any, path: str) -> Any:
+    node = data
+    for name, index, _ in _PATH_TOKEN.findall(path[1:]):
+        if name and isinstance(node, dict) and name in node:
+            node = node[name]
+        elif index and isinstance(node, list) and int(index) < len(node):
+            node = node[int(index)]
+        else:
+            return _MISSING
+    return node
+
+
+def _dotted(path: str) -> str:
+    return path[2:] if path.startswith("$.") else path.lstrip("$") or "(top level)"

@@ -1,0 +1,58 @@
+"""Packaging check: build turnout's wheel, install it with the example plugin into a fresh venv,
+and run the installed ``turnout`` there. Catches missing packages, package data and entry points."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str | Path, cwd: Path | None = None) -> str:
+    print("+", " ".join(str(a) for a in args), flush=True)
+    result = subprocess.run(
+        [str(a) for a in args], cwd=cwd, capture_output=True, text=True, check=False
+    )
+    if result.returncode != 0:
+        sys.exit(f"failed ({result.returncode}):\n{result.stdout}\n{result.stderr}")
+    return result.stdout
+
+
+def main() -> None:
+    work = Path(sys.argv[1] if len(sys.argv) > 1 else tempfile.mkdtemp())
+    work.mkdir(parents=True, exist_ok=True)
+    dist = work / "dist"
+    venv = work / "fresh"
+    run(sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", dist, ROOT)
+    (wheel,) = dist.glob("turnout-*.whl")
+    run(sys.executable, "-m", "venv", "--clear", venv)
+    python = venv / "bin" / "python"
+    run(python, "-m", "pip", "install", "--quiet", wheel, ROOT / "examples/turnout-example-plugin")
+    # Run from a directory without the source tree, so only the installed package is seen.
+    report = json.loads(run(venv / "bin" / "turnout", "plugins", "--json", cwd=work))
+    by_dist = {p["distribution"]: p for p in report["plugins"]}
+    assert not report["failures"], report["failures"]
+    assert "qwen" in {p["name"] for p in by_dist["turnout"]["tool_parsers"]}, by_dist
+    assert by_dist["turnout-example-plugin"]["policies"][0]["name"] == "first_worker", by_dist
+    # Every lazily registered built-in must import from the wheel.
+    check = (
+        "import turnout\n"
+        "p = turnout.load_plugins()\n"
+        "for kind in ('tool_parsers', 'reasoning_parsers', 'policies'):\n"
+        "    reg = p.registry(kind)\n"
+        "    for name in reg.names():\n"
+        "        reg.factory(name)\n"
+        "import turnout.demo_model, turnout.wire, turnout.sim, turnout.server.app\n"
+        "assert (turnout.demo_model.path() / 'tokenizer.json').is_file()\n"
+        "print('ok')\n"
+    )
+    assert run(python, "-c", check, cwd=work).strip().endswith("ok")
+    print("package check passed")
+
+
+if __name__ == "__main__":
+    main()

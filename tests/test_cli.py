@@ -1,0 +1,87 @@
+"""The ``turnout`` command as a user runs it, in a subprocess."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .conftest import REPO_ROOT
+
+EXAMPLE_PLUGIN = REPO_ROOT / "examples" / "turnout-example-plugin"
+
+
+def run_turnout(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnout", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
+def test_plugins_json_lists_builtins_with_patterns() -> None:
+    result = run_turnout("plugins", "--json")
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    (builtin,) = [p for p in report["plugins"] if p["distribution"] == "turnout"]
+    qwen = next(item for item in builtin["tool_parsers"] if item["name"] == "qwen")
+    assert "hermes" in qwen["aliases"]
+    assert "*qwen*" in qwen["models"]
+    assert {"random", "round_robin"} <= {p["name"] for p in builtin["policies"]}
+    assert report["failures"] == []
+
+
+def test_bad_config_exits_2_with_the_key_and_no_traceback(tmp_path: Path) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("server:\n  port: high\n")
+    result = run_turnout("check", "--config", str(config))
+    assert result.returncode == 2
+    assert "server.port: Expected `int`, got `str` (got 'high')" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.fixture(scope="module")
+def example_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The example plugin pip-installed into its own site directory (next to turnout)."""
+    target = tmp_path_factory.mktemp("site")
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--target", str(target),
+         str(EXAMPLE_PLUGIN)],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )  # fmt: skip
+    return target
+
+
+def test_pip_installed_third_party_plugin_is_listed(example_site: Path) -> None:
+    result = run_turnout("plugins", "--json", env={"PYTHONPATH": str(example_site)})
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    (example,) = [p for p in report["plugins"] if p["distribution"] == "turnout-example-plugin"]
+    assert example["version"] == "0.1.0"
+    assert [p["name"] for p in example["tool_parsers"]] == ["call_lines"]
+    assert example["tool_parsers"][0]["models"] == ["example-*"]
+    assert [p["name"] for p in example["policies"]] == ["first_worker"]
+
+
+def test_config_can_select_the_third_party_plugin(example_site: Path, tmp_path: Path) -> None:
+    config = tmp_path / "turnout.yaml"
+    config.write_text(
+        "workers: [{url: 'grpc://127.0.0.1:1', model: example-7b}]\n"
+        "models:\n  example-7b: {policy: first_worker}\n"
+    )
+    result = run_turnout("check", "--config", str(config), env={"PYTHONPATH": str(example_site)})
+    assert result.returncode == 0, result.stderr
+    assert "example-7b: tool_parser=call_lines" in result.stdout
+    assert "policy=first_worker" in result.stdout
+    without = run_turnout("check", "--config", str(config), env={"TURNOUT_PLUGINS": "turnout"})
+    assert without.returncode == 2
+    assert "unknown policy 'first_worker'" in without.stderr

@@ -1,0 +1,116 @@
+"""Config loading: YAML and TOML, env substitution, overrides, and errors naming key and value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import turnout
+from turnout.config import PolicyConfig, build_config, load_config
+from turnout.errors import ConfigError, PluginError
+from turnout.plugin_choice import choose_plugins, validate_plugin_names
+
+YAML = """
+server:
+  port: 9100
+  api_keys: ["${TURNOUT_TEST_KEY}"]
+workers:
+  - url: grpc://127.0.0.1:30001
+    model: qwen-mini
+models:
+  qwen-mini:
+    tool_parser: hermes
+    policy: {name: random, params: {seed: 7}}
+    aliases: [qm]
+defaults:
+  policy: round_robin
+"""
+
+TOML = """
+[server]
+port = 9200
+
+[[workers]]
+url = "grpc://[::1]:30001"
+
+[models."Qwen/Qwen2.5-7B-Instruct"]
+reasoning_parser = "none"
+"""
+
+
+def test_yaml_file_with_env_substitution(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TURNOUT_TEST_KEY", "sk-secret")
+    path = tmp_path / "turnout.yaml"
+    path.write_text(YAML)
+    config = load_config(path)
+    assert config.server.port == 9100
+    assert config.server.api_keys == ["sk-secret"]
+    assert config.workers[0].model == "qwen-mini"
+    assert config.models["qwen-mini"].policy == PolicyConfig("random", {"seed": 7})
+
+
+def test_toml_file_and_cli_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "turnout.toml"
+    path.write_text(TOML)
+    config = load_config(path, {"server.port": 9300, "defaults.policy": "random"})
+    assert config.server.port == 9300
+    assert config.workers[0].url == "grpc://[::1]:30001"
+    assert config.defaults.policy == "random"
+
+
+def test_missing_env_var_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("NOPE_NOT_SET", raising=False)
+    with pytest.raises(ConfigError, match=r"server\.admin_api_key: environment variable NOPE_NOT_SET"):
+        build_config({"server": {"admin_api_key": "${NOPE_NOT_SET}"}})
+    assert build_config({"server": {"host": "${NOPE_NOT_SET:-0.0.0.0}"}}).server.host == "0.0.0.0"
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"server": {"port": "eighty"}}, "server.port: Expected `int`, got `str` (got 'eighty')"),
+        ({"server": {"port": 70000}}, "server.port: must be between 0 and 65535, got 70000"),
+        ({"workers": [{"url": "http://x:1"}]}, "workers[0].url: expected grpc://host:port"),
+        ({"models": {"m1": {"tool_parsr": "qwen"}}}, "models.m1: Object contains unknown field"),
+        ({"models": {"m1": {"aliases": "x"}}}, "models.m1.aliases: Expected `array`"),
+        ({"serverr": {}}, "Object contains unknown field `serverr`"),
+    ],
+)
+def test_validation_errors_name_key_path_and_value(data: dict[str, object], expected: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        build_config(data)
+    assert expected in str(info.value)
+
+
+def test_broken_yaml_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("server: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_per_model_choice_explicit_then_pattern_then_default() -> None:
+    plugins = turnout.load_plugins()
+    config = build_config(
+        {
+            "models": {
+                "Qwen/Qwen2.5-7B-Instruct": {"tool_parser": "none"},
+                "my-llama": {"tool_parser": "llama3_json", "policy": "random"},
+            },
+            "defaults": {"tool_parser": "json"},
+        }
+    )
+    qwen = choose_plugins("Qwen/Qwen2.5-7B-Instruct", config, plugins)
+    assert qwen.tool_parser is None
+    assert qwen.policy.name == "round_robin"
+    llama = choose_plugins("my-llama", config, plugins)
+    assert (llama.tool_parser, llama.policy.name) == ("llama", "random")
+    assert choose_plugins("Qwen/Qwen3-Coder-Flash", config, plugins).tool_parser == "qwen3_coder"
+    assert choose_plugins("mystery-model", config, plugins).tool_parser == "json"
+
+
+def test_unknown_plugin_name_in_config_fails_startup_with_key() -> None:
+    config = build_config({"models": {"m": {"policy": "fastest"}}})
+    with pytest.raises(PluginError, match=r"models\.m\.policy: unknown policy 'fastest'"):
+        validate_plugin_names(config, turnout.load_plugins())
