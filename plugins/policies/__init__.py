@@ -10,6 +10,27 @@ _PKG = "turnout.plugins.policies"
 BUILTIN_POLICIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("random", "simple:RandomPolicy", (), "uniformly random healthy worker"),
     ("round_robin", "simple:RoundRobinPolicy", ("roundrobin",), "each worker in turn"),
+    ("power_of_two", "load:PowerOfTwoPolicy", (), "less loaded of two random workers"),
+    ("least_load", "load:LeastLoadPolicy", (), "least loaded worker, ties in turn"),
+    (
+        "cache_aware",
+        "cache_aware:CacheAwarePolicy",
+        (),
+        "prefix-cache affinity with load balancing",
+    ),
+    (
+        "prefix_hash",
+        "hashing:PrefixHashPolicy",
+        (),
+        "prompt head hashed onto a consistent-hash ring, with load spill",
+    ),
+    (
+        "consistent_hashing",
+        "hashing:ConsistentHashingPolicy",
+        (),
+        "routing key hashed onto a consistent-hash ring",
+    ),
+    ("manual", "manual:ManualPolicy", ("sticky",), "routing key pinned to a worker until it dies"),
 )
 
 
