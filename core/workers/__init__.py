@@ -1,0 +1,1 @@
+"""Workers: registry, health, circuit breakers, retries and the request dispatcher."""

@@ -1,0 +1,127 @@
+"""The health state machine of one worker (active probes plus passive liveness)."""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+
+from turnout.workers.settings import HealthSettings
+
+
+class HealthState(enum.StrEnum):
+    """Probe-derived health: only ``healthy`` workers are routable."""
+
+    PENDING = "pending"
+    HEALTHY = "healthy"
+    UNHEALTHY = "unhealthy"
+
+
+class HealthTracker:
+    """Counts probe outcomes into a state.
+
+    - pending -> healthy on the first good probe (a new worker proves itself once);
+    - healthy -> unhealthy after ``failure_threshold`` consecutive failed probes;
+    - unhealthy -> healthy after ``success_threshold`` consecutive good probes.
+
+    Passive liveness (``traffic_counts_as_liveness``): a response from real traffic within the
+    last ``interval_s`` stands in for a good probe (the probe is not even sent), and a probe that
+    fails while responses keep arriving is ignored. A suspect worker (a failed probe, a reported
+    fault, or unhealthy) is probed every ``pending_interval_s`` instead of ``interval_s`` so
+    that a dead worker is found, and a restarted one taken back, quickly.
+    """
+
+    __slots__ = (
+        "_clock",
+        "_failures",
+        "_last_traffic",
+        "_state",
+        "_successes",
+        "_suspect",
+        "settings",
+    )
+
+    def __init__(
+        self, settings: HealthSettings, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._state = HealthState.PENDING
+        self._failures = 0
+        self._successes = 0
+        self._last_traffic = float("-inf")
+        self._suspect = False
+
+    @property
+    def state(self) -> HealthState:
+        """Current health state."""
+        return self._state
+
+    @property
+    def consecutive_failures(self) -> int:
+        """Failed probes in a row."""
+        return self._failures
+
+    def next_delay(self) -> float:
+        """Seconds until the next probe."""
+        s = self.settings
+        if self._state is HealthState.HEALTHY and not self._suspect and not self._failures:
+            return s.interval_s
+        return min(s.interval_s, s.pending_interval_s)
+
+    def traffic_ok(self) -> None:
+        """A real request got a response from the worker."""
+        self._last_traffic = self._clock()
+        self._suspect = False
+
+    def traffic_fault(self) -> None:
+        """A real request failed through the worker's fault: probe it soon."""
+        self._suspect = True
+
+    def covered_by_traffic(self) -> bool:
+        """Whether recent traffic makes a probe unnecessary (then it counts as a good probe)."""
+        return (
+            self.settings.traffic_counts_as_liveness
+            and self._state is HealthState.HEALTHY
+            and not self._suspect
+            and self._clock() - self._last_traffic < self.settings.interval_s
+        )
+
+    def record_probe(self, ok: bool, started_at: float | None = None) -> bool:
+        """Count one probe outcome (``started_at``: clock value when it was sent).
+
+        Returns True when the state changed.
+        """
+        if ok:
+            self._failures = 0
+            self._suspect = False
+            if self._state is HealthState.PENDING:
+                return self._set(HealthState.HEALTHY)
+            if self._state is HealthState.UNHEALTHY:
+                self._successes += 1
+                if self._successes >= self.settings.success_threshold:
+                    return self._set(HealthState.HEALTHY)
+            return False
+        if (
+            self.settings.traffic_counts_as_liveness
+            and started_at is not None
+            and self._last_traffic >= started_at
+        ):
+            return False  # it answered real requests meanwhile: slow, not dead
+        self._successes = 0
+        self._failures += 1
+        if self._state is HealthState.HEALTHY and self._failures >= self.settings.failure_threshold:
+            return self._set(HealthState.UNHEALTHY)
+        return False
+
+    def mark_healthy(self) -> bool:
+        """Force healthy (health checks disabled). Returns True when the state changed."""
+        self._failures = 0
+        return self._set(HealthState.HEALTHY)
+
+    def _set(self, state: HealthState) -> bool:
+        changed = state is not self._state
+        self._state = state
+        self._successes = 0
+        self._failures = 0
+        return changed

@@ -1,0 +1,134 @@
+"""Settings of the worker layer (msgspec structs; defaults are the SGLang router's).
+
+The lead embeds :class:`WorkersSettings` in the main configuration. Per-worker overrides
+(:class:`HealthOverride`, :class:`BreakerOverride`) only name what differs from the defaults.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+import msgspec
+
+Positive = Annotated[float, msgspec.Meta(gt=0)]
+NonNegative = Annotated[float, msgspec.Meta(ge=0)]
+Count = Annotated[int, msgspec.Meta(ge=1)]
+Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
+
+
+class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+    """Base of every settings struct: unknown keys are errors."""
+
+
+class HealthSettings(_Section):
+    """Active health checks (``HealthCheck`` RPC)."""
+
+    enabled: bool = True
+    #: Probe period of a ready or unhealthy worker.
+    interval_s: Positive = 60.0
+    #: Per-probe deadline (also used for ``GetModelInfo``/``GetServerInfo``/``GetLoads``).
+    timeout_s: Positive = 5.0
+    #: Consecutive failed probes before a ready worker is taken out of rotation.
+    failure_threshold: Count = 3
+    #: Consecutive good probes before an unhealthy worker is routable again.
+    success_threshold: Count = 2
+    #: Probe period of a worker that never answered yet (turnout starts without its workers
+    #: and picks them up when they come up).
+    pending_interval_s: Positive = 5.0
+    #: A response from real traffic within the last ``interval_s`` counts as a good probe, and a
+    #: failed probe is ignored while the worker keeps answering requests: a busy worker whose
+    #: probe is slow is not pulled out of rotation.
+    traffic_counts_as_liveness: bool = True
+
+
+class BreakerSettings(_Section):
+    """Per-worker circuit breaker over request outcomes (worker faults only)."""
+
+    enabled: bool = True
+    #: Consecutive worker faults that open a closed circuit.
+    failure_threshold: Count = 10
+    #: Consecutive successes in half-open that close the circuit.
+    success_threshold: Count = 3
+    #: Time in open before traffic is tried again (half-open).
+    timeout_s: Positive = 60.0
+
+
+class RetrySettings(_Section):
+    """Retries of a request that failed on a worker before its first response."""
+
+    enabled: bool = True
+    #: Total attempts including the first (each on a worker not yet tried for this request).
+    max_attempts: Count = 5
+    initial_backoff_ms: NonNegative = 50.0
+    max_backoff_ms: NonNegative = 30_000.0
+    backoff_multiplier: Annotated[float, msgspec.Meta(ge=1)] = 1.5
+    #: The delay is multiplied by ``1 + U(-jitter, +jitter)``.
+    jitter_factor: Fraction = 0.2
+
+
+class LoadMonitorSettings(_Section):
+    """Polling of ``GetLoads`` for load-aware policies."""
+
+    enabled: bool = True
+    interval_s: Positive = 10.0
+
+
+class HealthOverride(_Section):
+    """Per-worker health settings; unset fields keep the global value."""
+
+    enabled: bool | None = None
+    interval_s: Positive | None = None
+    timeout_s: Positive | None = None
+    failure_threshold: Count | None = None
+    success_threshold: Count | None = None
+    pending_interval_s: Positive | None = None
+    traffic_counts_as_liveness: bool | None = None
+
+
+class BreakerOverride(_Section):
+    """Per-worker circuit-breaker settings; unset fields keep the global value."""
+
+    enabled: bool | None = None
+    failure_threshold: Count | None = None
+    success_threshold: Count | None = None
+    timeout_s: Positive | None = None
+
+
+class WorkerSpec(_Section):
+    """One worker, from the config or ``POST /workers``."""
+
+    url: str
+    #: Served model id; wins over what the worker reports.
+    model: str | None = None
+    #: Stable id; defaults to ``host:port`` of the URL.
+    id: str | None = None
+    labels: dict[str, str] = msgspec.field(default_factory=dict)
+    health: HealthOverride | None = None
+    circuit_breaker: BreakerOverride | None = None
+
+
+class WorkersSettings(_Section):
+    """Everything the worker layer needs; defaults match the SGLang router."""
+
+    workers: list[WorkerSpec] = msgspec.field(default_factory=list)
+    health: HealthSettings = msgspec.field(default_factory=HealthSettings)
+    circuit_breaker: BreakerSettings = msgspec.field(default_factory=BreakerSettings)
+    retry: RetrySettings = msgspec.field(default_factory=RetrySettings)
+    load_monitor: LoadMonitorSettings = msgspec.field(default_factory=LoadMonitorSettings)
+    #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.
+    drain_timeout_s: NonNegative = 600.0
+
+
+S = TypeVar("S", bound=_Section)
+
+
+def apply_override(base: S, override: _Section | None) -> S:
+    """``base`` with every field that ``override`` sets replaced."""
+    if override is None:
+        return base
+    changes: dict[str, Any] = {
+        name: value
+        for name in override.__struct_fields__
+        if (value := getattr(override, name)) is not None
+    }
+    return msgspec.structs.replace(base, **changes) if changes else base
