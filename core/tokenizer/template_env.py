@@ -1,0 +1,110 @@
+"""The Jinja environment chat templates run in, configured like Hugging Face ``transformers``.
+
+Templates from the Hub are untrusted code: they run in an immutable sandbox, namespaces refuse
+underscore attributes and ``dict`` can only build plain dicts. Each template source is compiled
+once and cached.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from functools import lru_cache
+from typing import Any, NoReturn
+
+import jinja2
+import jinja2.ext
+import jinja2.nodes
+import jinja2.parser
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2.utils import Namespace
+
+
+def _raise_exception(message: str) -> NoReturn:
+    raise jinja2.exceptions.TemplateError(message)
+
+
+def _tojson(
+    value: Any,
+    ensure_ascii: bool = False,
+    indent: int | str | None = None,
+    separators: tuple[str, str] | None = None,
+    sort_keys: bool = False,
+) -> str:
+    # Jinja's own tojson HTML-escapes and always sorts keys; templates expect plain json.dumps.
+    return json.dumps(
+        value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
+    )
+
+
+def _strftime_now(fmt: str) -> str:
+    return datetime.now().strftime(fmt)
+
+
+def _refuse_private(name: object) -> None:
+    if isinstance(name, str) and name.startswith("_"):
+        raise jinja2.exceptions.SecurityError(
+            f"chat templates may not set underscore attributes on a namespace: {name!r}"
+        )
+
+
+class _SafeNamespace(Namespace):
+    """``namespace(...)`` that refuses attribute names starting with an underscore."""
+
+    def __init__(*args: Any, **kwargs: Any) -> None:
+        self, rest = args[0], args[1:]
+        attrs = dict(*rest, **kwargs)
+        for name in attrs:
+            _refuse_private(name)
+        Namespace.__init__(self, attrs)
+
+    def __setitem__(self, name: str, value: Any) -> None:
+        _refuse_private(name)
+        Namespace.__setitem__(self, name, value)
+
+
+class _DictBuilder:
+    """The ``dict`` global: builds plain dicts without exposing the ``dict`` type itself."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[Any, Any]:
+        return dict(*args, **kwargs)
+
+    def fromkeys(self, keys: Any, value: Any = None) -> dict[Any, Any]:
+        return dict.fromkeys(keys, value)
+
+
+class _GenerationBlocks(jinja2.ext.Extension):
+    """Accept ``{% generation %}…{% endgeneration %}`` (assistant-mask markers) and render the body.
+
+    Hugging Face uses these blocks to compute assistant token masks for training; serving only
+    needs their content.
+    """
+
+    tags = {"generation"}  # noqa: RUF012 - the attribute Jinja reads
+
+    def parse(self, parser: jinja2.parser.Parser) -> jinja2.nodes.Node:
+        lineno = next(parser.stream).lineno
+        body = parser.parse_statements(("name:endgeneration",), drop_needle=True)
+        return jinja2.nodes.Scope(body).set_lineno(lineno)
+
+
+@lru_cache(maxsize=1)
+def template_environment() -> ImmutableSandboxedEnvironment:
+    """The shared environment (``trim_blocks``, ``lstrip_blocks``, loop controls, HF globals)."""
+    env = ImmutableSandboxedEnvironment(
+        trim_blocks=True,
+        lstrip_blocks=True,
+        extensions=[jinja2.ext.loopcontrols, _GenerationBlocks],
+    )
+    env.filters["tojson"] = _tojson
+    env.globals["raise_exception"] = _raise_exception
+    env.globals["strftime_now"] = _strftime_now
+    env.globals["namespace"] = _SafeNamespace
+    env.globals["dict"] = _DictBuilder()
+    return env
+
+
+@lru_cache(maxsize=64)
+def compile_template(source: str) -> jinja2.Template:
+    """Compile ``source`` once; raises ``jinja2.TemplateSyntaxError`` on bad syntax."""
+    return template_environment().from_string(source)
