@@ -1,1 +1,33 @@
-"""turnout's side of SGLang's scheduler gRPC protocol: stubs, worker client, request builders."""
+"""turnout's side of SGLang's scheduler gRPC protocol: stubs, worker client, request builders.
+
+The protobuf messages themselves are the data (``turnout.wire.pb``); nothing is re-wrapped per
+token.
+"""
+
+from turnout.wire.client import ClientSettings, GenerateStream, WorkerClient, parse_worker_url
+from turnout.wire.errors import CLIENT_ERROR_CODES, GRPC_TO_HTTP, WorkerCallError, http_status_for
+from turnout.wire.proto import sglang_scheduler_pb2 as pb
+from turnout.wire.sampling import (
+    Constraint,
+    ConstraintKind,
+    InvalidSamplingParams,
+    build_generate_request,
+    build_sampling_params,
+)
+
+__all__ = [
+    "CLIENT_ERROR_CODES",
+    "GRPC_TO_HTTP",
+    "ClientSettings",
+    "Constraint",
+    "ConstraintKind",
+    "GenerateStream",
+    "InvalidSamplingParams",
+    "WorkerCallError",
+    "WorkerClient",
+    "build_generate_request",
+    "build_sampling_params",
+    "http_status_for",
+    "parse_worker_url",
+    "pb",
+]

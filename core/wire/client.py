@@ -1,0 +1,360 @@
+"""``WorkerClient``: one long-lived gRPC channel to one SGLang worker.
+
+Streams are cancelled for real: a ``GenerateStream`` that is closed (``aclose``, ``async with``
+exit), whose consumer task is cancelled while waiting, or that is dropped unfinished, cancels its
+gRPC call and sends the worker an ``Abort`` for the request id in the background, so the worker
+stops spending GPU time on an answer nobody reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Final, Self
+from urllib.parse import urlsplit
+
+import grpc
+import grpc.aio
+
+from turnout.wire.errors import WorkerCallError
+from turnout.wire.proto import sglang_scheduler_pb2 as pb
+from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
+
+__all__ = ["ClientSettings", "GenerateStream", "WorkerClient", "parse_worker_url"]
+
+logger = logging.getLogger(__name__)
+
+_MIB: Final = 1024 * 1024
+_EOF: Final[object] = grpc.aio.EOF  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSettings:
+    """Timeouts (seconds) and channel settings of a ``WorkerClient``."""
+
+    #: Deadline of GetModelInfo / GetServerInfo / GetLoads / Embed.
+    unary_timeout: float = 10.0
+    #: Deadline of HealthCheck (SGLang answers it by running a one-token generation).
+    health_timeout: float = 25.0
+    #: Deadline of the background Abort sent when a stream is dropped.
+    abort_timeout: float = 2.0
+    keepalive_time_s: float = 30.0
+    keepalive_timeout_s: float = 10.0
+    max_message_bytes: int = 256 * _MIB
+    #: Upper bound of the reconnect back-off, so a restarted worker is found again quickly.
+    max_reconnect_backoff_s: float = 5.0
+
+    def channel_options(self) -> list[tuple[str, Any]]:
+        """grpc channel arguments derived from the settings."""
+        return [
+            ("grpc.keepalive_time_ms", int(self.keepalive_time_s * 1000)),
+            ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout_s * 1000)),
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.max_pings_without_data", 0),
+            ("grpc.max_send_message_length", self.max_message_bytes),
+            ("grpc.max_receive_message_length", self.max_message_bytes),
+            ("grpc.initial_reconnect_backoff_ms", 200),
+            ("grpc.min_reconnect_backoff_ms", 200),
+            ("grpc.max_reconnect_backoff_ms", int(self.max_reconnect_backoff_s * 1000)),
+            # Our own subchannel: two clients of one address never share (or close) a connection.
+            ("grpc.use_local_subchannel_pool", 1),
+        ]
+
+
+def parse_worker_url(url: str) -> tuple[str, bool]:
+    """``grpc://host:port`` → (``host:port``, tls); ``grpcs://`` selects TLS.
+
+    A bare ``host:port`` is taken as ``grpc://host:port``. Raises ``ValueError`` otherwise.
+    """
+    raw = url.strip()
+    parts = urlsplit(raw if "://" in raw else f"grpc://{raw}")
+    if parts.scheme not in ("grpc", "grpcs"):
+        raise ValueError(f"worker URL must start with grpc:// or grpcs://, got {url!r}")
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if not parts.hostname or port is None or parts.path not in ("", "/"):
+        raise ValueError(f"worker URL must look like grpc://host:port, got {url!r}")
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{port}", parts.scheme == "grpcs"
+
+
+class GenerateStream:
+    """The responses of one Generate call: an async iterator of ``GenerateResponse``.
+
+    Use it as ``async with client.generate(req) as stream: async for resp in stream: ...`` (or
+    call ``aclose()``) so that leaving early cancels the call and aborts the request at once.
+    Errors arrive as ``WorkerCallError``. The stream counts as finished (no Abort on close) once
+    the worker has ended it or sent a ``complete`` for each of the request's ``n`` choices.
+    """
+
+    __slots__ = (
+        "_call",
+        "_client",
+        "_closed",
+        "_completes_left",
+        "_finished",
+        "request_id",
+        "responses",
+    )
+
+    def __init__(
+        self,
+        client: WorkerClient,
+        call: grpc.aio.UnaryStreamCall[Any, Any],
+        request_id: str,
+        n: int,
+    ) -> None:
+        self._client = client
+        self._call = call
+        self.request_id = request_id
+        #: Number of responses received so far (0: nothing reached the client; a retry is safe).
+        self.responses = 0
+        self._completes_left = max(n, 1)
+        self._finished = False
+        self._closed = False
+
+    @property
+    def finished(self) -> bool:
+        """True once the worker ended the stream or completed every choice."""
+        return self._finished
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> pb.GenerateResponse:
+        if self._closed:
+            raise StopAsyncIteration
+        try:
+            response = await self._call.read()
+        except asyncio.CancelledError:
+            if self._interrupted_by_close():
+                raise StopAsyncIteration from None
+            self._abandon("request cancelled")
+            raise
+        except grpc.aio.AioRpcError as exc:
+            self._closed = True
+            if exc.code() == grpc.StatusCode.CANCELLED and self._call.cancelled():
+                raise StopAsyncIteration from None
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                # Our deadline, not the worker's decision: it may still be generating.
+                self._client._schedule_abort(self.request_id, "deadline exceeded")
+            self._finished = True
+            raise WorkerCallError.from_rpc_error(
+                exc, worker=self._client.url, method="Generate"
+            ) from None
+        if response is _EOF:
+            self._finished = self._closed = True
+            raise StopAsyncIteration
+        message: pb.GenerateResponse = response  # type: ignore[assignment]
+        self.responses += 1
+        if message.HasField("complete"):
+            self._completes_left -= 1
+            if self._completes_left <= 0:
+                self._finished = True
+        return message
+
+    def _interrupted_by_close(self) -> bool:
+        """True when cancel()/aclose() from elsewhere (not a task cancellation) ended a read."""
+        task = asyncio.current_task()
+        return self._closed and task is not None and not task.cancelling()
+
+    def cancel(self, reason: str = "client went away") -> None:
+        """Stop now (synchronous): cancel the call and, if unfinished, abort it on the worker."""
+        self._abandon(reason)
+
+    async def aclose(self) -> None:
+        """Same as ``cancel()``; for ``contextlib.aclosing`` and symmetry with async generators."""
+        self._abandon("stream closed")
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._abandon("stream dropped")
+
+    def _abandon(self, reason: str) -> None:
+        self._closed = True
+        if not self._call.done():
+            self._call.cancel()
+        if not self._finished:
+            self._finished = True
+            self._client._schedule_abort(self.request_id, reason)
+
+    def __del__(self) -> None:
+        # Safety net for a consumer that neither closed nor exhausted the stream.
+        if not self._finished:
+            # The loop may be gone at interpreter exit: then there is nobody left to tell.
+            with contextlib.suppress(Exception):
+                self._abandon("stream garbage-collected")
+
+
+class WorkerClient:
+    """Client of one SGLang scheduler worker at ``grpc://host:port`` (or ``grpcs://``).
+
+    The channel is opened lazily on first use in the running event loop and kept until
+    ``close()``. Every unary call has a deadline (``deadline=`` seconds, default from
+    ``ClientSettings``), propagated to the worker; failures raise ``WorkerCallError``.
+    """
+
+    def __init__(self, url: str, settings: ClientSettings | None = None) -> None:
+        self.url = url
+        self.target, self._tls = parse_worker_url(url)
+        self.settings = settings or ClientSettings()
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: pb_grpc.SglangSchedulerStub | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._closed = False
+
+    # -- channel -------------------------------------------------------------------------------
+
+    def _get_stub(self) -> pb_grpc.SglangSchedulerStub:
+        if self._stub is None:
+            if self._closed:
+                raise WorkerCallError(
+                    grpc.StatusCode.UNAVAILABLE, "client is closed", worker=self.url
+                )
+            options = self.settings.channel_options()
+            if self._tls:
+                creds = grpc.ssl_channel_credentials()
+                self._channel = grpc.aio.secure_channel(self.target, creds, options=options)
+            else:
+                self._channel = grpc.aio.insecure_channel(self.target, options=options)
+            self._stub = pb_grpc.SglangSchedulerStub(self._channel)  # type: ignore[no-untyped-call]
+        return self._stub
+
+    async def wait_ready(self, within: float) -> None:
+        """Wait until the channel is connected; ``WorkerCallError`` (UNAVAILABLE) after
+        ``within`` seconds."""
+        self._get_stub()
+        assert self._channel is not None
+        try:
+            await asyncio.wait_for(self._channel.channel_ready(), within)
+        except TimeoutError:
+            raise WorkerCallError(
+                grpc.StatusCode.UNAVAILABLE,
+                f"not reachable within {within:g}s",
+                worker=self.url,
+            ) from None
+
+    async def close(self) -> None:
+        """Let pending aborts finish (bounded by their deadline), then close the channel."""
+        self._closed = True
+        if self._background:
+            await asyncio.wait(set(self._background), timeout=self.settings.abort_timeout)
+        channel, self._channel, self._stub = self._channel, None, None
+        if channel is not None:
+            await channel.close(grace=None)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    # -- calls ---------------------------------------------------------------------------------
+
+    def generate(
+        self, request: pb.GenerateRequest, *, deadline: float | None = None
+    ) -> GenerateStream:
+        """Start a Generate call; iterate the returned stream for chunks and completes.
+
+        ``deadline`` (seconds) bounds the whole stream (None: none; the caller watches progress).
+        """
+        call = self._get_stub().Generate(request, timeout=deadline)
+        n = request.sampling_params.n if request.HasField("sampling_params") else 1
+        return GenerateStream(self, call, request.request_id, n)
+
+    async def abort(
+        self, request_id: str, reason: str = "", *, deadline: float | None = None
+    ) -> pb.AbortResponse:
+        """Ask the worker to stop ``request_id``."""
+        request = pb.AbortRequest(request_id=request_id, reason=reason)
+        return await self._unary(  # type: ignore[no-any-return]
+            "Abort", request, deadline or self.settings.abort_timeout
+        )
+
+    async def health_check(self, *, deadline: float | None = None) -> pb.HealthCheckResponse:
+        """The worker's own health verdict (``healthy``, ``message``)."""
+        return await self._unary(  # type: ignore[no-any-return]
+            "HealthCheck", pb.HealthCheckRequest(), deadline or self.settings.health_timeout
+        )
+
+    async def get_model_info(self, *, deadline: float | None = None) -> pb.GetModelInfoResponse:
+        """Model path, served name, EOS ids, context length, … of the loaded model."""
+        return await self._unary(  # type: ignore[no-any-return]
+            "GetModelInfo", pb.GetModelInfoRequest(), deadline or self.settings.unary_timeout
+        )
+
+    async def get_server_info(self, *, deadline: float | None = None) -> pb.GetServerInfoResponse:
+        """Server arguments, version, active requests, uptime."""
+        return await self._unary(  # type: ignore[no-any-return]
+            "GetServerInfo", pb.GetServerInfoRequest(), deadline or self.settings.unary_timeout
+        )
+
+    async def get_loads(
+        self,
+        include: Sequence[str] = (),
+        *,
+        dp_rank: int | None = None,
+        deadline: float | None = None,
+    ) -> pb.GetLoadsResponse:
+        """Per-rank scheduler load (running/waiting requests, token usage, …)."""
+        request = pb.GetLoadsRequest(include=include)
+        if dp_rank is not None:
+            request.dp_rank = dp_rank
+        return await self._unary(  # type: ignore[no-any-return]
+            "GetLoads", request, deadline or self.settings.unary_timeout
+        )
+
+    async def embed(
+        self, request: pb.EmbedRequest, *, deadline: float | None = None
+    ) -> pb.EmbedResponse:
+        """One embedding."""
+        return await self._unary(  # type: ignore[no-any-return]
+            "Embed", request, deadline or self.settings.unary_timeout
+        )
+
+    async def _unary(self, method: str, request: Any, deadline: float) -> Any:
+        rpc = getattr(self._get_stub(), method)
+        try:
+            return await rpc(request, timeout=deadline)
+        except grpc.aio.AioRpcError as exc:
+            raise WorkerCallError.from_rpc_error(exc, worker=self.url, method=method) from None
+
+    # -- background aborts ---------------------------------------------------------------------
+
+    def _schedule_abort(self, request_id: str, reason: str) -> None:
+        """Fire-and-forget Abort; never raises, never blocks the caller."""
+        if self._stub is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        task = loop.create_task(self._send_abort(request_id, reason))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def _send_abort(self, request_id: str, reason: str) -> None:
+        try:
+            await self.abort(request_id, reason)
+        except WorkerCallError as exc:
+            logger.debug("abort of %s on %s failed: %s", request_id, self.url, exc)
+        except Exception:  # a failed best-effort abort must never surface
+            logger.debug("abort of %s on %s failed", request_id, self.url, exc_info=True)
