@@ -16,7 +16,7 @@ Count = Annotated[int, msgspec.Meta(ge=1)]
 Fraction = Annotated[float, msgspec.Meta(ge=0, le=1)]
 
 
-class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True, frozen=True):
+class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Base of every settings struct: unknown keys are errors."""
 
 

@@ -1,0 +1,65 @@
+"""What the worker layer needs from a worker's gRPC client, and how failures are classified.
+
+The registry and dispatcher only talk to :class:`WorkerConnection`; :func:`connect` adapts the
+wire client (``turnout.wire``) to it, and tests may pass their own ``connect``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, Self
+
+
+class ResponseStream(Protocol):
+    """A started ``Generate`` call: async iterator of responses; ``aclose()`` cancels it."""
+
+    def __aiter__(self) -> Self: ...
+
+    async def __anext__(self) -> Any: ...
+
+    async def aclose(self) -> None:
+        """Cancel the call (the worker aborts the request)."""
+        ...
+
+
+class WorkerConnection(Protocol):
+    """The calls the worker layer makes to one worker."""
+
+    async def health_check(self, deadline: float) -> bool:
+        """``HealthCheck`` RPC: True iff the worker answered healthy within ``deadline`` seconds."""
+        ...
+
+    async def model_info(self, deadline: float) -> Mapping[str, str]:
+        """``GetModelInfo`` + ``GetServerInfo`` flattened into string labels."""
+        ...
+
+    async def load(self, deadline: float) -> int:
+        """``GetLoads``: running plus waiting requests over all DP ranks."""
+        ...
+
+    def generate(self, request: Any, timeout: float | None) -> ResponseStream:
+        """Start ``Generate`` with an overall deadline of ``timeout`` seconds (None: none)."""
+        ...
+
+    def classify(self, exc: BaseException) -> Failure | None:
+        """How ``exc`` raised by a call of this connection counts; None: not a worker error."""
+        ...
+
+    async def close(self) -> None:
+        """Close the channel."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """How an exception from a worker call counts."""
+
+    #: True for transport errors, UNAVAILABLE, 5xx-class statuses: they feed the circuit
+    #: breaker and may be retried elsewhere. False for client errors (bad request, ...).
+    worker_fault: bool
+    #: HTTP status the client would see.
+    status: int
+    message: str
+    #: Whether another worker may succeed (408/429/5xx and transport errors).
+    retryable: bool

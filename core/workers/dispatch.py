@@ -1,0 +1,374 @@
+"""The dispatcher: pick a worker, start ``Generate``, retry worker faults before the first
+response, and hand the pipeline a :class:`GenerateSession`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self
+
+from turnout.routing.types import Candidate, Policy, RoutingRequest
+from turnout.workers.connection import Failure, ResponseStream
+from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError
+from turnout.workers.registry import WorkerRegistry
+from turnout.workers.retry import backoff_delay
+from turnout.workers.settings import RetrySettings
+from turnout.workers.worker import Worker, WorkerState
+
+log = logging.getLogger(__name__)
+
+PolicyFactory = Callable[[], Policy]
+DoneHook = Callable[[RoutingRequest, str, bool], None]
+ChangedHook = Callable[[Sequence[str]], None]
+
+
+@dataclass(slots=True)
+class _Route:
+    """A model's policy with its optional hooks looked up once."""
+
+    policy: Policy
+    done: DoneHook | None
+    changed: ChangedHook | None
+
+    @classmethod
+    def of(cls, policy: Policy) -> _Route:
+        return cls(
+            policy,
+            getattr(policy, "on_request_done", None),
+            getattr(policy, "on_workers_changed", None),
+        )
+
+
+class Dispatcher:
+    """Routes ``Generate`` calls over a :class:`WorkerRegistry`.
+
+    ``policies`` maps model id -> policy instance; ``default_policy`` serves other models and
+    is either an instance (shared) or a zero-argument factory (one instance per model, the
+    right choice for stateful policies such as ``cache_aware``). :meth:`set_policies` swaps
+    them at run time (config reload).
+    """
+
+    def __init__(
+        self,
+        registry: WorkerRegistry,
+        policies: Mapping[str, Policy] | None = None,
+        default_policy: Policy | PolicyFactory | None = None,
+        retry: RetrySettings | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.registry = registry
+        self.retry = retry or registry.settings.retry
+        self._rng = rng or random.Random()
+        self._routes: dict[str, _Route] = {}
+        self._default: Policy | PolicyFactory = _round_robin
+        self.set_policies(policies or {}, default_policy)
+        registry.add_listener(self._on_membership)
+
+    # -- policies -------------------------------------------------------------------------------
+
+    def set_policies(
+        self,
+        policies: Mapping[str, Policy],
+        default_policy: Policy | PolicyFactory | None = None,
+    ) -> None:
+        """Replace every policy (in-flight requests keep the worker they have)."""
+        routes = {model: _Route.of(policy) for model, policy in policies.items()}
+        self._default = default_policy if default_policy is not None else _round_robin
+        self._routes = routes
+        for model in self.registry.models():
+            self._inform(self._route(model), model)
+
+    def policy_for(self, model: str) -> Policy:
+        """The policy that serves ``model``."""
+        return self._route(model).policy
+
+    def _route(self, model: str) -> _Route:
+        route = self._routes.get(model)
+        if route is None:
+            default = self._default
+            policy: Policy = default if isinstance(default, Policy) else default()
+            route = self._routes[model] = _Route.of(policy)
+            self._inform(route, model)
+        return route
+
+    def _inform(self, route: _Route, model: str) -> None:
+        if route.changed is not None:
+            route.changed([w.id for w in self.registry.workers_for(model)])
+
+    def _on_membership(self, model: str, workers: list[Worker]) -> None:
+        route = self._routes.get(model)
+        if route is not None and route.changed is not None:
+            route.changed([w.id for w in workers])
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    async def open_stream(
+        self,
+        model: str,
+        routing: RoutingRequest,
+        request: Any,
+        timeout: float | None = None,  # noqa: ASYNC109 - a deadline handed to the gRPC call
+    ) -> GenerateSession:
+        """Start ``request`` on a worker of ``model`` and wait for its first response.
+
+        Worker faults before the first response are recorded, backed off and retried on
+        workers not yet tried, up to ``retry.max_attempts`` attempts in all. Raises
+        :class:`NoWorkerAvailable` (503) when no worker can take it, or
+        :class:`WorkerRequestError` with the worker's status (a client error, or the last
+        fault once retries are exhausted). ``timeout`` bounds the whole request.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        route = self._route(model)
+        retry = self.retry
+        max_attempts = retry.max_attempts if retry.enabled else 1
+        tried: set[str] = set()
+        attempt = 0
+        while True:
+            candidates = self.registry.candidates(model, tried)
+            if not candidates:
+                raise self._no_worker(model, tried)
+            worker = self._select(route, routing, candidates)
+            attempt += 1
+            remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
+            worker.acquire()
+            stream: ResponseStream | None = None
+            try:
+                stream = worker.connection.generate(request, remaining)
+                first = await stream.__anext__()
+            except StopAsyncIteration:
+                failure: Failure | None = Failure(True, 502, "stream ended before a response", True)
+                exc: BaseException = RuntimeError(failure.message if failure else "")
+            except asyncio.CancelledError:
+                worker.release()
+                if stream is not None:
+                    await stream.aclose()
+                raise
+            except Exception as error:
+                failure = worker.connection.classify(error)
+                if failure is None:
+                    worker.release()
+                    if stream is not None:
+                        await stream.aclose()
+                    raise
+                exc = error
+            else:
+                worker.health.traffic_ok()
+                return GenerateSession(self, worker, stream, first, route, routing, attempt)
+
+            # The attempt failed before the client saw anything.
+            worker.release()
+            if stream is not None:
+                await stream.aclose()
+            assert failure is not None
+            _record_failure(worker, failure)
+            if route.done is not None:
+                _call_hook(route.done, routing, worker.id, False)
+            tried.add(worker.id)
+            last_try = attempt >= max_attempts or not failure.retryable
+            if not last_try:
+                delay = backoff_delay(retry, attempt - 1, self._rng)
+                out_of_time = deadline is not None and loop.time() + delay >= deadline
+                if out_of_time or not self.registry.candidates(model, tried):
+                    last_try = True
+                else:
+                    log.info(
+                        "retrying on another worker after %s failed (attempt %d): %s",
+                        worker.id,
+                        attempt,
+                        failure.message,
+                    )
+                    await asyncio.sleep(delay)
+                    continue
+            raise WorkerRequestError(
+                failure.message
+                if attempt == 1
+                else f"{failure.message} (after {attempt} attempts)",
+                status=failure.status,
+                worker_fault=failure.worker_fault,
+                worker_id=worker.id,
+                attempts=attempt,
+            ) from exc
+
+    def _select(self, route: _Route, routing: RoutingRequest, candidates: list[Worker]) -> Worker:
+        if len(candidates) == 1 and route.done is None:
+            return candidates[0]
+        try:
+            chosen: Candidate = route.policy.select(routing, candidates)
+        except Exception:
+            log.exception("policy %s failed; using the least-loaded worker", route.policy)
+            return min(candidates, key=lambda w: w.load)
+        if isinstance(chosen, Worker):
+            return chosen
+        for worker in candidates:  # a policy may return a wrapper; match it by id
+            if worker.id == chosen.id:
+                return worker
+        log.error("policy %s chose a non-candidate %r", route.policy, chosen.id)
+        return min(candidates, key=lambda w: w.load)
+
+    def _no_worker(self, model: str, tried: set[str]) -> NoWorkerAvailable:
+        workers = self.registry.workers_for(model)
+        if not workers:
+            known = self.registry.models()
+            return NoWorkerAvailable(
+                model,
+                f"no worker serves this model (served: {', '.join(known) or 'none'})",
+            )
+        states: dict[str, int] = {}
+        for w in workers:
+            if w.id in tried:
+                label = "failed for this request"
+            elif w.state is WorkerState.READY and not w.breaker.allows():
+                label = "circuit open"
+            else:
+                label = w.state.value
+            states[label] = states.get(label, 0) + 1
+        summary = ", ".join(f"{n} {label}" for label, n in sorted(states.items()))
+        return NoWorkerAvailable(model, f"{len(workers)} worker(s): {summary}")
+
+
+class GenerateSession:
+    """The responses of one request on one worker (the first one included).
+
+    Counts as in flight on ``worker`` until it ends or :meth:`aclose` is called; records the
+    outcome into the worker's circuit breaker. Errors after the first response raise
+    :class:`WorkerRequestError` (they are not retried: the client has seen output).
+    """
+
+    __slots__ = (
+        "_dispatcher",
+        "_done",
+        "_first",
+        "_route",
+        "_routing",
+        "_stream",
+        "attempts",
+        "responses",
+        "worker",
+    )
+
+    def __init__(  # noqa: PLR0917 - built only by Dispatcher.open_stream
+        self,
+        dispatcher: Dispatcher,
+        worker: Worker,
+        stream: ResponseStream,
+        first: Any,
+        route: _Route,
+        routing: RoutingRequest,
+        attempts: int,
+    ) -> None:
+        self._dispatcher = dispatcher
+        self.worker = worker
+        self._stream = stream
+        self._first: Any = first
+        self._route = route
+        self._routing = routing
+        self._done = False
+        #: Attempts it took to get the first response (1 = no retry).
+        self.attempts = attempts
+        #: Responses handed out so far.
+        self.responses = 0
+
+    @property
+    def done(self) -> bool:
+        """True once the stream ended, failed or was closed."""
+        return self._done
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Any:
+        first = self._first
+        if first is not None:
+            self._first = None
+            self.responses += 1
+            return first
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            response = await self._stream.__anext__()
+        except StopAsyncIteration:
+            self._finish(None)
+            raise
+        except asyncio.CancelledError:
+            await self.aclose()
+            raise
+        except Exception as exc:
+            failure = self.worker.connection.classify(exc)
+            if failure is None:
+                self._finish(None)
+                raise
+            self._finish(failure)
+            raise WorkerRequestError(
+                failure.message,
+                status=failure.status,
+                worker_fault=failure.worker_fault,
+                worker_id=self.worker.id,
+                attempts=self.attempts,
+            ) from exc
+        self.worker.health.traffic_ok()
+        self.responses += 1
+        return response
+
+    async def aclose(self) -> None:
+        """Stop: cancel the gRPC call (the worker aborts the request) and release the worker."""
+        if not self._done:
+            self._finish(None)
+            await self._stream.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _finish(self, failure: Failure | None) -> None:
+        if self._done:
+            return
+        self._done = True
+        self._first = None
+        worker = self.worker
+        worker.release()
+        if failure is None:
+            worker.breaker.record_success()
+        else:
+            _record_failure(worker, failure)
+        if self._route.done is not None:
+            _call_hook(self._route.done, self._routing, worker.id, failure is None)
+
+    def __del__(self) -> None:
+        # Safety net: a session dropped without aclose() must not stay "in flight" forever.
+        if not self._done:
+            self._done = True
+            self.worker.release()
+
+
+def _record_failure(worker: Worker, failure: Failure) -> None:
+    worker.last_error = failure.message
+    if failure.worker_fault:
+        worker.failures_total += 1
+        worker.breaker.record_failure()
+        worker.health.traffic_fault()
+        worker.wake.set()  # probe it now rather than at the next interval
+
+
+def _call_hook(hook: DoneHook, routing: RoutingRequest, worker_id: str, ok: bool) -> None:
+    try:
+        hook(routing, worker_id, ok)
+    except Exception:
+        log.exception("policy on_request_done hook failed")
+
+
+def _round_robin() -> Policy:
+    from turnout.plugins.policies.simple import RoundRobinPolicy
+
+    return RoundRobinPolicy()

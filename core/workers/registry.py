@@ -1,0 +1,305 @@
+"""The worker registry: membership, per-model index, health and load background tasks."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from turnout.workers.connection import WorkerConnection
+from turnout.workers.errors import WorkerConflict, WorkerNotFound
+from turnout.workers.health import HealthState
+from turnout.workers.settings import WorkerSpec, WorkersSettings
+from turnout.workers.worker import Worker, default_worker_id
+
+log = logging.getLogger(__name__)
+
+Connect = Callable[[str], WorkerConnection]
+Listener = Callable[[str, "list[Worker]"], None]
+
+
+class WorkerRegistry:
+    """All workers of this router, indexed by id and by served model.
+
+    Workers are added before they are up (state ``pending``); a background task per worker
+    discovers its model (``GetModelInfo``/``GetServerInfo``), probes it and keeps probing, so
+    workers that come up later are picked up. Nothing here ever blocks start-up on a worker.
+    """
+
+    def __init__(
+        self,
+        settings: WorkersSettings | None = None,
+        connect: Connect | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.settings = settings or WorkersSettings()
+        self._connect = connect or _default_connect
+        self._clock = clock
+        self._workers: dict[str, Worker] = {}
+        self._by_model: dict[str, list[Worker]] = {}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._aux: set[asyncio.Task[Any]] = set()
+        self._listeners: list[Listener] = []
+        self._running = False
+
+    # -- queries (cheap, per request) ---------------------------------------------------------
+
+    def get(self, worker_id: str) -> Worker | None:
+        """The worker with ``worker_id``, if registered."""
+        return self._workers.get(worker_id)
+
+    def all(self) -> list[Worker]:
+        """Every registered worker, in registration order."""
+        return list(self._workers.values())
+
+    def models(self, ready_only: bool = False) -> list[str]:
+        """Model ids served by registered (or, with ``ready_only``, routable) workers."""
+        return sorted(
+            model
+            for model, workers in self._by_model.items()
+            if workers and (not ready_only or any(w.routable for w in workers))
+        )
+
+    def workers_for(self, model: str) -> list[Worker]:
+        """Every worker serving ``model``, whatever its state."""
+        return list(self._by_model.get(model, ()))
+
+    def candidates(self, model: str, exclude: Iterable[str] = ()) -> list[Worker]:
+        """Routable workers serving ``model``, minus the ids in ``exclude``."""
+        skip = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
+        return [w for w in self._by_model.get(model, ()) if w.routable and w.id not in skip]
+
+    def has_ready_worker(self, model: str) -> bool:
+        """Whether some worker can take a request for ``model`` now."""
+        return any(w.routable for w in self._by_model.get(model, ()))
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(model, workers_of_model)`` when a model's membership changes."""
+        self._listeners.append(listener)
+
+    # -- membership ------------------------------------------------------------------------------
+
+    async def add(self, spec: WorkerSpec, wait_s: float | None = None) -> Worker:
+        """Register a worker (pending) and start watching it.
+
+        With ``wait_s``, wait up to that long for it to be ready; it stays registered either way.
+        Raises :class:`WorkerConflict` when the id or URL is taken.
+        """
+        worker_id = spec.id or default_worker_id(spec.url)
+        if worker_id in self._workers:
+            raise WorkerConflict(f"worker {worker_id!r} is already registered")
+        for other in self._workers.values():
+            if other.url == spec.url:
+                raise WorkerConflict(f"{spec.url} is already registered as {other.id!r}")
+        worker = Worker(
+            spec,
+            self._connect(spec.url),
+            self.settings.health,
+            self.settings.circuit_breaker,
+            self._clock,
+        )
+        self._workers[worker.id] = worker
+        if worker.model_id is not None:
+            self._index(worker)
+        if self._running:
+            self._watch(worker)
+            if wait_s:
+                await self.wait_ready(worker.id, wait_s)
+        return worker
+
+    async def remove(self, worker_id: str, drain_timeout_s: float | None = None) -> Worker:
+        """Drain a worker (no new requests; in-flight ones finish) and then remove it.
+
+        Waits at most ``drain_timeout_s`` (default from the settings) for in-flight requests.
+        """
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            raise WorkerNotFound(f"no worker {worker_id!r}")
+        worker.draining = True
+        timeout = self.settings.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
+        try:
+            await asyncio.wait_for(worker.wait_idle(), timeout)
+        except TimeoutError:
+            log.warning(
+                "worker %s: removed with %d requests in flight", worker_id, worker.in_flight
+            )
+        await self._drop(worker)
+        return worker
+
+    def start_drain(self, worker_id: str) -> Worker:
+        """Mark a worker draining now and remove it in the background when idle."""
+        worker = self._workers.get(worker_id)
+        if worker is None:
+            raise WorkerNotFound(f"no worker {worker_id!r}")
+        if not worker.draining:
+            worker.draining = True
+            self._spawn(self.remove(worker_id))
+        return worker
+
+    async def wait_ready(self, worker_id: str, within: float) -> bool:
+        """Wait until the worker is routable (True) or ``within`` seconds pass (False)."""
+        deadline = self._clock() + within
+        while True:
+            worker = self._workers.get(worker_id)
+            if worker is None:
+                return False
+            if worker.routable:
+                return True
+            left = deadline - self._clock()
+            if left <= 0:
+                return False
+            await asyncio.sleep(min(0.02, left))
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Register the configured workers and start the background tasks (never waits for a
+        worker to come up)."""
+        if self._running:
+            return
+        self._running = True
+        for spec in self.settings.workers:
+            worker_id = spec.id or default_worker_id(spec.url)
+            if worker_id not in self._workers:
+                await self.add(spec)
+        for worker in self._workers.values():
+            self._watch(worker)
+        if self.settings.load_monitor.enabled:
+            self._spawn(self._poll_loads())
+
+    async def stop(self) -> None:
+        """Cancel every background task and close every connection."""
+        self._running = False
+        tasks = [*self._tasks.values(), *self._aux]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+        self._aux.clear()
+        for worker in self._workers.values():
+            with contextlib.suppress(Exception):
+                await worker.connection.close()
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)
+        self._aux.add(task)
+        task.add_done_callback(self._aux.discard)
+
+    def _watch(self, worker: Worker) -> None:
+        if worker.id not in self._tasks:
+            task = asyncio.get_running_loop().create_task(
+                self._health_loop(worker), name=f"turnout-health-{worker.id}"
+            )
+            self._tasks[worker.id] = task
+
+    def _index(self, worker: Worker) -> None:
+        for model, workers in self._by_model.items():
+            if worker in workers and model != worker.model_id:
+                workers.remove(worker)
+                self._notify(model)
+        if worker.model_id is not None:
+            workers = self._by_model.setdefault(worker.model_id, [])
+            if worker not in workers:
+                workers.append(worker)
+                self._notify(worker.model_id)
+
+    def _notify(self, model: str) -> None:
+        members = list(self._by_model.get(model, ()))
+        for listener in self._listeners:
+            try:
+                listener(model, members)
+            except Exception:
+                log.exception("worker listener failed")
+
+    async def _drop(self, worker: Worker) -> None:
+        if self._workers.get(worker.id) is not worker:
+            return
+        del self._workers[worker.id]
+        worker.removed = True
+        task = self._tasks.pop(worker.id, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        if worker.model_id is not None:
+            workers = self._by_model.get(worker.model_id, [])
+            if worker in workers:
+                workers.remove(worker)
+                if not workers:
+                    del self._by_model[worker.model_id]
+                self._notify(worker.model_id)
+        with contextlib.suppress(Exception):
+            await worker.connection.close()
+
+    async def _discover(self, worker: Worker, deadline: float) -> bool:
+        try:
+            labels = await worker.connection.model_info(deadline)
+        except Exception as exc:
+            worker.last_error = f"model info: {type(exc).__name__}: {exc}"
+            return False
+        worker.apply_discovery(dict(labels))
+        self._index(worker)
+        return True
+
+    async def _health_loop(self, worker: Worker) -> None:
+        health = worker.health
+        while not worker.removed:
+            settings = health.settings
+            changed = False
+            if not worker.discovered and not await self._discover(worker, settings.timeout_s):
+                changed = health.record_probe(False)
+                self._log_change(worker, changed)
+                await self._sleep(worker, health.next_delay())
+                continue
+            if not settings.enabled:
+                changed = health.mark_healthy()
+            elif health.covered_by_traffic():
+                changed = health.record_probe(True)
+            else:
+                started = self._clock()
+                try:
+                    ok = await worker.connection.health_check(settings.timeout_s)
+                except Exception as exc:
+                    ok = False
+                    worker.last_error = f"health check: {type(exc).__name__}: {exc}"
+                changed = health.record_probe(ok, started)
+            self._log_change(worker, changed)
+            if changed and health.state is HealthState.UNHEALTHY:
+                worker.discovered = False  # it may come back as a different model
+            elif changed and health.state is HealthState.HEALTHY:
+                worker.breaker.reset()
+            await self._sleep(worker, health.next_delay())
+
+    @staticmethod
+    def _log_change(worker: Worker, changed: bool) -> None:
+        if changed:
+            log.info("worker %s (%s) is now %s", worker.id, worker.url, worker.state.value)
+
+    @staticmethod
+    async def _sleep(worker: Worker, delay: float) -> None:
+        worker.wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(worker.wake.wait(), delay)
+
+    async def _poll_loads(self) -> None:
+        settings = self.settings.load_monitor
+        while True:
+            await asyncio.sleep(settings.interval_s)
+            workers = [w for w in self._workers.values() if w.routable]
+            results = await asyncio.gather(
+                *(w.connection.load(w.health.settings.timeout_s) for w in workers),
+                return_exceptions=True,
+            )
+            for worker, result in zip(workers, results, strict=True):
+                if isinstance(result, int):
+                    worker.set_reported_load(result)
+
+
+def _default_connect(url: str) -> WorkerConnection:
+    from turnout.workers.wire_adapter import WireConnection
+
+    return WireConnection(url)

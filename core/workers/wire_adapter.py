@@ -1,0 +1,95 @@
+"""Adapts :class:`turnout.wire.WorkerClient` to :class:`WorkerConnection`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from turnout.wire import ClientSettings, GenerateStream, WorkerCallError, WorkerClient, pb
+from turnout.workers.connection import Failure
+
+#: ``server_args`` keys copied into a worker's labels.
+SERVER_ARG_LABELS = ("tp_size", "dp_size", "max_running_requests", "context_length")
+
+#: Worker faults that are load push-back, not breakage: retried elsewhere, not counted.
+_PUSHBACK = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED})
+#: HTTP statuses worth trying on another worker.
+_RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class WireConnection:
+    """One worker over ``turnout.wire``."""
+
+    def __init__(self, url: str, settings: ClientSettings | None = None) -> None:
+        self.client = WorkerClient(url, settings)
+
+    async def health_check(self, deadline: float) -> bool:
+        """``HealthCheck``: True iff answered ``healthy`` in time."""
+        response = await self.client.health_check(deadline=deadline)
+        return bool(response.healthy)
+
+    async def model_info(self, deadline: float) -> Mapping[str, str]:
+        """``GetModelInfo`` (required) and ``GetServerInfo`` (best effort) as labels."""
+        info = await self.client.get_model_info(deadline=deadline)
+        labels = _labels(info)
+        try:
+            server = await self.client.get_server_info(deadline=deadline)
+        except WorkerCallError:
+            return labels
+        args: dict[str, Any] = {}
+        if server.HasField("server_args"):
+            args = json_format.MessageToDict(server.server_args)
+        for key in SERVER_ARG_LABELS:
+            if key in args and args[key] is not None:
+                labels[key] = _text(args[key])
+        if server.sglang_version:
+            labels["sglang_version"] = server.sglang_version
+        return labels
+
+    async def load(self, deadline: float) -> int:
+        """Running plus waiting requests over every DP rank."""
+        response = await self.client.get_loads(deadline=deadline)
+        return sum(int(x.num_running_reqs) + int(x.num_waiting_reqs) for x in response.loads)
+
+    def generate(self, request: pb.GenerateRequest, timeout: float | None) -> GenerateStream:
+        """Start ``Generate``."""
+        return self.client.generate(request, deadline=timeout)
+
+    def classify(self, exc: BaseException) -> Failure | None:
+        """Map a :class:`WorkerCallError` to a :class:`Failure`."""
+        return classify(exc)
+
+    async def close(self) -> None:
+        """Close the channel."""
+        await self.client.close()
+
+
+def classify(exc: BaseException) -> Failure | None:
+    """Client errors (4xx) never count against a worker; 429 push-back is retried, not counted."""
+    if not isinstance(exc, WorkerCallError):
+        return None
+    pushback = exc.code in _PUSHBACK
+    fault = exc.worker_fault and not pushback
+    return Failure(
+        worker_fault=fault,
+        status=exc.http_status,
+        message=str(exc),
+        retryable=fault or exc.http_status in _RETRYABLE_STATUS,
+    )
+
+
+def _labels(info: Any) -> dict[str, str]:
+    raw = json_format.MessageToDict(info, preserving_proto_field_name=True)
+    return {key: _text(value) for key, value in raw.items() if value not in ("", None)}
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return json.dumps(value, separators=(",", ":"))

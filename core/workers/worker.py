@@ -1,0 +1,168 @@
+"""One registered worker: identity, health, circuit, load."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import urlsplit
+
+from turnout.workers.breaker import CircuitBreaker
+from turnout.workers.connection import WorkerConnection
+from turnout.workers.health import HealthState, HealthTracker
+from turnout.workers.settings import (
+    BreakerSettings,
+    HealthSettings,
+    WorkerSpec,
+    apply_override,
+)
+
+#: Model id of a worker that reports none.
+UNKNOWN_MODEL = "unknown"
+
+
+class WorkerState(enum.StrEnum):
+    """Lifecycle state shown by ``GET /workers``; only ``ready`` workers get new requests."""
+
+    PENDING = "pending"
+    READY = "ready"
+    UNHEALTHY = "unhealthy"
+    DRAINING = "draining"
+
+
+def default_worker_id(url: str) -> str:
+    """``host:port`` of a ``grpc://host:port`` URL."""
+    parts = urlsplit(url)
+    return parts.netloc or url
+
+
+def model_id_from_labels(labels: dict[str, str]) -> str:
+    """Model id from discovered labels: served name, then model id, then model path."""
+    for key in ("served_model_name", "model_id", "model_path"):
+        value = labels.get(key)
+        if value:
+            return value
+    return UNKNOWN_MODEL
+
+
+class Worker:
+    """A worker as the router sees it; implements :class:`turnout.routing.Candidate`."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        connection: WorkerConnection,
+        health: HealthSettings,
+        breaker: BreakerSettings,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.spec = spec
+        self._id = spec.id or default_worker_id(spec.url)
+        self._url = spec.url
+        self.connection = connection
+        self.health = HealthTracker(apply_override(health, spec.health), clock)
+        self.breaker = CircuitBreaker(apply_override(breaker, spec.circuit_breaker), clock)
+        #: Labels: discovered model/server info, then the spec's labels on top.
+        self.labels: dict[str, str] = dict(spec.labels)
+        #: Served model id, known once configured or discovered.
+        self.model_id: str | None = spec.model
+        self.discovered = False
+        self.draining = False
+        self.removed = False
+        #: Requests from this router that have not finished.
+        self.in_flight = 0
+        self._external_load = 0
+        self.requests_total = 0
+        self.failures_total = 0
+        self.last_error: str | None = None
+        self.added_at = time.time()
+        #: Set to make the health loop probe now.
+        self.wake = asyncio.Event()
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @property
+    def id(self) -> str:
+        """Stable worker id."""
+        return self._id
+
+    @property
+    def url(self) -> str:
+        """``grpc://host:port``."""
+        return self._url
+
+    @property
+    def load(self) -> int:
+        """In-flight requests from this router plus the worker's other reported work."""
+        return self.in_flight + self._external_load
+
+    @property
+    def state(self) -> WorkerState:
+        """Lifecycle state."""
+        if self.draining:
+            return WorkerState.DRAINING
+        health = self.health.state
+        if health is HealthState.HEALTHY and self.model_id is not None:
+            return WorkerState.READY
+        if health is HealthState.UNHEALTHY:
+            return WorkerState.UNHEALTHY
+        return WorkerState.PENDING
+
+    @property
+    def routable(self) -> bool:
+        """Whether the worker may take a new request now."""
+        return (
+            not self.draining
+            and self.model_id is not None
+            and self.health.state is HealthState.HEALTHY
+            and self.breaker.allows()
+        )
+
+    def apply_discovery(self, labels: dict[str, str]) -> None:
+        """Take discovered labels; configured labels and model id win."""
+        merged = dict(labels)
+        merged.update(self.spec.labels)
+        self.labels = merged
+        self.model_id = self.spec.model or model_id_from_labels(merged)
+        self.discovered = True
+
+    def set_reported_load(self, reported: int) -> None:
+        """Take a ``GetLoads`` total; our own in-flight requests are part of it already."""
+        self._external_load = max(0, reported - self.in_flight)
+
+    def acquire(self) -> None:
+        """Count a request as in flight."""
+        self.in_flight += 1
+        self.requests_total += 1
+        self._idle.clear()
+
+    def release(self) -> None:
+        """A request finished (in any way)."""
+        self.in_flight -= 1
+        if self.in_flight <= 0:
+            self.in_flight = 0
+            self._idle.set()
+
+    async def wait_idle(self) -> None:
+        """Return when no request of this router is in flight on the worker."""
+        await self._idle.wait()
+
+    def info(self) -> dict[str, Any]:
+        """A JSON-ready description for ``GET /workers``."""
+        return {
+            "id": self.id,
+            "url": self.url,
+            "model": self.model_id,
+            "state": self.state.value,
+            "health": self.health.state.value,
+            "circuit": self.breaker.state.value,
+            "load": self.load,
+            "in_flight": self.in_flight,
+            "requests_total": self.requests_total,
+            "failures_total": self.failures_total,
+            "consecutive_failures": self.breaker.consecutive_failures,
+            "last_error": self.last_error,
+            "labels": dict(self.labels),
+        }
