@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from turnout import hookimpl, load_plugins
 from turnout.errors import PluginError
+from turnout.hookspecs import Register
 from turnout.plugins.reasoning_parsers import BUILTIN_REASONING_PARSERS
 from turnout.reasoning import MarkerReasoningParser, ReasoningParser
 
@@ -132,3 +134,25 @@ def test_a_plugin_family_needs_only_class_attributes() -> None:
     assert (
         Reason(start_in_reasoning=True).parse_complete("why</reason>what").reasoning_text == "why"
     )
+
+
+class _ThirdParty:
+    """An in-process plugin registering a family built on the generic marker parser."""
+
+    class Bracket(MarkerReasoningParser):
+        start_marker = "[[think]]"
+        end_markers = ("[[/think]]",)
+
+    @hookimpl
+    def turnout_register_reasoning_parsers(self, register: Register) -> None:
+        register("bracket", self.Bracket, models=["*bracket-model*"], aliases=["brk"])
+
+
+def test_a_third_party_family_registers_like_the_builtins() -> None:
+    plugins = load_plugins(extra=[(_ThirdParty(), "turnout-bracket", "0.1")])
+    registry = plugins.reasoning_parsers
+    assert "brk" in registry
+    assert registry.for_model("acme/Bracket-Model-7B") == "bracket"
+    result = registry.create("brk", start_in_reasoning=None).parse_complete("[[think]]a[[/think]]b")
+    assert (result.reasoning_text, result.normal_text) == ("a", "b")
+    assert registry.get("bracket").distribution == "turnout-bracket"
