@@ -1,0 +1,218 @@
+"""XML / key-value tool-call parameters to JSON arguments, guided by the tool's JSON schema.
+
+Formats such as Qwen3-Coder, GLM, MiniMax, Step-3, Seed-OSS and DeepSeek DSML write every
+parameter as raw text (``<parameter=city>Paris</parameter>``); the client needs JSON. This module
+turns one raw value into JSON text and collects the schemas of a request's tools.
+
+Rules (the same for every XML-family parser):
+
+* **Whitespace.** Formats whose templates put each value on its own line (Qwen3-Coder, Seed-OSS)
+  use :func:`trim_value`: exactly one line break right after the opening tag and one right before
+  the closing tag are format, not value. Inline formats keep the value verbatim. Every other
+  character, indentation and trailing newlines of file contents included, is kept. Typed
+  (non-string) values ignore surrounding whitespace.
+* **Strings stay verbatim.** A parameter whose schema type is ``string`` becomes a JSON string of
+  the raw text, even when it looks numeric (``"3"``) — no HTML un-escaping (``&amp;`` stays).
+* **Typed parameters** (``integer``, ``number``, ``boolean``, ``object``, ``array``, ``null``):
+  the value is parsed as strict JSON (no ``NaN``/``Infinity``) and its text is kept verbatim, so
+  numbers and key order never change; Python spellings ``True``/``False``/``None`` and Python
+  dict/list literals (single quotes) are accepted and re-emitted as JSON; a boolean given as
+  ``0``/``1`` or an integer given as ``3.0`` is converted. A value that cannot be read as the
+  declared type falls back to a JSON string of the raw text (nothing is dropped).
+* **No schema** (unknown tool, unknown parameter, no ``type``): a JSON literal if the text is
+  one, Python ``True``/``False``/``None`` and dict/list literals accepted, else a string.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from turnout.tool_calls.types import Tools
+
+#: JSON schema of one parameter (``{"type": "integer"}``); ``None`` when unknown.
+ParamSchema = Mapping[str, Any] | None
+#: Parameter name -> schema, for one function.
+FunctionSchemas = Mapping[str, ParamSchema]
+
+_PY_CONSTANTS = {"True": "true", "False": "false", "None": "null"}
+_TYPE_CHECKS: dict[str, type | tuple[type, ...]] = {
+    "integer": int,
+    "number": (int, float),
+    "boolean": bool,
+    "object": dict,
+    "array": list,
+}
+
+
+def trim_value(raw: str) -> str:
+    """Drop one line break after the opening tag and one before the closing tag."""
+    if raw.startswith("\r\n"):
+        raw = raw[2:]
+    elif raw.startswith("\n"):
+        raw = raw[1:]
+    if raw.endswith("\r\n"):
+        raw = raw[:-2]
+    elif raw.endswith("\n"):
+        raw = raw[:-1]
+    return raw
+
+
+def _field(obj: Any, key: str) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(key)
+    return getattr(obj, key, None)
+
+
+def function_schemas(tools: Tools) -> dict[str, dict[str, ParamSchema]]:
+    """Map each tool's function name to its parameters' schemas (malformed entries skipped).
+
+    Accepts the OpenAI shape ``{"type": "function", "function": {...}}`` (mappings or objects
+    with the same attributes) and the flat ``{"name": ..., "parameters": ...}`` shape.
+    """
+    out: dict[str, dict[str, ParamSchema]] = {}
+    for tool in tools or ():
+        function = _field(tool, "function")
+        if function is None:
+            function = tool
+        name = _field(function, "name")
+        if not isinstance(name, str):
+            continue
+        params = _field(function, "parameters")
+        props = params.get("properties") if isinstance(params, Mapping) else None
+        schemas: dict[str, ParamSchema] = {}
+        if isinstance(props, Mapping):
+            for key, schema in props.items():
+                if isinstance(key, str):
+                    schemas[key] = schema if isinstance(schema, Mapping) else None
+        out.setdefault(name, schemas)
+    return out
+
+
+def schema_types(schema: ParamSchema) -> frozenset[str] | None:
+    """JSON types a schema allows (``type``, type lists, ``anyOf``/``oneOf``, ``enum``, ``const``).
+
+    ``None`` means "unknown": infer from the text.
+    """
+    if schema is None:
+        return None
+    found: set[str] = set()
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        found.add(declared)
+    elif isinstance(declared, Sequence):
+        found.update(t for t in declared if isinstance(t, str))
+    for key in ("anyOf", "oneOf", "allOf"):
+        branches = schema.get(key)
+        if isinstance(branches, Sequence) and not isinstance(branches, str):
+            for branch in branches:
+                sub = schema_types(branch) if isinstance(branch, Mapping) else None
+                if sub is None:
+                    return None
+                found.update(sub)
+    values = list(schema.get("enum") or ()) if isinstance(schema.get("enum"), list) else []
+    if "const" in schema:
+        values.append(schema["const"])
+    for value in values:
+        found.add(_json_type(value))
+    if not found:
+        return None
+    if "number" in found:
+        found.add("integer")
+    return frozenset(found)
+
+
+def _json_type(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    return "object"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(name)
+
+
+def strict_json(text: str) -> tuple[bool, Any]:
+    """Parse ``text`` as strict JSON (no NaN/Infinity); ``(False, None)`` when it is not."""
+    try:
+        return True, json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError):
+        return False, None
+
+
+def _python_literal(text: str) -> str | None:
+    """JSON for a Python constant or a dict/list literal, or ``None``."""
+    constant = _PY_CONSTANTS.get(text)
+    if constant is not None:
+        return constant
+    if not text or text[0] not in "{[":
+        return None
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return None
+    if not isinstance(value, dict | list):
+        return None
+    try:
+        return json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def string_json(raw: str) -> str:
+    """The JSON string literal for ``raw`` (non-ASCII kept as is)."""
+    return json.dumps(raw, ensure_ascii=False)
+
+
+def value_json(raw: str, schema: ParamSchema) -> str:
+    """JSON text for one parameter value (already trimmed with :func:`trim_value`)."""
+    types = schema_types(schema)
+    text = raw.strip()
+    if types is not None and "string" in types:
+        if "null" in types and text == "null":
+            return "null"
+        return string_json(raw)
+    ok, value = strict_json(text)
+    if ok:
+        if types is None or any(_fits(value, t) for t in types):
+            return text
+        if "boolean" in types and value in (0, 1) and not isinstance(value, bool):
+            return "true" if value else "false"
+        if "integer" in types and isinstance(value, float) and value.is_integer():
+            return str(int(value))
+        return text
+    literal = _python_literal(text)
+    if literal is not None:
+        return literal
+    if types is not None and "boolean" in types and text.lower() in ("true", "false"):
+        return text.lower()
+    return string_json(raw)
+
+
+def _fits(value: object, json_type: str) -> bool:
+    if json_type == "null":
+        return value is None
+    check = _TYPE_CHECKS.get(json_type)
+    if check is None:
+        return False
+    if isinstance(value, bool) and json_type != "boolean":
+        return False
+    return isinstance(value, check)
+
+
+def is_string_param(schema: ParamSchema) -> bool:
+    """True when the value is certainly a JSON string, so it can be streamed as it arrives."""
+    types = schema_types(schema)
+    return types is not None and types <= {"string"}
