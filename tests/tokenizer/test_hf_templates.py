@@ -1,0 +1,275 @@
+"""Differential tests: real Hub chat templates rendered by turnout and by ``transformers``.
+
+turnout receives conversations as OpenAI clients send them (tool-call arguments as JSON text,
+``content: null`` beside tool calls); transformers receives the same conversations in the shape
+its templates expect (arguments as dicts). The rendered prompts must be identical, and where a
+template refuses a conversation both must refuse it.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.tokenizer.conftest import MakeModelDir
+from tests.tokenizer.helpers import TEMPLATES
+from turnout.tokenizer import ChatTemplateError, ModelTokenizer
+
+pytestmark = [
+    pytest.mark.needs_shared,
+    pytest.mark.skipif(
+        not TEMPLATES.is_dir(), reason=f"shared chat template fixtures not found at {TEMPLATES}"
+    ),
+]
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    transformers = pytest.importorskip("transformers")
+
+# Special tokens each model's tokenizer_config.json declares (the templates read them).
+LLAMA3 = {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"}
+QWEN = {"eos_token": "<|im_end|>", "pad_token": "<|endoftext|>"}
+DEEPSEEK = {"bos_token": "<｜begin▁of▁sentence｜>", "eos_token": "<｜end▁of▁sentence｜>"}
+SPECIAL_TOKENS: dict[str, dict[str, str]] = {
+    "meta-llama-Llama-3.1-8B-Instruct": LLAMA3,
+    "Qwen-Qwen2.5-7B-Instruct": QWEN,
+    "Qwen-Qwen3-0.6B": QWEN,
+    "deepseek-ai-DeepSeek-V3.1": DEEPSEEK,
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": DEEPSEEK,
+    "moonshotai-Kimi-K2": {"bos_token": "[BOS]", "eos_token": "[EOS]", "unk_token": "[UNK]"},
+    "Mistral-Small-3.2-24B-Instruct-2506": {
+        "bos_token": "<s>",
+        "eos_token": "</s>",
+        "unk_token": "<unk>",
+    },
+    "openai-gpt-oss-120b": {"bos_token": "<|startoftext|>", "eos_token": "<|return|>"},
+    "NousResearch-Hermes-3-Llama-3.1-8B-tool_use": {**LLAMA3, "eos_token": "<|im_end|>"},
+    "ByteDance-Seed-OSS": {
+        "bos_token": "<seed:bos>",
+        "eos_token": "<seed:eos>",
+        "pad_token": "<seed:pad>",
+    },
+}
+
+WEATHER_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "Météo actuelle — current weather for a city (城市)",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "city": {"type": "string", "description": "City name"},
+                "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+            },
+            "required": ["city"],
+        },
+    },
+}
+CALL_ID = "abc123XYZ"  # Mistral requires 9 alphanumeric characters
+ARGS = {"city": "Zürich", "unit": "celsius"}
+
+
+def _tool_call_turns(arguments: object, content: str | None = None) -> list[dict[str, Any]]:
+    return [
+        {"role": "user", "content": "What's the weather in Zürich?"},
+        {
+            "role": "assistant",
+            "content": content,
+            "tool_calls": [
+                {
+                    "id": CALL_ID,
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": arguments},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": CALL_ID, "content": '{"temperature": 21, "sky": "☀️"}'},
+    ]
+
+
+# name -> (OpenAI-style messages, render kwargs)
+CONVERSATIONS: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {
+    "plain": ([{"role": "user", "content": "Hello! 你好 😀"}], {}),
+    "system_multi_turn": (
+        [
+            {"role": "system", "content": "You are terse."},
+            {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": "4"},
+            {"role": "user", "content": "And 3+3?\n  Explain."},
+        ],
+        {},
+    ),
+    "no_generation_prompt": (
+        [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}],
+        {"add_generation_prompt": False},
+    ),
+    "tools_declared": (
+        [{"role": "user", "content": "Weather in Paris?"}],
+        {"tools": [WEATHER_TOOL]},
+    ),
+    "tool_call_and_result": (
+        [
+            {"role": "system", "content": "Use tools when useful."},
+            *_tool_call_turns(json.dumps(ARGS, ensure_ascii=False)),
+        ],
+        {"tools": [WEATHER_TOOL]},
+    ),
+    # Templates that read message.content beside tool calls need it present ("").
+    "tool_call_empty_content": (
+        _tool_call_turns(json.dumps(ARGS), content=""),
+        {"tools": [WEATHER_TOOL]},
+    ),
+    "thinking_on": (
+        [{"role": "user", "content": "Think about 17*23."}],
+        {"enable_thinking": True, "thinking": True, "reasoning_effort": "high"},
+    ),
+    "thinking_off": (
+        [{"role": "user", "content": "Just answer: 17*23?"}],
+        {"enable_thinking": False, "thinking": False, "reasoning_effort": "low"},
+    ),
+    "reasoning_in_history": (
+        [
+            {"role": "user", "content": "1+1?"},
+            {"role": "assistant", "content": "2", "reasoning_content": "Trivial sum."},
+            {"role": "user", "content": "2+2?"},
+        ],
+        {},
+    ),
+    "continue_final_message": (
+        [
+            {"role": "user", "content": "Write a haiku."},
+            {"role": "assistant", "content": "Autumn moonlight —"},
+        ],
+        {"continue_final_message": True, "add_generation_prompt": False},
+    ),
+    "consecutive_users": (
+        [{"role": "user", "content": "one"}, {"role": "user", "content": "two"}],
+        {},
+    ),
+}
+
+
+def _hf_shape(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a transformers user passes: tool-call arguments as dicts."""
+    shaped = copy.deepcopy(messages)
+    for message in shaped:
+        for call in message.get("tool_calls") or []:
+            arguments = call["function"]["arguments"]
+            if isinstance(arguments, str):
+                call["function"]["arguments"] = json.loads(arguments)
+    return shaped
+
+
+def _template_names() -> list[str]:
+    if not TEMPLATES.is_dir():
+        return []
+    return sorted(path.stem for path in TEMPLATES.glob("*.jinja"))
+
+
+@pytest.fixture(scope="module")
+def hf_tokenizers(small_tokenizer_file: Path) -> Callable[[str], Any]:
+    cache: dict[str, Any] = {}
+
+    def get(name: str) -> Any:
+        if name not in cache:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                tok = transformers.PreTrainedTokenizerFast(
+                    tokenizer_file=str(small_tokenizer_file), **SPECIAL_TOKENS[name]
+                )
+            tok.chat_template = (TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8")
+            cache[name] = tok
+        return cache[name]
+
+    return get
+
+
+def _render_hf(tok: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> str | Exception:
+    options = {"add_generation_prompt": True, **kwargs}
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out: str = tok.apply_chat_template(_hf_shape(messages), tokenize=False, **options)
+    except Exception as exc:
+        return exc
+    return out
+
+
+@pytest.mark.parametrize("conversation", sorted(CONVERSATIONS))
+@pytest.mark.parametrize("name", _template_names())
+def test_render_matches_transformers(
+    name: str,
+    conversation: str,
+    make_model_dir: MakeModelDir,
+    hf_tokenizers: Callable[[str], Any],
+) -> None:
+    messages, kwargs = CONVERSATIONS[conversation]
+    model_dir = make_model_dir(
+        tokenizer_config=SPECIAL_TOKENS[name],
+        chat_template__jinja=(TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8"),
+    )
+    ours = ModelTokenizer.from_dir(model_dir)
+    expected = _render_hf(hf_tokenizers(name), messages, kwargs)
+    original = copy.deepcopy(messages)
+    if isinstance(expected, Exception):
+        with pytest.raises(ChatTemplateError):
+            ours.apply_chat_template(copy.deepcopy(messages), **kwargs)
+        return
+    assert ours.apply_chat_template(messages, **kwargs) == expected
+    assert messages == original, "the caller's messages must not be modified"
+
+
+@pytest.mark.parametrize("name", _template_names())
+def test_text_parts_render_like_strings(
+    name: str, make_model_dir: MakeModelDir, hf_tokenizers: Callable[[str], Any]
+) -> None:
+    """OpenAI content parts reach string templates joined, matching transformers on strings."""
+    model_dir = make_model_dir(
+        tokenizer_config=SPECIAL_TOKENS[name],
+        chat_template__jinja=(TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8"),
+    )
+    ours = ModelTokenizer.from_dir(model_dir)
+    parts = [{"type": "text", "text": "first"}, {"type": "text", "text": "second"}]
+    messages = [{"role": "system", "content": parts}, {"role": "user", "content": parts}]
+    expected = _render_hf(
+        hf_tokenizers(name),
+        [
+            {"role": "system", "content": "first\nsecond"},
+            {"role": "user", "content": "first\nsecond"},
+        ],
+        {},
+    )
+    assert ours.content_format == "string"
+    if isinstance(expected, Exception):  # Hermes' tool_use template needs tools
+        with pytest.raises(ChatTemplateError):
+            ours.apply_chat_template(messages)
+        return
+    assert ours.apply_chat_template(messages) == expected
+
+
+def test_deepseek_tokens_match_transformers(
+    deepseek_dir: Path, make_model_dir: MakeModelDir
+) -> None:
+    """The real DeepSeek tokenizer with the V3.1 template: same prompt text and same token ids."""
+    template = (TEMPLATES / "deepseek-ai-DeepSeek-V3.1.jinja").read_text(encoding="utf-8")
+    ours = ModelTokenizer.from_dir(deepseek_dir, chat_template=template)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = transformers.AutoTokenizer.from_pretrained(str(deepseek_dir))
+    hf.chat_template = template
+    for conversation in ("plain", "system_multi_turn", "reasoning_in_history", "thinking_on"):
+        messages, kwargs = CONVERSATIONS[conversation]
+        options = {"add_generation_prompt": True, **kwargs}
+        expected_ids = hf.apply_chat_template(
+            _hf_shape(messages), tokenize=True, return_dict=False, **options
+        )
+        text, ids = ours.encode_chat(messages, **kwargs)
+        assert ids == list(expected_ids), conversation
+        assert text == hf.apply_chat_template(_hf_shape(messages), tokenize=False, **options)
