@@ -13,6 +13,14 @@ import msgspec
 import yaml
 
 from turnout.errors import ConfigError
+from turnout.workers.settings import (
+    BreakerSettings,
+    HealthSettings,
+    LoadMonitorSettings,
+    RetrySettings,
+    WorkerSpec,
+    WorkersSettings,
+)
 
 #: A parser name in the config that turns parsing off for a model.
 DISABLED = "none"
@@ -50,14 +58,6 @@ class ServerConfig(_Section):
     cors_allow_origins: list[str] = msgspec.field(default_factory=list)
 
 
-class WorkerEntry(_Section):
-    """One inference worker: ``grpc://host:port``, optional model id (wins over what it reports)."""
-
-    url: str
-    model: str | None = None
-    labels: dict[str, str] = msgspec.field(default_factory=dict)
-
-
 class PolicyConfig(_Section):
     """A selection policy by name, with its parameters."""
 
@@ -91,9 +91,27 @@ class Config(_Section):
     """The whole turnout configuration."""
 
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
-    workers: list[WorkerEntry] = msgspec.field(default_factory=list)
+    #: Workers known at start-up (more can be added with ``POST /workers``).
+    workers: list[WorkerSpec] = msgspec.field(default_factory=list)
     models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
     defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
+    health: HealthSettings = msgspec.field(default_factory=HealthSettings)
+    circuit_breaker: BreakerSettings = msgspec.field(default_factory=BreakerSettings)
+    retry: RetrySettings = msgspec.field(default_factory=RetrySettings)
+    load_monitor: LoadMonitorSettings = msgspec.field(default_factory=LoadMonitorSettings)
+    #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.
+    drain_timeout_s: float = 600.0
+
+    def workers_settings(self) -> WorkersSettings:
+        """The worker layer's settings."""
+        return WorkersSettings(
+            workers=list(self.workers),
+            health=self.health,
+            circuit_breaker=self.circuit_breaker,
+            retry=self.retry,
+            load_monitor=self.load_monitor,
+            drain_timeout_s=self.drain_timeout_s,
+        )
 
 
 def policy_config(value: str | PolicyConfig) -> PolicyConfig:

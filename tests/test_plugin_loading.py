@@ -120,7 +120,8 @@ def test_unknown_name_lists_valid_names_and_suggests_a_close_one() -> None:
     with pytest.raises(PluginError) as info:
         turnout.load_plugins().policies.get("round_robbin")
     message = str(info.value)
-    assert "valid names: random, round_robin" in message
+    assert "valid names: " in message
+    assert "round_robin" in message
     assert "did you mean 'round_robin'?" in message
     assert "pip install" in message
 

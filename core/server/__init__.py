@@ -1,0 +1,1 @@
+"""The HTTP side of turnout: a Litestar app serving the OpenAI and SGLang APIs."""

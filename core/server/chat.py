@@ -1,0 +1,195 @@
+"""``POST /v1/chat/completions``: render, tokenize, generate, parse, answer."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+
+from turnout.routing.types import RoutingRequest
+from turnout.server.chat_emit import ChatFolder, ChatStream
+from turnout.server.context import RequestContext, Services
+from turnout.server.errors import ApiError, bad_request
+from turnout.server.forced_call import ForcedCallParser
+from turnout.server.pipeline import (
+    generate_request,
+    make_processors,
+    output_options,
+    sampling_params,
+    stream_events,
+)
+from turnout.server.protocol import ChatCompletionRequest, check_sampling
+from turnout.server.respond import Answer, answer_json, answer_stream
+from turnout.server.tool_choice import ToolPlan, plan_tools
+from turnout.tokenizer import ChatTemplateError
+from turnout.wire.sampling import Constraint
+
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_THINKING_KEYS = ("enable_thinking", "thinking")
+
+
+def _check_chat(request: ChatCompletionRequest) -> None:
+    check_sampling(request)
+    if not request.messages:
+        raise bad_request("messages must not be empty", "messages")
+    for i, message in enumerate(request.messages):
+        if message.role not in _ROLES:
+            raise bad_request(
+                f"messages[{i}].role must be one of {', '.join(sorted(_ROLES))}",
+                f"messages[{i}].role",
+            )
+        if message.role == "tool" and message.tool_call_id is None:
+            raise bad_request(
+                f"messages[{i}]: a tool message needs tool_call_id", f"messages[{i}].tool_call_id"
+            )
+        if isinstance(message.content, list):
+            for j, part in enumerate(message.content):
+                if not isinstance(part.get("type"), str):
+                    raise bad_request(
+                        f"messages[{i}].content[{j}] needs a 'type'", f"messages[{i}].content"
+                    )
+    if request.max_completion_tokens is not None and request.max_completion_tokens < 1:
+        raise bad_request("max_completion_tokens must be >= 1", "max_completion_tokens")
+    if request.top_logprobs is not None:
+        if not 0 <= request.top_logprobs <= 20:
+            raise bad_request("top_logprobs must be between 0 and 20", "top_logprobs")
+        if not request.logprobs:
+            raise bad_request("top_logprobs requires logprobs to be true", "top_logprobs")
+
+
+def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:
+    return [msgspec.to_builtins(message) for message in request.messages]
+
+
+def _constraint(request: ChatCompletionRequest, plan: ToolPlan) -> Constraint | None:
+    given = [
+        c
+        for c in (
+            Constraint("json_schema", plan.json_schema) if plan.json_schema else None,
+            Constraint("regex", request.regex) if request.regex else None,
+            Constraint("ebnf", request.ebnf) if request.ebnf else None,
+        )
+        if c is not None
+    ]
+    if len(given) > 1:
+        raise bad_request("only one of response_format, regex, ebnf and a tool_choice constraint")
+    return given[0] if given else None
+
+
+def _thinking(kwargs: dict[str, Any]) -> bool | None:
+    for key in _THINKING_KEYS:
+        if key in kwargs:
+            return bool(kwargs[key])
+    return None
+
+
+def _history_calls(request: ChatCompletionRequest) -> int:
+    return sum(len(m.tool_calls or []) for m in request.messages if m.role == "assistant")
+
+
+async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> Answer:
+    """Answer one chat completion request (streamed or one JSON body)."""
+    request = _decode(body)
+    _check_chat(request)
+    model_id = services.models.resolve_name(request.model)
+    runtime = await services.models.runtime(model_id)
+    tokenizer = runtime.tokenizer
+    plan = plan_tools(
+        request.tools, request.tool_choice, request.response_format, runtime.tool_parser is not None
+    )
+    kwargs = dict(request.chat_template_kwargs or {})
+    if request.reasoning_effort is not None:
+        kwargs.setdefault("reasoning_effort", request.reasoning_effort)
+    try:
+        prompt = tokenizer.apply_chat_template(
+            _messages(request),
+            plan.template_tools,
+            None if request.continue_final_message else request.add_generation_prompt,
+            continue_final_message=request.continue_final_message,
+            documents=request.documents,
+            **kwargs,
+        )
+    except ChatTemplateError as exc:
+        raise ApiError(400, f"chat template error: {exc}", code="chat_template_error") from None
+    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+
+    thinking = _thinking(kwargs)
+    reasoning = (
+        runtime.reasoning_parser is not None
+        and request.separate_reasoning
+        and thinking is not False
+    )
+    start_in_reasoning = thinking
+    marker = runtime.reasoning_start_marker
+    if marker and prompt.rstrip().endswith(marker):
+        start_in_reasoning = True
+
+    tool_parser = None
+    if plan.mode == "model":
+        tool_parser = runtime.tool_parser
+    elif plan.mode == "array":
+        tool_parser = runtime.array_parser
+    elif plan.mode == "forced":
+        forced_name = plan.forced_name or ""
+
+        def tool_parser() -> ForcedCallParser:
+            return ForcedCallParser(forced_name)
+
+    options = output_options(
+        request,
+        logprobs=request.logprobs,
+        tools=plan.parse_tools,
+        tool_parser=tool_parser,
+        reasoning=reasoning,
+        start_in_reasoning=start_in_reasoning,
+        history_calls=_history_calls(request),
+    )
+    processors = make_processors(runtime, options)
+    params = sampling_params(
+        request,
+        max_tokens=request.max_completion_tokens or request.max_tokens,
+        skip_special_tokens=request.skip_special_tokens,
+        constraint=_constraint(request, plan),
+        stop_token_ids=request.stop_token_ids or (),
+    )
+    worker_request = generate_request(
+        ctx.request_id,
+        prompt_ids,
+        params,
+        prompt_text=prompt,
+        logprobs=request.logprobs,
+        top_logprobs=request.top_logprobs or 0,
+        require_reasoning=reasoning,
+    )
+    routing = RoutingRequest(model_id, prompt_ids, prompt, ctx.headers, ctx.routing_key)
+    session = await services.open_stream(model_id, routing, worker_request)
+    events = stream_events(session, processors)
+    if request.stream:
+        include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        return answer_stream(
+            _sse_chunks(
+                ChatStream(ctx.request_id, model_id, ctx.created, include_usage), request.n, events
+            ),
+            services,
+        )
+    folder = ChatFolder(ctx.request_id, model_id, ctx.created, request.n)
+    async for event in events:
+        folder.add(event)
+    return answer_json(folder.response())
+
+
+async def _sse_chunks(
+    stream: ChatStream, n: int, events: AsyncIterator[Any]
+) -> AsyncIterator[dict[str, Any]]:
+    for chunk in stream.role_chunks(n):
+        yield chunk
+    async for event in events:
+        for chunk in stream.chunks(event):
+            yield chunk
+
+
+def _decode(body: bytes) -> ChatCompletionRequest:
+    from turnout.server.protocol import decode_body
+
+    return decode_body(body, ChatCompletionRequest)

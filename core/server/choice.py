@@ -1,0 +1,199 @@
+"""Per-choice output processing: token ids → text (detokenizer, stop strings) → reasoning
+parser → tool parser → :class:`ChoiceDelta` events. One instance per choice of one request."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
+
+from turnout.reasoning.types import ReasoningParser
+from turnout.server.events import ChoiceDelta, ChoiceEnd, TokenLogprob, ToolCallPiece
+from turnout.tool_calls.types import ToolCallDelta, ToolParser, Tools
+
+
+class TextDecoder(Protocol):
+    """Incremental detokenizer of one output."""
+
+    def push(self, token_ids: Sequence[int]) -> str:
+        """New text for new token ids."""
+        ...
+
+    def finish(self) -> str:
+        """Text still held back at the end."""
+        ...
+
+
+class StopMatcher(Protocol):
+    """Stop-string matcher of one output."""
+
+    def push(self, text: str) -> tuple[str, str | None]:
+        """Released text and the stop string if one matched."""
+        ...
+
+    def finish(self) -> str:
+        """Held-back text at the end (no stop matched)."""
+        ...
+
+
+class CallIds:
+    """Makes the ids clients see for tool calls."""
+
+    def __init__(self, style: str, history_calls: int = 0) -> None:
+        self._style = style
+        self._offset = history_calls
+
+    def make(self, index: int, name: str) -> str:
+        """An id for call ``index`` of this output."""
+        if self._style == "kimi":
+            return f"functions.{name}:{self._offset + index}"
+        return f"call_{secrets.token_hex(12)}"
+
+
+TokenText = Callable[[int], str]
+
+
+class ChoiceProcessor:
+    """Turns one choice's token ids into content, reasoning and tool-call deltas."""
+
+    def __init__(
+        self,
+        index: int,
+        *,
+        decoder: TextDecoder,
+        stops: StopMatcher | None = None,
+        reasoning: ReasoningParser | None = None,
+        tool_parser: ToolParser | None = None,
+        tools: Tools = None,
+        call_ids: CallIds | None = None,
+        hidden_stop_ids: frozenset[int] = frozenset(),
+        token_text: TokenText | None = None,
+        keep_token_ids: bool = False,
+    ) -> None:
+        self.index = index
+        self._decoder = decoder
+        self._stops = stops
+        self._reasoning = reasoning
+        self._tool_parser = tool_parser
+        self._tools = tools
+        self._call_ids = call_ids or CallIds("openai")
+        self._hidden_stop_ids = hidden_stop_ids
+        self._token_text = token_text
+        self._keep_token_ids = keep_token_ids
+        self.tokens = 0
+        self.reasoning_tokens = 0.0
+        self.calls = 0
+        #: Set when turnout itself matched a stop string: the worker must be told to stop.
+        self.matched_stop: str | None = None
+        self.done = False
+
+    @property
+    def stopped_early(self) -> bool:
+        """True once a stop string matched here (further tokens are ignored)."""
+        return self.matched_stop is not None
+
+    def push(self, token_ids: Sequence[int], logprobs: Any = None) -> ChoiceDelta | None:
+        """Process new token ids (and their logprobs, an ``OutputLogProbs`` message)."""
+        if self.done or self.matched_stop is not None:
+            return None
+        self.tokens += len(token_ids)
+        visible = token_ids
+        if token_ids and token_ids[-1] in self._hidden_stop_ids:
+            visible = token_ids[:-1]  # EOS / stop token: ends the output, not part of its text
+        text = self._decoder.push(visible) if visible else ""
+        delta = ChoiceDelta(self.index)
+        if logprobs is not None and self._token_text is not None:
+            delta.logprobs = self._logprobs(logprobs)
+        if self._keep_token_ids:
+            delta.token_ids = list(token_ids)
+        if text:
+            if self._stops is not None:
+                text, matched = self._stops.push(text)
+                if matched is not None:
+                    self.matched_stop = matched
+            self._route(text, delta, len(token_ids))
+        if self.matched_stop is not None:
+            self._flush(delta)
+        return None if delta.is_empty() else delta
+
+    def finish(
+        self, finish_reason: str, matched: str | int | None, completion_tokens: int | None = None
+    ) -> tuple[ChoiceDelta | None, ChoiceEnd]:
+        """End of this choice: flush everything held and describe how it ended."""
+        delta = ChoiceDelta(self.index)
+        if not self.done and self.matched_stop is None:
+            text = self._decoder.finish()
+            if self._stops is not None:
+                text, hit = self._stops.push(text)
+                if hit is not None:
+                    self.matched_stop = hit
+                else:
+                    text += self._stops.finish()
+            self._route(text, delta, 0)
+            self._flush(delta)
+        if self.matched_stop is not None:
+            finish_reason, matched = "stop", self.matched_stop
+        if finish_reason == "stop" and self.calls:
+            finish_reason = "tool_calls"
+        self.done = True
+        tokens = self.tokens if completion_tokens is None else completion_tokens
+        end = ChoiceEnd(self.index, finish_reason, matched, tokens, round(self.reasoning_tokens))
+        return (None if delta.is_empty() else delta), end
+
+    def _route(self, text: str, delta: ChoiceDelta, token_count: int) -> None:
+        if not text:
+            return
+        normal = text
+        if self._reasoning is not None:
+            step = self._reasoning.parse_incremental(text)
+            delta.reasoning += step.reasoning_text
+            normal = step.normal_text
+            if step.reasoning_text and token_count:
+                share = len(step.reasoning_text) / (len(step.reasoning_text) + len(normal))
+                self.reasoning_tokens += token_count * share
+        self._content(normal, delta)
+
+    def _content(self, text: str, delta: ChoiceDelta) -> None:
+        if not text:
+            return
+        if self._tool_parser is None:
+            delta.content += text
+            return
+        step = self._tool_parser.parse_incremental(text, self._tools)
+        delta.content += step.normal_text
+        self._add_calls(step.calls, delta)
+
+    def _flush(self, delta: ChoiceDelta) -> None:
+        if self._reasoning is not None:
+            step = self._reasoning.finish()
+            delta.reasoning += step.reasoning_text
+            self._content(step.normal_text, delta)
+        if self._tool_parser is not None:
+            step_t = self._tool_parser.finish()
+            delta.content += step_t.normal_text
+            self._add_calls(step_t.calls, delta)
+
+    def _add_calls(self, calls: Sequence[ToolCallDelta], delta: ChoiceDelta) -> None:
+        for call in calls:
+            call_id = None
+            if call.name is not None:
+                call_id = self._call_ids.make(call.index, call.name)
+                self.calls = max(self.calls, call.index + 1)
+            delta.tool_calls.append(ToolCallPiece(call.index, call_id, call.name, call.arguments))
+
+    def _logprobs(self, logprobs: Any) -> list[TokenLogprob]:
+        assert self._token_text is not None
+        text = self._token_text
+        entries: list[TokenLogprob] = []
+        tops = list(logprobs.top_logprobs)
+        for i, (token_id, value) in enumerate(
+            zip(logprobs.token_ids, logprobs.token_logprobs, strict=False)
+        ):
+            top: list[tuple[int, str, float]] = []
+            if i < len(tops):
+                top = [
+                    (tid, text(tid), v)
+                    for tid, v in zip(tops[i].token_ids, tops[i].values, strict=False)
+                ]
+            entries.append(TokenLogprob(token_id, text(token_id), value, top))
+        return entries

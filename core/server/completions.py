@@ -1,0 +1,239 @@
+"""``POST /v1/completions``: prompts as text, lists of text, or token ids; echo; logprobs."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+from turnout.routing.types import RoutingRequest
+from turnout.server.chat_emit import usage_dict
+from turnout.server.context import RequestContext, Services
+from turnout.server.errors import bad_request
+from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
+from turnout.server.pipeline import (
+    GenerateSession,
+    generate_request,
+    make_processors,
+    output_options,
+    sampling_params,
+    stream_events,
+)
+from turnout.server.protocol import CompletionRequest, check_sampling, decode_body
+from turnout.server.respond import Answer, answer_json, answer_stream
+from turnout.wire.sampling import Constraint
+
+
+def _prompts(request: CompletionRequest) -> list[str | list[int]]:
+    prompt = request.prompt
+    if isinstance(prompt, str):
+        return [prompt]
+    if not prompt:
+        raise bad_request("prompt must not be empty", "prompt")
+    prompts: list[str | list[int]] = []
+    ids: list[int] = []
+    for item in prompt:
+        if isinstance(item, int):
+            ids.append(item)
+        elif isinstance(item, str):
+            prompts.append(item)
+        else:
+            prompts.append(list(item))
+    if ids and prompts:
+        raise bad_request("prompt must be a string, a list of strings or token ids", "prompt")
+    return [ids] if ids else prompts
+
+
+def _openai_logprobs(entries: list[TokenLogprob], offset: int) -> dict[str, Any]:
+    tokens, values, tops, offsets = [], [], [], []
+    for lp in entries:
+        tokens.append(lp.token)
+        values.append(lp.logprob)
+        tops.append({tok: value for _, tok, value in lp.top} if lp.top else None)
+        offsets.append(offset)
+        offset += len(lp.token)
+    return {
+        "tokens": tokens,
+        "token_logprobs": values,
+        "top_logprobs": tops,
+        "text_offset": offsets,
+    }
+
+
+async def handle_completion(services: Services, body: bytes, ctx: RequestContext) -> Answer:
+    """Answer a text completion request; several prompts run as one request each."""
+    request = decode_body(body, CompletionRequest)
+    check_sampling(request)
+    if request.logprobs is not None and not 0 <= request.logprobs <= 20:
+        raise bad_request("logprobs must be between 0 and 20", "logprobs")
+    if request.suffix:
+        raise bad_request("suffix is not supported", "suffix")
+    model_id = services.models.resolve_name(request.model)
+    runtime = await services.models.runtime(model_id)
+    tokenizer = runtime.tokenizer
+    prompts = _prompts(request)
+    if len(prompts) * request.n > 128:
+        raise bad_request("at most 128 choices (prompts × n) per request", "prompt")
+    texts = [p if isinstance(p, str) else tokenizer.decode(p) for p in prompts]
+    ids_list = [
+        tokenizer.encode(p, add_special_tokens=True) if isinstance(p, str) else p for p in prompts
+    ]
+    constraint = None
+    if request.regex:
+        constraint = Constraint("regex", request.regex)
+    elif request.ebnf:
+        constraint = Constraint("ebnf", request.ebnf)
+    logprobs = request.logprobs is not None
+    streams = []
+    sessions = []
+    try:
+        for i, (text, ids) in enumerate(zip(texts, ids_list, strict=True)):
+            session = await _open(
+                services,
+                request=request,
+                ctx=ctx,
+                model_id=model_id,
+                i=i,
+                count=len(prompts),
+                text=text,
+                ids=ids,
+                constraint=constraint,
+            )
+            sessions.append(session)
+            processors = make_processors(runtime, output_options(request, logprobs=logprobs))
+            streams.append(stream_events(session, processors))
+    except BaseException:
+        for session in sessions:
+            await session.aclose()
+        raise
+    builder = _CompletionBuilder(ctx, model_id, request, texts)
+    if request.stream:
+        return answer_stream(builder.stream(streams), services)
+    for prompt_index, events in enumerate(streams):
+        async for event in events:
+            builder.fold(prompt_index, event)
+    return answer_json(builder.response())
+
+
+async def _open(
+    services: Services,
+    *,
+    request: CompletionRequest,
+    ctx: RequestContext,
+    model_id: str,
+    i: int,
+    count: int,
+    text: str,
+    ids: list[int],
+    constraint: Constraint | None,
+) -> GenerateSession:
+    params = sampling_params(
+        request,
+        max_tokens=request.max_tokens if request.max_tokens is not None else 16,
+        skip_special_tokens=request.skip_special_tokens,
+        constraint=constraint,
+        stop_token_ids=request.stop_token_ids or (),
+    )
+    rid = ctx.request_id if count == 1 else f"{ctx.request_id}-{i}"
+    worker_request = generate_request(
+        rid,
+        ids,
+        params,
+        prompt_text=text,
+        logprobs=request.logprobs is not None,
+        top_logprobs=request.logprobs or 0,
+    )
+    routing = RoutingRequest(model_id, ids, text, ctx.headers, ctx.routing_key)
+    return await services.open_stream(model_id, routing, worker_request)
+
+
+class _CompletionBuilder:
+    def __init__(
+        self, ctx: RequestContext, model: str, request: CompletionRequest, texts: list[str]
+    ) -> None:
+        self._base = {
+            "id": ctx.request_id,
+            "object": "text_completion",
+            "created": ctx.created,
+            "model": model,
+        }
+        self._n = request.n
+        self._echo = request.echo
+        self._texts = texts
+        self._logprobs = request.logprobs is not None
+        self._include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        self._text: dict[int, list[str]] = {}
+        self._lps: dict[int, list[TokenLogprob]] = {}
+        self._ends: dict[int, ChoiceEnd] = {}
+        self._usage = Usage(0, 0)
+
+    def _index(self, prompt_index: int, choice: int) -> int:
+        return prompt_index * self._n + choice
+
+    def fold(self, prompt_index: int, event: Event) -> None:
+        if isinstance(event, ChoiceDelta):
+            i = self._index(prompt_index, event.index)
+            self._text.setdefault(i, []).append(event.content)
+            if event.logprobs:
+                self._lps.setdefault(i, []).extend(event.logprobs)
+        elif isinstance(event, ChoiceEnd):
+            self._ends[self._index(prompt_index, event.index)] = event
+        else:
+            self._add_usage(event)
+
+    def _add_usage(self, usage: Usage) -> None:
+        self._usage.prompt_tokens += usage.prompt_tokens
+        self._usage.completion_tokens += usage.completion_tokens
+        self._usage.cached_tokens += usage.cached_tokens
+
+    def response(self) -> dict[str, Any]:
+        choices = []
+        for i in range(len(self._texts) * self._n):
+            text = "".join(self._text.get(i, []))
+            prompt = self._texts[i // self._n]
+            if self._echo:
+                text = prompt + text
+            end = self._ends.get(i)
+            logprobs = None
+            if self._logprobs:
+                logprobs = _openai_logprobs(self._lps.get(i, []), len(prompt) if self._echo else 0)
+            choice: dict[str, Any] = {
+                "index": i,
+                "text": text,
+                "logprobs": logprobs,
+                "finish_reason": end.finish_reason if end else "abort",
+            }
+            if end is not None and end.matched_stop is not None:
+                choice["matched_stop"] = end.matched_stop
+            choices.append(choice)
+        return self._base | {"choices": choices, "usage": usage_dict(self._usage)}
+
+    async def stream(self, streams: list[AsyncIterator[Event]]) -> AsyncIterator[dict[str, Any]]:
+        for prompt_index, events in enumerate(streams):
+            if self._echo:
+                for choice in range(self._n):
+                    index = self._index(prompt_index, choice)
+                    yield self._chunk(index, self._texts[prompt_index], None, None)
+            async for event in events:
+                if isinstance(event, ChoiceDelta):
+                    if event.content or event.logprobs:
+                        lps = None
+                        if self._logprobs:
+                            lps = _openai_logprobs(event.logprobs or [], 0)
+                        index = self._index(prompt_index, event.index)
+                        yield self._chunk(index, event.content, lps, None)
+                elif isinstance(event, ChoiceEnd):
+                    index = self._index(prompt_index, event.index)
+                    chunk = self._chunk(index, "", None, event.finish_reason)
+                    if event.matched_stop is not None:
+                        chunk["choices"][0]["matched_stop"] = event.matched_stop
+                    yield chunk
+                else:
+                    self._add_usage(event)
+        if self._include_usage:
+            yield self._base | {"choices": [], "usage": usage_dict(self._usage)}
+
+    def _chunk(
+        self, index: int, text: str, logprobs: dict[str, Any] | None, finish: str | None
+    ) -> dict[str, Any]:
+        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        return self._base | {"choices": [choice]}

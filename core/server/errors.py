@@ -1,0 +1,59 @@
+"""OpenAI-style API errors: one exception type, one JSON body shape, one status per cause."""
+
+from __future__ import annotations
+
+import msgspec
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "internal_server_error",
+    501: "not_implemented_error",
+    503: "service_unavailable_error",
+    504: "timeout_error",
+}
+
+
+class ApiError(Exception):
+    """An error answered to the client as ``{"error": {...}}`` with an HTTP status."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        error_type: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.error_type = error_type or _TYPES.get(status, "api_error")
+
+    def body(self) -> dict[str, dict[str, str | int | None]]:
+        """The OpenAI error object."""
+        return {
+            "error": {
+                "message": self.message,
+                "type": self.error_type,
+                "param": self.param,
+                "code": self.code if self.code is not None else self.status,
+            }
+        }
+
+    def to_json(self) -> bytes:
+        """The error body as JSON bytes."""
+        return msgspec.json.encode(self.body())
+
+
+def bad_request(message: str, param: str | None = None) -> ApiError:
+    """A 400 for an invalid parameter."""
+    return ApiError(400, message, param=param, code="invalid_value" if param else None)

@@ -1,0 +1,72 @@
+"""The event stream every endpoint consumes: streaming emits it, one-shot answers fold it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class TokenLogprob:
+    """Log probability of one sampled token, with its alternatives."""
+
+    token_id: int
+    token: str
+    logprob: float
+    top: list[tuple[int, str, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ToolCallPiece:
+    """A tool-call delta with the id the client sees (set on the call's first piece)."""
+
+    index: int
+    id: str | None
+    name: str | None
+    arguments: str
+
+
+@dataclass(slots=True)
+class ChoiceDelta:
+    """New output of one choice."""
+
+    index: int
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCallPiece] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
+    token_ids: list[int] | None = None
+
+    def is_empty(self) -> bool:
+        """True when there is nothing to send."""
+        return not (
+            self.content or self.reasoning or self.tool_calls or self.logprobs or self.token_ids
+        )
+
+
+@dataclass(slots=True)
+class ChoiceEnd:
+    """One choice finished."""
+
+    index: int
+    finish_reason: str
+    matched_stop: str | int | None
+    completion_tokens: int
+    reasoning_tokens: int
+
+
+@dataclass(slots=True)
+class Usage:
+    """Token counts of the whole request (all choices)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+Event = ChoiceDelta | ChoiceEnd | Usage

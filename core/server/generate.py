@@ -1,0 +1,212 @@
+"""SGLang's native ``POST /generate``: text or token ids in, SGLang's response shape out."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import msgspec
+
+from turnout.routing.types import RoutingRequest
+from turnout.server.context import RequestContext, Services
+from turnout.server.errors import bad_request
+from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, Usage
+from turnout.server.pipeline import (
+    GenerateSession,
+    generate_request,
+    make_processors,
+    output_options,
+    sampling_params,
+    stream_events,
+)
+from turnout.server.protocol import GenerateRequestBody, SamplingFields, check_sampling, decode_body
+from turnout.server.respond import Answer, answer_json, answer_stream
+from turnout.wire.sampling import Constraint, ConstraintKind
+
+#: SGLang sampling_params keys and the names of our shared sampling fields.
+_RENAMED = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
+_CONSTRAINTS: dict[str, ConstraintKind] = {
+    "json_schema": "json_schema",
+    "structural_tag": "structural_tag",
+    "regex": "regex",
+    "ebnf": "ebnf",
+}
+_KNOWN = {field for field in SamplingFields.__struct_fields__ if field not in ("model", "stream")}
+
+
+def _sampling(raw: dict[str, Any]) -> tuple[SamplingFields, Constraint | None]:
+    fields: dict[str, Any] = {}
+    constraints = []
+    for key, value in raw.items():
+        if key in _CONSTRAINTS:
+            if value is not None:
+                text = value if isinstance(value, str) else _json(value)
+                constraints.append(Constraint(_CONSTRAINTS[key], text))
+            continue
+        name = _RENAMED.get(key, key)
+        if name not in _KNOWN:
+            raise bad_request(f"unknown sampling parameter {key!r}", f"sampling_params.{key}")
+        fields[name] = value
+    if len(constraints) > 1:
+        raise bad_request("only one of json_schema, regex, ebnf, structural_tag", "sampling_params")
+    try:
+        sampling = msgspec.convert(fields, SamplingFields)
+    except msgspec.ValidationError as exc:
+        raise bad_request(f"sampling_params: {exc}", "sampling_params") from None
+    check_sampling(sampling)
+    return sampling, constraints[0] if constraints else None
+
+
+def _json(value: Any) -> str:
+    return msgspec.json.encode(value).decode()
+
+
+async def handle_generate(services: Services, body: bytes, ctx: RequestContext) -> Answer:
+    """Answer one ``/generate`` request (a single prompt or a batch)."""
+    request = decode_body(body, GenerateRequestBody)
+    if (request.text is None) == (request.input_ids is None):
+        raise bad_request("give exactly one of text and input_ids", "text")
+    if not 0 <= request.top_logprobs_num <= 20:
+        raise bad_request("top_logprobs_num must be between 0 and 20", "top_logprobs_num")
+    sampling, constraint = _sampling(request.sampling_params)
+    model_id = services.models.resolve_name(request.model)
+    runtime = await services.models.runtime(model_id)
+    tokenizer = runtime.tokenizer
+    batch = isinstance(request.text, list) or (
+        bool(request.input_ids) and isinstance(request.input_ids[0], list)  # type: ignore[index]
+    )
+    if request.text is not None:
+        texts = request.text if isinstance(request.text, list) else [request.text]
+        id_lists = tokenizer.encode_batch(texts, add_special_tokens=False)
+    else:
+        raw_ids = request.input_ids or []
+        id_lists = [list(x) for x in raw_ids] if batch else [list(raw_ids)]  # type: ignore[arg-type]
+        texts = ["" for _ in id_lists]
+    if not id_lists or any(not ids for ids in id_lists):
+        raise bad_request("the prompt must not be empty", "text")
+    base_rid = request.rid or ctx.request_id
+    sessions: list[GenerateSession] = []
+    streams: list[AsyncIterator[Event]] = []
+    try:
+        for i, (text, ids) in enumerate(zip(texts, id_lists, strict=True)):
+            params = sampling_params(
+                sampling,
+                max_tokens=sampling.max_tokens if sampling.max_tokens is not None else 128,
+                skip_special_tokens=sampling.skip_special_tokens,
+                constraint=constraint,
+                stop_token_ids=sampling.stop_token_ids or (),
+            )
+            rid = base_rid if len(id_lists) == 1 else f"{base_rid}-{i}"
+            worker_request = generate_request(
+                rid,
+                ids,
+                params,
+                prompt_text=text,
+                logprobs=request.return_logprob,
+                top_logprobs=request.top_logprobs_num,
+            )
+            routing = RoutingRequest(model_id, ids, text or None, ctx.headers, ctx.routing_key)
+            session = await services.open_stream(model_id, routing, worker_request)
+            sessions.append(session)
+            options = output_options(sampling, logprobs=request.return_logprob, keep_token_ids=True)
+            streams.append(stream_events(session, make_processors(runtime, options)))
+    except BaseException:
+        for session in sessions:
+            await session.aclose()
+        raise
+    shaper = _GenerateShaper(base_rid, sampling.n, len(id_lists), request.return_logprob, ctx)
+    if request.stream:
+        return answer_stream(shaper.stream(streams), services)
+    for prompt_index, events in enumerate(streams):
+        async for event in events:
+            shaper.fold(prompt_index, event)
+    results = shaper.results()
+    return answer_json(results if batch or sampling.n > 1 else results[0])
+
+
+class _GenerateShaper:
+    """Builds SGLang's ``{text, output_ids, meta_info}`` objects from events."""
+
+    def __init__(self, rid: str, n: int, prompts: int, logprobs: bool, ctx: RequestContext) -> None:
+        self._rid, self._n, self._logprobs, self._ctx = rid, n, logprobs, ctx
+        self._count = n * prompts
+        self._text: list[list[str]] = [[] for _ in range(self._count)]
+        self._ids: list[list[int]] = [[] for _ in range(self._count)]
+        self._lps: list[list[list[Any]]] = [[] for _ in range(self._count)]
+        self._ends: dict[int, ChoiceEnd] = {}
+        self._usage: dict[int, Usage] = {}
+
+    def fold(self, prompt_index: int, event: Event) -> int | None:
+        """Fold one event; returns the flat choice index it touched."""
+        if isinstance(event, ChoiceDelta):
+            i = prompt_index * self._n + event.index
+            self._text[i].append(event.content)
+            self._ids[i].extend(event.token_ids or ())
+            for lp in event.logprobs or ():
+                self._lps[i].append([lp.logprob, lp.token_id, None])
+            return i
+        if isinstance(event, ChoiceEnd):
+            i = prompt_index * self._n + event.index
+            self._ends[i] = event
+            return i
+        self._usage[prompt_index] = event
+        return None
+
+    def _meta(self, i: int, final: bool) -> dict[str, Any]:
+        end = self._ends.get(i) if final else None
+        usage = self._usage.get(i // self._n)
+        meta: dict[str, Any] = {
+            "id": self._rid if self._count == 1 else f"{self._rid}-{i}",
+            "finish_reason": _finish_reason(end) if end else None,
+            "prompt_tokens": usage.prompt_tokens if usage else 0,
+            "completion_tokens": end.completion_tokens if end else len(self._ids[i]),
+            "cached_tokens": usage.cached_tokens if usage else 0,
+            "e2e_latency": time.monotonic() - self._ctx.started,
+        }
+        if end is not None:
+            meta["matched_stop"] = end.matched_stop
+        if self._logprobs:
+            meta["output_token_logprobs"] = self._lps[i]
+        return meta
+
+    def results(self) -> list[dict[str, Any]]:
+        """One result object per choice."""
+        return [
+            {"text": "".join(self._text[i]), "output_ids": self._ids[i],
+             "meta_info": self._meta(i, True), "index": i}
+            for i in range(self._count)
+        ]  # fmt: skip
+
+    async def stream(self, streams: list[AsyncIterator[Event]]) -> AsyncIterator[dict[str, Any]]:
+        """SGLang streaming: each chunk carries the text and ids accumulated so far."""
+        for prompt_index, events in enumerate(streams):
+            pending_usage: list[int] = []
+            async for event in events:
+                i = self.fold(prompt_index, event)
+                if isinstance(event, ChoiceEnd):
+                    pending_usage.append(event.index)
+                    continue
+                if i is None:
+                    # Usage arrives after the ends: now every final chunk has its counts.
+                    for choice in pending_usage:
+                        yield self._chunk(prompt_index * self._n + choice, final=True)
+                    continue
+                yield self._chunk(i, final=False)
+
+    def _chunk(self, i: int, final: bool) -> dict[str, Any]:
+        return {
+            "text": "".join(self._text[i]),
+            "output_ids": self._ids[i],
+            "meta_info": self._meta(i, final),
+            "index": i,
+        }
+
+
+def _finish_reason(end: ChoiceEnd) -> dict[str, Any]:
+    if end.finish_reason == "length":
+        return {"type": "length", "length": end.completion_tokens}
+    reason: dict[str, Any] = {"type": end.finish_reason}
+    if end.matched_stop is not None:
+        reason["matched"] = end.matched_stop
+    return reason

@@ -1,0 +1,142 @@
+"""Per-model runtime: tokenizer, parser factories and policy, resolved once per model."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from turnout.config import Config, ModelConfig
+from turnout.plugin_choice import choose_plugins
+from turnout.plugin_loader import Plugins
+from turnout.reasoning.types import ReasoningParser
+from turnout.server.errors import ApiError
+from turnout.tokenizer import ModelTokenizer
+from turnout.tool_calls.types import ToolParser
+
+
+@dataclass(slots=True)
+class ModelRuntime:
+    """Everything a request for one model needs, looked up once at start-up or first use."""
+
+    model_id: str
+    tokenizer: ModelTokenizer
+    tool_parser_name: str | None = None
+    tool_parser: Callable[[], ToolParser] | None = None
+    reasoning_parser_name: str | None = None
+    reasoning_parser: Callable[..., ReasoningParser] | None = None
+    #: Factory of the parser reading a constrained JSON array of calls (tool_choice=required).
+    array_parser: Callable[[], ToolParser] | None = None
+    reasoning_start_marker: str = ""
+    parsers_need_special_tokens: bool = False
+    stop_token_ids: frozenset[int] = field(default_factory=frozenset)
+
+
+class ModelTable:
+    """Resolves request model names (ids and aliases) to runtimes, building them on first use."""
+
+    def __init__(
+        self,
+        config: Config,
+        plugins: Plugins,
+        served_models: Callable[[], list[str]],
+        tokenizer_hint: Callable[[str], str | None] = lambda _model: None,
+    ) -> None:
+        self._config = config
+        self._plugins = plugins
+        self._served = served_models
+        self._tokenizer_hint = tokenizer_hint
+        self._runtimes: dict[str, ModelRuntime] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._aliases = {
+            alias: model_id for model_id, model in config.models.items() for alias in model.aliases
+        }
+
+    def served(self) -> list[str]:
+        """Model ids with at least one registered worker, sorted."""
+        return sorted(set(self._served()))
+
+    def resolve_name(self, requested: str | None) -> str:
+        """The model id a request means; 400 when ambiguous, 404 when unknown."""
+        served = self.served()
+        if not requested:
+            if len(served) == 1:
+                return served[0]
+            if not served:
+                raise ApiError(503, "no model is being served: no workers are registered")
+            raise ApiError(
+                400,
+                f"`model` is required: this router serves {', '.join(served)}",
+                param="model",
+            )
+        model_id = self._aliases.get(requested, requested)
+        if model_id in served:
+            return model_id
+        raise ApiError(
+            404,
+            f"model {requested!r} is not served here; served models: {', '.join(served) or 'none'}",
+            param="model",
+            code="model_not_found",
+        )
+
+    async def runtime(self, model_id: str) -> ModelRuntime:
+        """The runtime of a served model (tokenizer loaded off the event loop on first use)."""
+        runtime = self._runtimes.get(model_id)
+        if runtime is not None:
+            return runtime
+        lock = self._locks.setdefault(model_id, asyncio.Lock())
+        async with lock:
+            runtime = self._runtimes.get(model_id)
+            if runtime is None:
+                runtime = await asyncio.to_thread(self.build, model_id)
+                self._runtimes[model_id] = runtime
+        return runtime
+
+    def choice(self, model_id: str, kind: str) -> str | None:
+        """The parser name configured or matched for a model (``kind``: ``tool_parsers`` or
+        ``reasoning_parsers``)."""
+        choices = choose_plugins(model_id, self._config, self._plugins)
+        return choices.tool_parser if kind == "tool_parsers" else choices.reasoning_parser
+
+    def loaded(self, model_id: str) -> bool:
+        """True once the model's tokenizer is loaded."""
+        return model_id in self._runtimes
+
+    def build(self, model_id: str) -> ModelRuntime:
+        """Load the tokenizer and resolve plugins for ``model_id``."""
+        config = self._config
+        model = config.models.get(model_id, ModelConfig())
+        path = (
+            model.tokenizer_path or config.defaults.tokenizer_path or self._tokenizer_hint(model_id)
+        )
+        if path is None or not Path(path).is_dir():
+            raise ApiError(
+                503,
+                f"no tokenizer for model {model_id!r}: set models.{model_id}.tokenizer_path "
+                "(a local model directory) in the config",
+            )
+        tokenizer = ModelTokenizer.from_dir(path, model.chat_template)
+        choices = choose_plugins(model_id, config, self._plugins)
+        runtime = ModelRuntime(
+            model_id=model_id,
+            tokenizer=tokenizer,
+            stop_token_ids=tokenizer.eos_token_ids,
+            array_parser=self._plugins.tool_parsers.factory("json"),
+        )
+        if choices.tool_parser is not None:
+            factory = self._plugins.tool_parsers.factory(choices.tool_parser)
+            runtime.tool_parser_name = choices.tool_parser
+            runtime.tool_parser = factory
+            runtime.parsers_need_special_tokens |= bool(
+                getattr(factory, "needs_special_tokens", False)
+            )
+        if choices.reasoning_parser is not None:
+            rfactory = self._plugins.reasoning_parsers.factory(choices.reasoning_parser)
+            runtime.reasoning_parser_name = choices.reasoning_parser
+            runtime.reasoning_parser = rfactory
+            runtime.reasoning_start_marker = str(getattr(rfactory, "start_marker", ""))
+            runtime.parsers_need_special_tokens |= bool(
+                getattr(rfactory, "needs_special_tokens", False)
+            )
+        return runtime

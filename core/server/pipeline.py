@@ -1,0 +1,255 @@
+"""One pipeline for every generation endpoint: build the worker request, open the stream on a
+worker chosen by the model's policy, and turn its responses into events."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from turnout.routing.types import RoutingRequest
+from turnout.server.choice import CallIds, ChoiceProcessor
+from turnout.server.errors import ApiError
+from turnout.server.events import Event, Usage
+from turnout.server.models import ModelRuntime
+from turnout.server.protocol import SamplingFields, stop_strings
+from turnout.tokenizer.stops import StopStringMatcher
+from turnout.tool_calls.types import ToolParser, Tools
+from turnout.wire.errors import WorkerCallError
+from turnout.wire.proto import sglang_scheduler_pb2 as pb
+from turnout.wire.sampling import Constraint, InvalidSamplingParams, build_generate_request
+from turnout.wire.sampling import build_sampling_params as _build_sampling_params
+
+
+class GenerateSession(Protocol):
+    """A started Generate stream on one worker (the first response already arrived)."""
+
+    def __aiter__(self) -> AsyncIterator[pb.GenerateResponse]:
+        """All responses, the first one included."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop: cancel the stream and abort the request on the worker."""
+        ...
+
+
+class Opener(Protocol):
+    """Opens a stream on a worker for a model (selection, retries and breakers inside)."""
+
+    async def __call__(
+        self, model: str, routing: RoutingRequest, request: pb.GenerateRequest
+    ) -> GenerateSession:
+        """Select a worker and start ``request`` there."""
+        ...
+
+
+@dataclass(slots=True)
+class OutputOptions:
+    """How each choice's output is processed."""
+
+    n: int
+    stops: list[str]
+    no_stop_trim: bool
+    skip_special_tokens: bool
+    spaces_between_special_tokens: bool
+    logprobs: bool
+    keep_token_ids: bool = False
+    tools: Tools = None
+    tool_parser: Callable[[], ToolParser] | None = None
+    reasoning: bool = False
+    start_in_reasoning: bool | None = None
+    history_calls: int = 0
+
+
+def sampling_params(
+    request: SamplingFields,
+    *,
+    max_tokens: int | None,
+    skip_special_tokens: bool,
+    constraint: Constraint | None,
+    stop_token_ids: Sequence[int] = (),
+) -> pb.SamplingParams:
+    """Map the request's sampling fields onto fully populated SamplingParams."""
+    explicit: dict[str, Any] = {}
+    for name in (
+        "temperature",
+        "top_p",
+        "top_k",
+        "min_p",
+        "frequency_penalty",
+        "presence_penalty",
+        "repetition_penalty",
+    ):
+        value = getattr(request, name)
+        if value is not None:
+            explicit[name] = value
+    custom = {"seed": request.seed} if request.seed is not None else None
+    try:
+        return _build_sampling_params(
+            max_new_tokens=max_tokens,
+            n=request.n,
+            min_new_tokens=request.min_tokens or 0,
+            stop_token_ids=list(stop_token_ids),
+            ignore_eos=request.ignore_eos,
+            no_stop_trim=request.no_stop_trim,
+            skip_special_tokens=skip_special_tokens,
+            spaces_between_special_tokens=request.spaces_between_special_tokens,
+            constraint=constraint,
+            logit_bias=request.logit_bias,
+            custom_params=custom,
+            **explicit,
+        )
+    except InvalidSamplingParams as exc:
+        raise ApiError(400, str(exc), code="invalid_value") from None
+
+
+def make_processors(runtime: ModelRuntime, options: OutputOptions) -> list[ChoiceProcessor]:
+    """Fresh per-choice processors (no parser state is shared between requests or choices)."""
+    tokenizer = runtime.tokenizer
+    skip_special = options.skip_special_tokens and not (
+        runtime.parsers_need_special_tokens and (options.tool_parser or options.reasoning)
+    )
+    hidden = frozenset() if options.no_stop_trim else runtime.stop_token_ids
+    token_text = None
+    if options.logprobs:
+
+        def token_text(token_id: int) -> str:
+            return tokenizer.decode([token_id], skip_special_tokens=False)
+
+    processors = []
+    for index in range(options.n):
+        tool_parser = options.tool_parser() if options.tool_parser is not None else None
+        reasoning = None
+        if options.reasoning and runtime.reasoning_parser is not None:
+            reasoning = runtime.reasoning_parser(start_in_reasoning=options.start_in_reasoning)
+        stops = (
+            StopStringMatcher(options.stops, keep_matched=options.no_stop_trim)
+            if options.stops
+            else None
+        )
+        processors.append(
+            ChoiceProcessor(
+                index,
+                decoder=tokenizer.incremental_detokenizer(
+                    skip_special_tokens=skip_special,
+                    spaces_between_special_tokens=options.spaces_between_special_tokens,
+                ),
+                stops=stops,
+                reasoning=reasoning,
+                tool_parser=tool_parser,
+                tools=options.tools,
+                call_ids=CallIds(
+                    getattr(tool_parser, "call_id_style", "openai"), options.history_calls
+                ),
+                hidden_stop_ids=hidden,
+                token_text=token_text,
+                keep_token_ids=options.keep_token_ids,
+            )
+        )
+    return processors
+
+
+def output_options(request: SamplingFields, **extra: Any) -> OutputOptions:
+    """Output options common to every endpoint."""
+    return OutputOptions(
+        n=request.n,
+        stops=stop_strings(request.stop),
+        no_stop_trim=request.no_stop_trim,
+        skip_special_tokens=request.skip_special_tokens,
+        spaces_between_special_tokens=request.spaces_between_special_tokens,
+        **extra,
+    )
+
+
+async def stream_events(
+    session: GenerateSession, processors: list[ChoiceProcessor]
+) -> AsyncIterator[Event]:
+    """Drive the worker stream through the processors; ends with a :class:`Usage` event.
+
+    When turnout itself ended every choice (stop strings), the stream is closed early, which
+    cancels the call and aborts the request on the worker.
+    """
+    remaining = len(processors)
+    prompt_tokens = cached_tokens = 0
+    completion: dict[int, int] = {}
+    try:
+        async for response in session:
+            kind = response.WhichOneof("response")
+            if kind == "chunk":
+                chunk = response.chunk
+                prompt_tokens = max(prompt_tokens, chunk.prompt_tokens)
+                cached_tokens = max(cached_tokens, chunk.cached_tokens)
+                processor = _processor(processors, chunk.index)
+                if processor.done:
+                    continue
+                logprobs = chunk.output_logprobs if chunk.HasField("output_logprobs") else None
+                delta = processor.push(chunk.token_ids, logprobs)
+                if delta is not None:
+                    yield delta
+                if processor.stopped_early:
+                    tail, end = processor.finish("stop", None)
+                    if tail is not None:
+                        yield tail
+                    completion[end.index] = end.completion_tokens
+                    yield end
+                    remaining -= 1
+            elif kind == "complete":
+                done = response.complete
+                prompt_tokens = max(prompt_tokens, done.prompt_tokens)
+                cached_tokens = max(cached_tokens, done.cached_tokens)
+                processor = _processor(processors, done.index)
+                if processor.done:
+                    continue
+                which = done.WhichOneof("matched_stop")
+                matched: str | int | None = getattr(done, which) if which else None
+                tail, end = processor.finish(
+                    done.finish_reason or "stop", matched, done.completion_tokens or None
+                )
+                if tail is not None:
+                    yield tail
+                completion[end.index] = end.completion_tokens
+                yield end
+                remaining -= 1
+            if remaining == 0:
+                break
+    except WorkerCallError as exc:
+        raise ApiError(exc.http_status, f"worker error: {exc.message}") from None
+    finally:
+        await session.aclose()
+    if remaining:
+        raise ApiError(502, "the worker ended the stream before every choice completed")
+    yield Usage(
+        prompt_tokens=prompt_tokens,
+        completion_tokens=sum(completion.values()),
+        cached_tokens=cached_tokens,
+        reasoning_tokens=sum(round(p.reasoning_tokens) for p in processors),
+    )
+
+
+def _processor(processors: list[ChoiceProcessor], index: int) -> ChoiceProcessor:
+    if index >= len(processors):
+        raise ApiError(502, f"the worker sent choice index {index} for n={len(processors)}")
+    return processors[index]
+
+
+def generate_request(
+    request_id: str,
+    prompt_ids: list[int],
+    params: pb.SamplingParams,
+    *,
+    prompt_text: str = "",
+    logprobs: bool = False,
+    top_logprobs: int = 0,
+    require_reasoning: bool = False,
+) -> pb.GenerateRequest:
+    """The worker request (always streamed from the worker; one-shot answers fold it)."""
+    return build_generate_request(
+        request_id=request_id,
+        input_ids=prompt_ids,
+        sampling_params=params,
+        original_text=prompt_text,
+        stream=True,
+        return_logprob=logprobs,
+        top_logprobs_num=top_logprobs,
+        require_reasoning=require_reasoning,
+    )

@@ -1,0 +1,106 @@
+"""Run the router under uvicorn; ``--demo`` adds two in-process simulated workers."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+from collections.abc import AsyncIterator
+
+import msgspec
+import uvicorn
+from litestar import Litestar
+
+from turnout.config import Config, ModelConfig
+from turnout.server.app import create_app
+from turnout.server.context import Services
+from turnout.workers.settings import WorkerSpec
+
+DEMO_MODEL = "turnout-demo"
+log = logging.getLogger("turnout")
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def demo_config(config: Config, ports: list[int]) -> Config:
+    """The config plus simulated workers serving the demo model on ``ports``."""
+    from turnout.demo_model import path as demo_path
+
+    workers = [WorkerSpec(url=f"grpc://127.0.0.1:{port}", model=DEMO_MODEL) for port in ports]
+    models = dict(config.models)
+    models.setdefault(
+        DEMO_MODEL,
+        ModelConfig(tokenizer_path=str(demo_path()), tool_parser="qwen", reasoning_parser="qwen3"),
+    )
+    return msgspec.structs.replace(config, workers=[*config.workers, *workers], models=models)
+
+
+def demo_workers(ports: list[int]):  # type: ignore[no-untyped-def]
+    """A lifespan that runs simulated workers on ``ports`` while the app runs."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        from turnout.demo_model import path as demo_path
+        from turnout.sim import SimWorker
+
+        async with contextlib.AsyncExitStack() as stack:
+            for port in ports:
+                await stack.enter_async_context(
+                    SimWorker(demo_path(), port=port, served_model_name=DEMO_MODEL)
+                )
+            yield
+
+    return lifespan
+
+
+def build(config: Config, *, demo: bool = False) -> tuple[Config, Litestar]:
+    """The effective config and the app (with demo workers when asked)."""
+    before = []
+    if demo:
+        ports = [_free_port(), _free_port()]
+        config = demo_config(config, ports)
+        before.append(demo_workers(ports))
+    host, port = config.server.host, config.server.port
+
+    async def announce(services: Services) -> None:
+        models = sorted({w.model for w in config.workers if w.model} | set(config.models))
+        log.info(
+            "turnout ready on http://%s:%d — models: %s; workers: %s; plugins: %s",
+            host,
+            port,
+            ", ".join(models) or "discovered from workers",
+            ", ".join(w.url for w in config.workers) or "none yet (add with POST /workers)",
+            ", ".join(p.distribution for p in services.plugins.loaded),
+        )
+        if demo:
+            print(
+                f"\ntry: curl http://{host}:{port}/v1/chat/completions "
+                "-H 'content-type: application/json' "
+                f'-d \'{{"model": "{DEMO_MODEL}", "messages": '
+                '[{"role": "user", "content": "Hello, turnout!"}]}\'\n',
+                flush=True,
+            )
+
+    return config, create_app(config, on_startup=announce, before=before)
+
+
+def serve(config: Config, *, demo: bool = False) -> None:
+    """Serve until interrupted."""
+    logging.basicConfig(
+        level=config.server.log_level.upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config, app = build(config, demo=demo)
+    uvicorn.run(
+        app,
+        host=config.server.host,
+        port=config.server.port,
+        log_level=config.server.log_level,
+        lifespan="on",
+        timeout_graceful_shutdown=30,
+    )
