@@ -60,6 +60,7 @@ class ModelFiles:
     eos_token_ids: frozenset[int] = frozenset()
     """Union of ``eos_token_id`` from ``config.json`` and ``generation_config.json``."""
     add_bos_token: bool | None = None
+    """As configured; informational (transformers 5 lets tokenizer.json's post-processor decide)."""
     add_eos_token: bool | None = None
 
 
@@ -222,7 +223,7 @@ def _eos_ids(value: object, where: str) -> set[int]:
         isinstance(item, int) and not isinstance(item, bool) for item in value
     ):
         return set(value)
-    raise ModelFilesError(f"{where}: eos_token_id must be an integer or a list of integers")
+    raise ModelFilesError(f"{where} must be an integer or a list of integers")
 
 
 def _config_eos_ids(directory: Path) -> frozenset[int]:

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Tokenizer, processors
+from tokenizers import AddedToken, Tokenizer
 
 from turnout.tokenizer.chat_template import ChatTemplate, Message
 from turnout.tokenizer.content_format import ContentFormat
@@ -52,42 +52,9 @@ def _build_backend(files: ModelFiles) -> Tokenizer:
     ]
     if missing:
         backend.add_special_tokens(missing)
-    if (
-        files.add_bos_token is not None
-        or files.add_eos_token is not None
-        or backend.post_processor is None
-    ):
-        backend.post_processor = _bos_eos_processor(backend, files)
+    # add_bos_token / add_eos_token are not applied: like transformers 5, the post-processor
+    # in tokenizer.json decides what encode(add_special_tokens=True) adds.
     return backend
-
-
-def _bos_eos_processor(backend: Tokenizer, files: ModelFiles) -> processors.TemplateProcessing:
-    """The post-processor transformers builds from ``add_bos_token`` / ``add_eos_token``."""
-    bos = files.special_tokens.get("bos_token")
-    eos = files.special_tokens.get("eos_token")
-    add_bos = bool(files.add_bos_token) and bos is not None
-    add_eos = bool(files.add_eos_token) and eos is not None
-    first, second = ["$A:0"], ["$B:1"]
-    tokens: list[tuple[str, int]] = []
-    if add_bos and bos is not None:
-        first.insert(0, f"{bos.content}:0")
-        second.insert(0, f"{bos.content}:1")
-        tokens.append((bos.content, _require_id(backend, bos.content)))
-    if add_eos and eos is not None:
-        first.append(f"{eos.content}:0")
-        second.append(f"{eos.content}:1")
-        tokens.append((eos.content, _require_id(backend, eos.content)))
-    single = " ".join(first)
-    return processors.TemplateProcessing(
-        single=single, pair=f"{single} {' '.join(second)}", special_tokens=tokens
-    )
-
-
-def _require_id(backend: Tokenizer, token: str) -> int:
-    token_id = backend.token_to_id(token)
-    if token_id is None:  # pragma: no cover - special tokens were added above
-        raise ModelFilesError(f"special token {token!r} is not in the vocabulary")
-    return token_id
 
 
 class ModelTokenizer:
