@@ -1,0 +1,29 @@
+"""A simulated SGLang worker: real gRPC, deterministic answers, adjustable faults and pacing.
+
+Honest about what it is: its model info and server info say ``turnout-sim``.
+"""
+
+from turnout.sim.model import ModelFiles, Script, ScriptError, SimModel
+from turnout.sim.servicer import SimKnobs, SimRecords, SimServicer
+from turnout.sim.worker import (
+    SimProcess,
+    SimWorker,
+    get_records,
+    refuse_connections,
+    set_knobs,
+)
+
+__all__ = [
+    "ModelFiles",
+    "Script",
+    "ScriptError",
+    "SimKnobs",
+    "SimModel",
+    "SimProcess",
+    "SimRecords",
+    "SimServicer",
+    "SimWorker",
+    "get_records",
+    "refuse_connections",
+    "set_knobs",
+]

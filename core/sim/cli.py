@@ -1,0 +1,109 @@
+"""``turnout sim``: run a simulated SGLang worker until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from pathlib import Path
+
+import grpc
+
+from turnout import demo_model
+from turnout.sim.model import ScriptError
+from turnout.sim.worker import READY_PREFIX, SimWorker
+
+__all__ = ["build_parser", "main"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``turnout sim`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="turnout sim",
+        description=(
+            "Run a simulated SGLang worker (gRPC, sglang.grpc.scheduler.SglangScheduler) with a "
+            "deterministic echo or scripted model. Prints '"
+            + READY_PREFIX
+            + "grpc://HOST:PORT' once it accepts connections."
+        ),
+    )
+    parser.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
+    parser.add_argument("--port", type=int, default=30000, help="0 picks a free port")
+    parser.add_argument(
+        "--model-path",
+        type=Path,
+        default=None,
+        help="model directory with tokenizer.json (default: turnout's demo model)",
+    )
+    parser.add_argument("--served-model-name", default=None)
+    parser.add_argument("--script", type=Path, default=None, help="YAML/JSON reply rules")
+    parser.add_argument("--delay-ms", type=float, default=0.0, help="delay per token")
+    parser.add_argument("--ttft-ms", type=float, default=0.0, help="extra delay before token 1")
+    parser.add_argument("--tokens-per-chunk", type=int, default=1)
+    parser.add_argument("--max-running", type=int, default=0, help="0: unlimited")
+    parser.add_argument(
+        "--fail-status", default=None, help="fail every Generate with this gRPC status name"
+    )
+    parser.add_argument("--fail-after-tokens", type=int, default=None)
+    parser.add_argument("--hang", action="store_true", help="Generate never answers")
+    parser.add_argument("--unhealthy", action="store_true", help="HealthCheck answers unhealthy")
+    return parser
+
+
+def _check(args: argparse.Namespace) -> str | None:
+    if args.tokens_per_chunk < 1:
+        return "--tokens-per-chunk must be >= 1"
+    if args.delay_ms < 0 or args.ttft_ms < 0:
+        return "--delay-ms and --ttft-ms must be >= 0"
+    if not 0 <= args.port <= 65535:
+        return "--port must be in 0..65535"
+    if args.fail_status is not None and args.fail_status not in grpc.StatusCode.__members__:
+        names = ", ".join(grpc.StatusCode.__members__)
+        return f"--fail-status must be one of {names}"
+    return None
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    sim = SimWorker(
+        args.model_path or demo_model.path(),
+        host=args.host,
+        port=args.port,
+        script=args.script,
+        served_model_name=args.served_model_name,
+        delay_ms=args.delay_ms,
+        ttft_ms=args.ttft_ms,
+        tokens_per_chunk=args.tokens_per_chunk,
+        max_running=args.max_running,
+        fail_status=args.fail_status,
+        fail_after_tokens=args.fail_after_tokens,
+        hang=args.hang,
+        unhealthy=args.unhealthy,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await sim.start()
+    print(f"{READY_PREFIX}{sim.url}", flush=True)
+    try:
+        await stop.wait()
+    finally:
+        await sim.stop(grace=1.0)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``turnout sim`` / ``python -m turnout.sim``; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    problem = _check(args)
+    if problem:
+        print(f"turnout sim: error: {problem}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(_serve(args))
+    except (FileNotFoundError, ScriptError, OSError, ValueError) as exc:
+        print(f"turnout sim: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130

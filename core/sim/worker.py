@@ -1,0 +1,350 @@
+"""Run a simulated SGLang worker: in-process (``SimWorker``) or as a subprocess (``SimProcess``).
+
+Besides ``SglangScheduler``, the server offers a small JSON control service
+(``turnout.sim.Control``: ``SetKnobs``, ``GetRecords``) so that a test or benchmark can change the
+knobs of a simulator running in another process (``set_knobs`` / ``get_records``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import selectors
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+import grpc
+import grpc.aio
+
+from turnout import demo_model
+from turnout.sim.model import ModelFiles, Script, SimModel
+from turnout.sim.servicer import SimKnobs, SimRecords, SimServicer
+from turnout.wire.proto import sglang_scheduler_pb2 as pb
+from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
+
+__all__ = [
+    "SimProcess",
+    "SimWorker",
+    "get_records",
+    "refuse_connections",
+    "set_knobs",
+]
+
+CONTROL_SERVICE: Final = "turnout.sim.Control"
+READY_PREFIX: Final = "turnout-sim listening on "
+
+SERVER_OPTIONS: Final = [
+    ("grpc.max_send_message_length", 256 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 256 * 1024 * 1024),
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    # A taken port must be an error, not a silently shared listener.
+    ("grpc.so_reuseport", 0),
+]
+
+
+class SimWorker:
+    """A simulated SGLang worker serving ``SglangScheduler`` over real gRPC on ``host:port``.
+
+    ``async with SimWorker(port=0) as sim:`` starts it (``port=0`` picks a free port; see
+    ``sim.url``). Knob keyword arguments (``delay_ms=…``) set ``sim.knobs``, which can be changed
+    at any time. ``sim.records`` keeps what it received. ``stop_serving()`` / ``resume_serving()``
+    make it refuse connections and come back on the same port.
+    """
+
+    def __init__(
+        self,
+        model_dir: str | Path | None = None,
+        *,
+        port: int = 0,
+        host: str = "127.0.0.1",
+        script: Script | str | Path | None = None,
+        served_model_name: str | None = None,
+        knobs: SimKnobs | None = None,
+        **knob_values: Any,
+    ) -> None:
+        files = ModelFiles.load(model_dir or demo_model.path(), served_model_name)
+        if script is not None and not isinstance(script, Script):
+            script = Script.load(script)
+        knobs = knobs or SimKnobs()
+        knobs.update(knob_values)
+        self.servicer = SimServicer(SimModel(files, script), knobs)
+        self.host = host
+        self.port = port
+        self._server: grpc.aio.Server | None = None
+        self._outage: asyncio.Task[None] | None = None
+
+    @property
+    def knobs(self) -> SimKnobs:
+        """The live knobs (read per request and per chunk)."""
+        return self.servicer.knobs
+
+    @property
+    def records(self) -> SimRecords:
+        """Everything received so far."""
+        return self.servicer.records
+
+    @property
+    def requests(self) -> list[pb.GenerateRequest]:
+        """GenerateRequests received, in order."""
+        return self.servicer.records.requests
+
+    @property
+    def aborted(self) -> list[str]:
+        """Request ids named by Abort calls, in order."""
+        return self.servicer.records.aborted
+
+    @property
+    def constraints(self) -> list[tuple[str, str]]:
+        """(kind, value) of every constraint received."""
+        return self.servicer.records.constraints
+
+    @property
+    def running(self) -> int:
+        """Generate calls in progress right now."""
+        return len(self.servicer._running)
+
+    @property
+    def url(self) -> str:
+        """``grpc://host:port`` of the running server."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"grpc://{host}:{self.port}"
+
+    @property
+    def serving(self) -> bool:
+        """True while the server accepts connections."""
+        return self._server is not None
+
+    async def start(self) -> Self:
+        """Bind and start serving (a second call does nothing)."""
+        if self._server is not None:
+            return self
+        server = grpc.aio.server(options=SERVER_OPTIONS)
+        pb_grpc.add_SglangSchedulerServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
+        server.add_generic_rpc_handlers((_control_handler(self),))
+        try:
+            port = server.add_insecure_port(f"{self.host}:{self.port}")
+        except RuntimeError as exc:
+            raise OSError(f"cannot listen on {self.host}:{self.port}: {exc}") from None
+        if port == 0:
+            raise OSError(f"cannot listen on {self.host}:{self.port}")
+        self.port = port
+        await server.start()
+        self._server = server
+        return self
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop serving; in-flight calls are cancelled after ``grace`` seconds."""
+        server, self._server = self._server, None
+        if server is not None:
+            await server.stop(grace)
+
+    async def stop_serving(self) -> None:
+        """Fault: drop every connection and refuse new ones (state and records are kept)."""
+        await self.stop(None)
+
+    async def resume_serving(self, attempts: int = 50) -> None:
+        """Serve again on the same port (retrying briefly while the OS releases it)."""
+        for _ in range(attempts):
+            try:
+                await self.start()
+                return
+            except OSError:
+                await asyncio.sleep(0.05)
+        await self.start()
+
+    async def _refuse_for(self, seconds: float) -> None:
+        await asyncio.sleep(0.05)  # let the RefuseFor answer leave first
+        await self.stop_serving()
+        await asyncio.sleep(seconds)
+        await self.resume_serving()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop(None)
+
+
+# -- control service (JSON over a generic gRPC method) ------------------------------------------
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+def _json_value(data: bytes) -> Any:
+    return json.loads(data.decode() or "null")
+
+
+def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
+    async def set_knobs_rpc(changes: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if not isinstance(changes, dict):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "send a JSON object of knobs")
+        try:
+            worker.knobs.update(changes)
+        except ValueError as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return worker.knobs.as_dict()
+
+    async def refuse_for_rpc(seconds: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        if not isinstance(seconds, int | float) or seconds <= 0:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "send a positive number")
+        worker._outage = asyncio.get_running_loop().create_task(worker._refuse_for(seconds))
+        return {"refusing_for_s": seconds}
+
+    async def get_records_rpc(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        records = worker.records
+        return {
+            "requests": [r.request_id for r in records.requests],
+            "aborted": list(records.aborted),
+            "constraints": [list(c) for c in records.constraints],
+            "outcomes": dict(records.outcomes),
+            "generated": dict(records.generated),
+            "health_checks": records.health_checks,
+            "running": worker.running,
+        }
+
+    def handler(fn: Any) -> grpc.RpcMethodHandler[Any, Any]:
+        return grpc.unary_unary_rpc_method_handler(
+            fn, request_deserializer=_json_value, response_serializer=_json_bytes
+        )
+
+    return grpc.method_handlers_generic_handler(
+        CONTROL_SERVICE,
+        {
+            "SetKnobs": handler(set_knobs_rpc),
+            "GetRecords": handler(get_records_rpc),
+            "RefuseFor": handler(refuse_for_rpc),
+        },
+    )
+
+
+async def _control_call(url: str, method: str, payload: Any, deadline: float) -> Any:
+    from turnout.wire.client import parse_worker_url
+
+    target, _ = parse_worker_url(url)
+    async with grpc.aio.insecure_channel(target) as channel:
+        call = channel.unary_unary(
+            f"/{CONTROL_SERVICE}/{method}",
+            request_serializer=_json_bytes,
+            response_deserializer=_json_value,
+        )
+        return await call(payload, timeout=deadline)
+
+
+async def set_knobs(url: str, deadline: float = 5.0, **changes: Any) -> dict[str, Any]:
+    """Change knobs of the simulator at ``url`` (any process); returns all knob values."""
+    result: dict[str, Any] = await _control_call(url, "SetKnobs", changes, deadline)
+    return result
+
+
+async def refuse_connections(url: str, seconds: float, deadline: float = 5.0) -> None:
+    """Make the simulator at ``url`` drop connections and refuse new ones for ``seconds``."""
+    await _control_call(url, "RefuseFor", seconds, deadline)
+
+
+async def get_records(url: str, deadline: float = 5.0) -> dict[str, Any]:
+    """Summary of what the simulator at ``url`` received (request ids, aborts, outcomes…)."""
+    result: dict[str, Any] = await _control_call(url, "GetRecords", None, deadline)
+    return result
+
+
+# -- subprocess ---------------------------------------------------------------------------------
+
+
+class SimProcess:
+    """``python -m turnout.sim`` in a child process on a free port.
+
+    ``with SimProcess("--delay-ms", "5") as sim: …sim.url…`` (or ``async with``). Extra
+    arguments are those of ``turnout sim``; ``--port`` defaults to 0 (a free port).
+    """
+
+    def __init__(
+        self, *args: str, python: str = sys.executable, startup_timeout: float = 30.0
+    ) -> None:
+        self.args = list(args)
+        if "--port" not in self.args:
+            self.args += ["--port", "0"]
+        self.python = python
+        self.startup_timeout = startup_timeout
+        self.proc: subprocess.Popen[str] | None = None
+        self.url = ""
+        self.port = 0
+
+    def start(self) -> Self:
+        """Start the child and wait for its "listening" line; ``RuntimeError`` if it fails."""
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        self.proc = subprocess.Popen(
+            [self.python, "-m", "turnout.sim", *self.args],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + self.startup_timeout
+        with selectors.DefaultSelector() as selector:
+            selector.register(self.proc.stdout, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0 or not selector.select(left):
+                    self.stop()
+                    raise RuntimeError(f"simulator did not start within {self.startup_timeout}s")
+                line = self.proc.stdout.readline()
+                if not line:
+                    code = self.proc.wait()
+                    raise RuntimeError(f"simulator exited with status {code} before listening")
+                if line.startswith(READY_PREFIX):
+                    self.url = line[len(READY_PREFIX) :].strip()
+                    match = re.search(r":(\d+)$", self.url)
+                    self.port = int(match.group(1)) if match else 0
+                    return self
+
+    def stop(self, timeout: float = 10.0) -> int | None:
+        """Terminate (SIGTERM, then SIGKILL after ``timeout``); returns the exit status."""
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
+        return proc.returncode
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return await asyncio.to_thread(self.start)
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.stop)
