@@ -92,6 +92,17 @@ def _make_policy(plugins: Plugins, choice: Any) -> Policy:
     return policy
 
 
+def _configured_models(config: Config) -> list[str]:
+    """Models whose tokenizer is known from the config alone (loaded at start-up)."""
+    with_workers = {w.model for w in config.workers if w.model}
+    return sorted(
+        m
+        for m in with_workers | set(config.models)
+        if (config.models[m].tokenizer_path if m in config.models else None)
+        or config.defaults.tokenizer_path
+    )
+
+
 def _tokenizer_hint(registry: WorkerRegistry) -> Callable[[str], str | None]:
     def hint(model_id: str) -> str | None:
         for worker in registry.workers_for(model_id):
@@ -140,6 +151,7 @@ def create_app(
         services.extras["registry"] = registry
         services.extras["dispatcher"] = dispatcher
         app.state["services"] = services
+        await models.preload(_configured_models(config))
         await registry.start()
         try:
             if on_startup is not None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from turnout.config import Config, ModelConfig
+from turnout.errors import StartupError
 from turnout.plugin_choice import choose_plugins
 from turnout.plugin_loader import Plugins
 from turnout.reasoning.types import ReasoningParser
@@ -92,6 +93,14 @@ class ModelTable:
                 runtime = await asyncio.to_thread(self.build, model_id)
                 self._runtimes[model_id] = runtime
         return runtime
+
+    async def preload(self, model_ids: list[str]) -> None:
+        """Build runtimes now (start-up): broken model files fail start-up, not a request."""
+        for model_id in model_ids:
+            try:
+                await self.runtime(model_id)
+            except ApiError as exc:
+                raise StartupError(f"model {model_id!r}: {exc.message}") from None
 
     def choice(self, model_id: str, kind: str) -> str | None:
         """The parser name configured or matched for a model (``kind``: ``tool_parsers`` or

@@ -75,7 +75,7 @@ def build(config: Config, *, demo: bool = False) -> tuple[Config, Litestar]:
             port,
             ", ".join(models) or "discovered from workers",
             ", ".join(w.url for w in config.workers) or "none yet (add with POST /workers)",
-            ", ".join(p.distribution for p in services.plugins.loaded),
+            ", ".join(sorted({p.distribution for p in services.plugins.loaded})),
         )
         if demo:
             print(

@@ -1,0 +1,115 @@
+"""Run the real router under uvicorn, with simulated SGLang workers, on loopback sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+import httpx
+import uvicorn
+from litestar import Litestar
+
+from turnout.config import build_config
+from turnout.demo_model import path as demo_path
+from turnout.server.app import create_app
+from turnout.sim import SimWorker
+
+MODEL = "turnout-demo"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Router:
+    """A running router; ``sims`` are the simulated workers behind it (same event loop)."""
+
+    def __init__(self, sims: list[SimWorker], port: int, loop: asyncio.AbstractEventLoop) -> None:
+        self.sims = sims
+        self.port = port
+        self.loop = loop
+        self.base_url = f"http://127.0.0.1:{port}"
+
+    def call(self, fn: Callable[[], Any]) -> Any:
+        """Run ``fn`` (a coroutine factory) on the router's loop and wait for it."""
+        return asyncio.run_coroutine_threadsafe(fn(), self.loop).result(30)
+
+    def wait_until(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while not check():
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not reached in time")
+            time.sleep(0.02)
+
+
+@contextlib.contextmanager
+def run_router(
+    config: dict[str, Any] | None = None,
+    *,
+    sims: int = 2,
+    sim_kwargs: dict[str, Any] | None = None,
+    model: dict[str, Any] | None = None,
+) -> Iterator[Router]:
+    """Start ``sims`` simulated workers and the router in a background thread."""
+    ports = [free_port() for _ in range(sims)]
+    data: dict[str, Any] = dict(config or {})
+    data.setdefault("workers", [])
+    data["workers"] = [
+        *data["workers"],
+        *({"url": f"grpc://127.0.0.1:{p}", "model": MODEL} for p in ports),
+    ]
+    models = data.setdefault("models", {})
+    models.setdefault(MODEL, {"tokenizer_path": str(demo_path()), **(model or {})})
+    data.setdefault("health", {"interval_s": 0.5, "pending_interval_s": 0.1, "timeout_s": 2})
+    cfg = build_config(data)
+    http_port = free_port()
+    workers: list[SimWorker] = []
+
+    @contextlib.asynccontextmanager
+    async def sim_lifespan(app: Litestar) -> AsyncIterator[None]:
+        async with contextlib.AsyncExitStack() as stack:
+            for port in ports:
+                sim = SimWorker(
+                    demo_path(), port=port, served_model_name=MODEL, **(sim_kwargs or {})
+                )
+                workers.append(await stack.enter_async_context(sim))
+            yield
+
+    app = create_app(cfg, before=[sim_lifespan])
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level="warning", lifespan="on")
+    )
+    loop_box: list[asyncio.AbstractEventLoop] = []
+
+    def run() -> None:
+        loop = asyncio.new_event_loop()
+        loop_box.append(loop)
+        loop.run_until_complete(server.serve())
+        loop.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            if httpx.get(f"http://127.0.0.1:{http_port}/readiness", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            pass
+        if time.monotonic() > deadline or not thread.is_alive():
+            server.should_exit = True
+            raise RuntimeError("router did not become ready")
+        time.sleep(0.05)
+    try:
+        yield Router(workers, http_port, loop_box[0])
+    finally:
+        server.should_exit = True
+        thread.join(15)
