@@ -19,8 +19,7 @@ SCRIPT = {
         {"match": "weather", "reply": "Let me check.\n" + TOOL_CALL},
         {
             "match": "both cities",
-            "reply": TOOL_CALL
-            + '\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Tokyo"}}\n</tool_call>',
+            "reply": TOOL_CALL + "\n" + TOOL_CALL.replace('"Paris", "days": 3', '"Tokyo"'),
         },
         {"match": "ponder", "reply": "<think>Six times seven.</think>The answer is 42."},
         {"match": "stopper", "reply": "alpha beta STOP gamma delta"},

@@ -128,7 +128,8 @@ def test_tool_call_parsed_in_both_modes(client: openai.OpenAI) -> None:
     (call,) = message.tool_calls
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"city": "Paris", "days": 3}
-    assert call.id.startswith("call_") and len(call.id) == 5 + 24
+    assert call.id.startswith("call_")
+    assert len(call.id) == 5 + 24
 
     folded = collect(
         client.chat.completions.create(
@@ -220,22 +221,32 @@ def test_logprobs_in_openai_shape(client: openai.OpenAI) -> None:
     assert all(len(e.top_logprobs) == 2 for e in entries)
 
 
+def chat(**extra: object) -> dict[str, object]:
+    return {"model": MODEL, "messages": [{"role": "user", "content": "x"}], **extra}
+
+
+NAMED_UNKNOWN = {"type": "function", "function": {"name": "nope"}}
+
+
 @pytest.mark.parametrize(
     ("body", "status", "param"),
     [
         ({"model": MODEL, "messages": []}, 400, "messages"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "temperature": -1}, 400, "temperature"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "top_p": 0}, 400, "top_p"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "n": 0}, 400, "n"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "max_tokens": 0}, 400, "max_tokens"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "top_logprobs": 3}, 400, "top_logprobs"),
-        ({"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, 400, "messages[0].role"),
-        ({"model": MODEL, "messages": [{"role": "user", "content": "x"}], "tools": TOOLS,
-          "tool_choice": {"type": "function", "function": {"name": "nope"}}}, 400, "tool_choice"),
-        ({"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]}, 404, "model"),
+        (chat(temperature=-1), 400, "temperature"),
+        (chat(top_p=0), 400, "top_p"),
+        (chat(n=0), 400, "n"),
+        (chat(max_tokens=0), 400, "max_tokens"),
+        (chat(top_logprobs=3), 400, "top_logprobs"),
+        (
+            {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]},
+            400,
+            "messages[0].role",
+        ),
+        (chat(tools=TOOLS, tool_choice=NAMED_UNKNOWN), 400, "tool_choice"),
+        (chat(model="no-such-model"), 404, "model"),
         ({"model": MODEL, "messages": "not a list"}, 400, "messages"),
     ],
-)  # fmt: skip
+)
 def test_bad_requests_get_openai_errors(
     router: Router, body: dict[str, object], status: int, param: str
 ) -> None:
