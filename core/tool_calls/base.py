@@ -1,0 +1,575 @@
+"""Shared machinery for incremental tool-call parsers written as a grammar over streamed text.
+
+A parser subclasses :class:`GrammarToolParser` and writes its format as a generator method
+:meth:`GrammarToolParser._grammar`. The grammar reads the buffered output with small helper
+generators (``yield from self._peek()``, ``self._ws()``, ``self._expect(lit)``, ``self._text_until
+(markers)``, ``self._call_object(shape)``, ``self._named_call(name)``...). A helper that needs
+more text yields; the driver resumes the grammar when the next delta arrives, or at ``finish``
+with ``eof`` set, where every helper decides without waiting. Every decision therefore depends
+only on the text, never on how it was chunked, and ``parse_complete`` simply runs the same
+grammar over the whole text: streaming and one-shot results are identical by construction.
+
+What happens to consumed text is governed by a *mode*:
+
+* ``PASS`` - consumed text is normal text (outside calls, or inside a rejected call);
+* ``HOLD`` - tentatively consumed (markers, the start of a call whose name is not known yet): kept
+  in a list and later either dropped (it became a call) or released as text (it did not);
+* ``DROP`` - consumed and discarded (the syntax of an announced call).
+
+Project-wide rules implemented here (parsers document their format-specific choices):
+
+* A call is announced (first delta, with its name) only once its name is complete and allowed.
+* With a non-empty ``tools`` list, a call to another name is *rejected*: its raw text (from the
+  element start, see :meth:`GrammarToolParser._mark_element`) stays in the normal text verbatim.
+* Arguments are streamed as verbatim JSON text in safe pieces (see
+  :mod:`turnout.tool_calls.json_stream`). A JSON string holding a JSON object is unwrapped once;
+  ``null`` or missing arguments become ``{}``.
+* If an announced call breaks (invalid JSON, or the output ends inside it), the call is closed
+  with the arguments streamed so far completed into valid JSON (``{}`` if nothing was streamed);
+  the text from the offending character on is parsed again as ordinary output.
+* If a block breaks before any call was announced, everything held is released as text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import ClassVar, Final
+
+from turnout.tool_calls.json_stream import DONE, RUNNING, JsonScanner
+from turnout.tool_calls.markers import find_first_marker, partial_marker_suffix
+from turnout.tool_calls.names import is_allowed, tool_names
+from turnout.tool_calls.types import (
+    CallIdStyle,
+    ToolCallDelta,
+    ToolParseResult,
+    ToolParseStep,
+    Tools,
+    fold_steps,
+)
+
+_PASS: Final = 0
+_HOLD: Final = 1
+_DROP: Final = 2
+
+#: Outcomes of :meth:`GrammarToolParser._call_object` / :meth:`GrammarToolParser._named_call`.
+OK: Final = "ok"  # the call was announced and ended properly
+REJECTED: Final = "rejected"  # well-formed call to a function not offered: its text was released
+FAILED: Final = "failed"  # not a call, or broken: held text still to release, resume at pos
+
+_WS = re.compile(r"[ \t\n\r]*")
+_UNSET: Final = object()
+
+
+@dataclass(frozen=True, slots=True)
+class CallShape:
+    """Keys of a ``{"name": ..., "arguments": ...}`` call object in one format.
+
+    ``strict`` (for bare-JSON formats found in prose): the object is only a call when its first
+    keys are the name and arguments keys (in any order, ``extra_keys`` allowed among them); a
+    call is recognised once both are seen. Otherwise it is recognised when its name is complete
+    and other keys are ignored.
+    """
+
+    name_keys: tuple[str, ...] = ("name",)
+    args_keys: tuple[str, ...] = ("arguments", "parameters")
+    strict: bool = False
+    extra_keys: tuple[str, ...] = ()
+
+
+def finish_arguments(text: str, first: str) -> str:
+    """Final form of a complete arguments value: unwrap a JSON string holding an object once,
+    turn ``null`` into ``{}``; anything else is kept verbatim."""
+    if first == '"':
+        try:
+            inner = json.loads(text)
+            if isinstance(json.loads(inner), dict):
+                return str(inner)
+        except (ValueError, TypeError, RecursionError):
+            pass
+        return text
+    if text == "null":
+        return "{}"
+    return text
+
+
+class GrammarToolParser:
+    """Base class of the grammar-driven parsers (see the module docstring)."""
+
+    call_id_style: ClassVar[CallIdStyle] = "openai"
+    needs_special_tokens: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self._buf = ""
+        self._pos = 0
+        self._eof = False
+        self._tools_ref: object = _UNSET
+        self._names: frozenset[str] | None = None
+        self._text: list[str] = []
+        self._pieces: list[tuple[int, str | None, str]] = []
+        self._count = 0
+        self._mode = _PASS
+        self._held: list[str] = []
+        self._elem = 0
+        self._gen: Generator[None, None, None] | None = self._grammar()
+        self._dead = False
+
+    # -- the format -------------------------------------------------------------------------------
+
+    def _grammar(self) -> Generator[None, None, None]:
+        """The format, as a generator over ``self._buf`` (see the module docstring)."""
+        raise NotImplementedError
+
+    # -- public API --------------------------------------------------------------------------
+
+    def parse_complete(self, text: str, tools: Tools) -> ToolParseResult:
+        """Parse a whole output (runs the streaming grammar once over all of it)."""
+        fresh = type(self)()
+        first = fresh.parse_incremental(text, tools)
+        return fold_steps([first, fresh.finish()])
+
+    def parse_incremental(self, delta: str, tools: Tools) -> ToolParseStep:
+        """Consume the next piece of output; return what can be released now."""
+        if tools is not self._tools_ref:
+            self._tools_ref = tools
+            self._names = tool_names(tools)
+        if delta:
+            if self._dead:
+                self._text.append(delta)
+            else:
+                self._buf += delta
+                self._drive()
+        return self._take_step()
+
+    def finish(self) -> ToolParseStep:
+        """End of output: run the grammar to its end and release whatever is still held."""
+        if not self._eof:
+            self._eof = True
+            self._drive()
+        return self._take_step()
+
+    # -- driver -----------------------------------------------------------------------------------
+
+    def _drive(self) -> None:
+        gen = self._gen
+        if gen is None:
+            return
+        try:
+            for _ in range(1_000_000):
+                next(gen)
+                if not self._eof:
+                    break
+            else:  # pragma: no cover - a grammar that keeps yielding at end of output
+                raise RuntimeError("grammar did not finish at end of output")
+        except StopIteration:
+            self._gen = None
+            self._flush_rest()
+        except Exception:  # pragma: no cover - a parser bug must never break the response
+            self._gen = None
+            self._dead = True
+            self._flush_rest()
+        if self._pos:
+            self._buf = self._buf[self._pos :]
+            self._pos = 0
+
+    def _flush_rest(self) -> None:
+        if self._held:
+            self._text.extend(self._held)
+            self._held.clear()
+        if self._pos < len(self._buf):
+            self._text.append(self._buf[self._pos :])
+            self._pos = len(self._buf)
+
+    def _take_step(self) -> ToolParseStep:
+        text = "".join(self._text) if self._text else ""
+        self._text.clear()
+        if not self._pieces:
+            return ToolParseStep(text)
+        deltas: list[ToolCallDelta] = []
+        index, name, parts = self._pieces[0][0], self._pieces[0][1], [self._pieces[0][2]]
+        for i, n, a in self._pieces[1:]:
+            if i == index and n is None:
+                parts.append(a)
+                continue
+            deltas.append(ToolCallDelta(index, name, "".join(parts)))
+            index, name, parts = i, n, [a]
+        deltas.append(ToolCallDelta(index, name, "".join(parts)))
+        self._pieces.clear()
+        return ToolParseStep(text, deltas)
+
+    # -- modes and emission -----------------------------------------------------------------------
+
+    def _consume(self, end: int) -> str:
+        raw = self._buf[self._pos : end]
+        self._pos = end
+        if raw:
+            if self._mode == _PASS:
+                self._text.append(raw)
+            elif self._mode == _HOLD:
+                self._held.append(raw)
+        return raw
+
+    def _start_block(self, marker: str) -> None:
+        """A block starts with ``marker`` (already read): hold it, the element starts here."""
+        self._mode = _HOLD
+        self._held.append(marker)
+        self._elem = 0
+
+    def _hold(self) -> None:
+        """Hold consumed text from here on (it is kept until released or dropped)."""
+        self._mode = _HOLD
+
+    def _mark_element(self) -> None:
+        """The current call element's raw text starts here (what a rejection releases)."""
+        self._elem = len(self._held)
+
+    def _release(self) -> None:
+        """Held text was not a call after all: emit it as normal text; consumed text passes."""
+        if self._held:
+            self._text.extend(self._held)
+            self._held.clear()
+        self._elem = 0
+        self._mode = _PASS
+
+    def _drop(self) -> None:
+        """Held text was format syntax: discard it; consumed text passes from here on."""
+        self._held.clear()
+        self._elem = 0
+        self._mode = _PASS
+
+    def _reject(self) -> None:
+        """The current element is a call to a function not offered: keep its raw text."""
+        self._text.extend(self._held[self._elem :])
+        self._held.clear()
+        self._elem = 0
+        self._mode = _PASS
+
+    def _announce(self, name: str, arguments: str = "") -> None:
+        self._held.clear()
+        self._elem = 0
+        self._mode = _DROP
+        self._pieces.append((self._count, name, arguments))
+        self._count += 1
+
+    def _args(self, text: str) -> None:
+        if text:
+            self._pieces.append((self._count - 1, None, text))
+
+    def _allowed(self, name: str) -> bool:
+        return is_allowed(name, self._names)
+
+    # -- reading helpers (generators) -------------------------------------------------------------
+
+    def _peek(self) -> Generator[None, None, str | None]:
+        """The next character (not consumed), or ``None`` at end of output."""
+        while self._pos >= len(self._buf):
+            if self._eof:
+                return None
+            yield
+        return self._buf[self._pos]
+
+    def _ws(self) -> Generator[None, None, None]:
+        """Consume whitespace up to the next other character (or the end of output)."""
+        while True:
+            end = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]
+            self._consume(end)
+            if end < len(self._buf) or self._eof:
+                return
+            yield
+
+    def _expect(self, literal: str) -> Generator[None, None, bool]:
+        """Consume ``literal`` if the text continues with it; else consume nothing."""
+        while True:
+            avail = self._buf[self._pos : self._pos + len(literal)]
+            if avail == literal:
+                self._consume(self._pos + len(literal))
+                return True
+            if self._eof or not literal.startswith(avail):
+                return False
+            yield
+
+    def _expect_any(self, literals: Sequence[str]) -> Generator[None, None, str | None]:
+        """Consume and return the first of ``literals`` the text continues with (or ``None``).
+
+        Waits while an earlier literal could still match, so list longer literals first.
+        """
+        if not literals:
+            return None
+        longest = max(len(lit) for lit in literals)
+        while True:
+            rest = self._buf[self._pos : self._pos + longest]
+            undecided = False
+            for lit in literals:
+                if rest.startswith(lit):
+                    if undecided:
+                        break
+                    self._consume(self._pos + len(lit))
+                    return lit
+                if not self._eof and lit.startswith(rest):
+                    undecided = True
+            if not undecided:
+                return None
+            yield
+
+    def _text_until(
+        self, markers: Sequence[str], consume: bool = True
+    ) -> Generator[None, None, str | None]:
+        """Emit normal text up to the first marker and return it (``None`` at end of output).
+
+        Only a possible prefix of a marker is held back. With ``consume=False`` the marker stays
+        unread. The mode must be ``PASS``.
+        """
+        while True:
+            hit = find_first_marker(self._buf, markers, self._pos)
+            if hit is not None:
+                pos, marker = hit
+                self._consume(pos)
+                if consume:
+                    self._pos += len(marker)
+                return marker
+            if self._eof:
+                self._consume(len(self._buf))
+                return None
+            keep = partial_marker_suffix(self._buf[self._pos :], markers)
+            self._consume(len(self._buf) - keep)
+            yield
+
+    def _name_until(
+        self, markers: Sequence[str], allowed: re.Pattern[str], limit: int = 256
+    ) -> Generator[None, None, tuple[str, str] | None]:
+        """Read a name made of ``allowed`` characters that ends at one of ``markers``.
+
+        Consumes both and returns ``(name, marker)``; returns ``None`` (consuming nothing) when
+        the text does not have that shape.
+        """
+        longest = max(len(m) for m in markers)
+        while True:
+            end = allowed.match(self._buf, self._pos).end()  # type: ignore[union-attr]
+            if end - self._pos > limit:
+                return None
+            rest = self._buf[end : end + longest]
+            for marker in markers:
+                if rest.startswith(marker):
+                    name = self._buf[self._pos : end]
+                    self._consume(end + len(marker))
+                    return name, marker
+            if self._eof or not any(m.startswith(rest) for m in markers):
+                return None
+            yield
+
+    def _word(
+        self, allowed: re.Pattern[str], limit: int = 256
+    ) -> Generator[None, None, str | None]:
+        """Read and consume a run of ``allowed`` characters (``None`` if longer than ``limit``)."""
+        while True:
+            end = allowed.match(self._buf, self._pos).end()  # type: ignore[union-attr]
+            if end - self._pos > limit:
+                return None
+            if end < len(self._buf) or self._eof:
+                word = self._buf[self._pos : end]
+                self._consume(end)
+                return word
+            yield
+
+    def _scan(self, scanner: JsonScanner) -> Generator[None, None, None]:
+        """Run ``scanner`` over the text (consumed in the current mode) until its value ends."""
+        while True:
+            end = scanner.feed(self._buf, self._pos, self._eof)
+            self._consume(end)
+            if scanner.status != RUNNING or self._eof:
+                return
+            yield
+
+    # -- calls ------------------------------------------------------------------------------------
+
+    def _stream_arguments(self) -> Generator[None, None, bool]:
+        """Stream the current (announced) call's arguments value; ``True`` if it was valid.
+
+        A broken value is completed into valid JSON from what was already streamed.
+        """
+        scanner = JsonScanner(capture=True)
+        sent = False
+        while True:
+            end = scanner.feed(self._buf, self._pos, self._eof)
+            self._consume(end)
+            if scanner.status == DONE:
+                text = scanner.take()
+                if sent:
+                    self._args(text)
+                else:
+                    self._args(finish_arguments(text, scanner.first))
+                return True
+            if scanner.status != RUNNING or self._eof:
+                if scanner.first != '"':
+                    piece = scanner.take()
+                    sent = sent or bool(piece)
+                    self._args(piece)
+                self._args(scanner.closing() if sent else "{}")
+                return False
+            if scanner.first != '"':
+                piece = scanner.take()
+                if piece:
+                    sent = True
+                    self._args(piece)
+            yield
+
+    def _skip_value(self) -> Generator[None, None, bool]:
+        """Consume one JSON value in the current mode; ``True`` if it was valid."""
+        scanner = JsonScanner(capture=False)
+        yield from self._scan(scanner)
+        return scanner.status == DONE
+
+    def _named_call(self, name: str) -> Generator[None, None, str]:
+        """A call whose name came from the format's syntax; its arguments value follows.
+
+        Announces the call (or rejects it) and reads the arguments. Returns ``OK``,
+        ``REJECTED`` or ``FAILED`` (broken arguments; an announced call was completed).
+        """
+        if not name or not self._allowed(name):
+            self._reject()
+            return REJECTED if (yield from self._skip_value()) else FAILED
+        self._announce(name)
+        return OK if (yield from self._stream_arguments()) else FAILED
+
+    def _call_object(self, shape: CallShape) -> Generator[None, None, str]:
+        """Read a ``{"name": ..., "arguments": ...}`` call object starting at ``{``.
+
+        Returns ``OK`` (announced, object closed), ``REJECTED`` (a call to a function not offered,
+        its raw text released) or ``FAILED`` (not a call, or broken: held text is still to be
+        released by the caller; an announced call was completed).
+        """
+        self._consume(self._pos + 1)  # "{"
+        name: str | None = None
+        args: str | None = None  # arguments captured before the name was known
+        have_args = False
+        state = "open"  # "open" (not recognised), "call", "rejected", "other" (not a call)
+        yield from self._ws()
+        c = yield from self._peek()
+        if c == "}":
+            self._consume(self._pos + 1)
+            return FAILED
+        while True:
+            if c != '"':
+                break
+            key_scanner = JsonScanner(capture=True)
+            yield from self._scan(key_scanner)
+            if key_scanner.status != DONE:
+                break
+            key = json.loads(key_scanner.take())
+            yield from self._ws()
+            if not (yield from self._expect(":")):
+                break
+            yield from self._ws()
+            is_name = key in shape.name_keys and name is None
+            is_args = key in shape.args_keys and not have_args
+            strict_other = shape.strict and not (is_name or is_args or key in shape.extra_keys)
+            if state == "open" and strict_other:
+                self._release()
+                state = "other"
+            if state == "open" and is_args and name is not None:
+                # Strict shapes are recognised here: name known, arguments starting.
+                if self._allowed(name):
+                    self._announce(name)
+                    state = "call"
+                else:
+                    self._reject()
+                    state = "rejected"
+            if state in ("open", "call") and is_name:
+                scanner = JsonScanner(capture=True)
+                yield from self._scan(scanner)
+                if scanner.status != DONE:
+                    break
+                value = json.loads(scanner.take())
+                if state == "call":
+                    pass  # a second name key after recognition is ignored
+                elif not isinstance(value, str) or not value:
+                    self._release()
+                    state = "other"
+                else:
+                    name = value
+                    if not shape.strict or have_args:
+                        if self._allowed(name):
+                            self._announce(name, "" if args is None else args)
+                            state = "call"
+                        else:
+                            self._reject()
+                            state = "rejected"
+            elif state == "call" and is_args:
+                have_args = True
+                if not (yield from self._stream_arguments()):
+                    return FAILED
+            elif state == "open" and is_args:
+                have_args = True
+                scanner = JsonScanner(capture=True)
+                yield from self._scan(scanner)
+                if scanner.status != DONE:
+                    break
+                args = finish_arguments(scanner.take(), scanner.first)
+            elif not (yield from self._skip_value()):
+                break
+            yield from self._ws()
+            c = yield from self._peek()
+            if c == ",":
+                self._consume(self._pos + 1)
+                yield from self._ws()
+                c = yield from self._peek()
+                continue
+            if c == "}":
+                self._consume(self._pos + 1)
+                if state == "call":
+                    if not have_args:
+                        self._args("{}")
+                    return OK
+                if state == "rejected":
+                    return REJECTED
+                return FAILED
+            break
+        # Broken object.
+        if state == "call" and not have_args:
+            self._args("{}")
+        return FAILED
+
+    def _call_array(self, shape: CallShape) -> Generator[None, None, str]:
+        """Read ``[call, call, ...]`` starting at ``[`` (the wrapper before it is held).
+
+        Returns ``OK`` when the array closed after at least one element (the mode is then
+        ``HOLD``, with the closing bracket held for the caller to drop), else ``FAILED`` (held
+        text still to release, resume at the current position).
+        """
+        self._hold()
+        self._consume(self._pos + 1)  # "["
+        yield from self._ws()
+        c = yield from self._peek()
+        while c == "{":
+            self._mark_element()
+            outcome = yield from self._call_object(shape)
+            if outcome == FAILED:
+                return FAILED
+            self._hold()
+            yield from self._ws()
+            c = yield from self._peek()
+            if c == ",":
+                self._consume(self._pos + 1)
+                yield from self._ws()
+                c = yield from self._peek()
+                continue
+            if c == "]":
+                self._consume(self._pos + 1)
+                return OK
+            return FAILED
+        return FAILED
+
+    def _close_block(self, end_markers: Sequence[str]) -> Generator[None, None, None]:
+        """After a block: drop held syntax, then an optional end marker (whitespace before it
+        is dropped with it; without it the whitespace stays normal text)."""
+        self._drop()
+        if not end_markers:
+            return
+        self._hold()
+        yield from self._ws()
+        if (yield from self._expect_any(end_markers)) is not None:
+            self._drop()
+        else:
+            self._release()
