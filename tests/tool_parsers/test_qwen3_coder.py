@@ -1,0 +1,210 @@
+"""Qwen3-Coder: ``<tool_call><function=NAME><parameter=KEY>value</parameter>…``."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from .harness import (
+    Call,
+    assert_calls,
+    assert_stream_matches_complete,
+    check_rendered,
+    split,
+    stream,
+)
+
+P = "qwen3_coder"
+
+
+def _raw(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def render(calls: list[Call]) -> str:
+    """Qwen3-Coder output for ``calls`` (one ``<tool_call>`` block per call, ``\\n`` between)."""
+    blocks = []
+    for name, args in calls:
+        params = "".join(f"<parameter={k}>\n{_raw(v)}\n</parameter>\n" for k, v in args.items())
+        blocks.append(f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>")
+    return "\n".join(blocks)
+
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "days": {"type": "integer"},
+                    "units": {"type": "string"},
+                    "opts": {"type": "object"},
+                },
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "write_file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
+            },
+        },
+    },
+]
+
+
+def test_single_call_typed_by_schema() -> None:
+    text = (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n"
+        "<parameter=days>\n3\n</parameter>\n</function>\n</tool_call>"
+    )
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (4,), (1_000,)])
+    assert result.calls[0].name == "get_weather"
+    assert result.calls[0].arguments == '{"city": "Paris", "days": 3}'
+    assert result.normal_text == ""
+
+
+def test_string_param_stays_string_even_if_numeric() -> None:
+    text = (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\n3\n</parameter>\n"
+        "</function>\n</tool_call>"
+    )
+    result = assert_stream_matches_complete(P, text, TOOLS)
+    assert result.calls[0].arguments == '{"city": "3"}'
+
+
+def test_parallel_calls_with_text_around() -> None:
+    calls: list[Call] = [
+        ("get_weather", {"city": "Paris", "days": 2}),
+        ("write_file", {"path": "a.txt"}),
+    ]
+    check_rendered(P, render, calls, before="Let me check.\n\n", after="\nDone!", tools=TOOLS)
+
+
+def test_text_between_blocks_is_kept() -> None:
+    one = render([("get_weather", {"city": "A"})])
+    two = render([("get_weather", {"city": "B"})])
+    result = assert_stream_matches_complete(P, f"x{one} and then {two}y", TOOLS, [(1,), (5,)])
+    assert result.normal_text == "x and then y"
+    assert_calls(result, [("get_weather", {"city": "A"}), ("get_weather", {"city": "B"})])
+
+
+def test_file_content_is_verbatim() -> None:
+    content = "def f():\n    return '&amp; <b>'\n\n"
+    text = render([("write_file", {"path": "f.py", "content": content})])
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (3, 1, 4)])
+    assert json.loads(result.calls[0].arguments) == {"path": "f.py", "content": content}
+
+
+def test_unicode_and_escapes() -> None:
+    city = 'Zürich "中文" \\n 🙂\ttab'
+    check_rendered(P, render, [("get_weather", {"city": city})], tools=TOOLS)
+
+
+def test_nested_json_and_inference_without_schema() -> None:
+    opts = {"a": [1, 2.5, {"b": None}], "c": "x"}
+    text = render([("anything", {"opts": opts, "n": 7, "flag": True, "s": "plain"})])
+    result = assert_stream_matches_complete(P, text, None)
+    assert result.calls[0].arguments == (
+        '{"opts": {"a": [1, 2.5, {"b": null}], "c": "x"}, "n": 7, "flag": true, "s": "plain"}'
+    )
+
+
+def test_malformed_object_value_becomes_string() -> None:
+    text = render([("get_weather", {"opts": "{not json"})])
+    result = assert_stream_matches_complete(P, text, TOOLS)
+    assert json.loads(result.calls[0].arguments) == {"opts": "{not json"}
+
+
+def test_unknown_function_stays_text() -> None:
+    text = "Hi " + render([("delete_all", {"x": "1"})]) + " bye"
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
+    assert result.calls == []
+    assert result.normal_text == text
+
+
+def test_unknown_among_known() -> None:
+    text = render([("get_weather", {"city": "A"}), ("nope", {}), ("get_weather", {"city": "B"})])
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
+    assert_calls(result, [("get_weather", {"city": "A"}), ("get_weather", {"city": "B"})])
+    # the line break after a block of calls is a separator when another block follows
+    assert result.normal_text == render([("nope", {})]) + "\n"
+
+
+def test_empty_arguments() -> None:
+    result = assert_stream_matches_complete(
+        P, "<tool_call>\n<function=get_weather>\n</function>\n</tool_call>", TOOLS
+    )
+    assert result.calls[0].arguments == "{}"
+
+
+def test_markers_split_never_leak() -> None:
+    text = "Look: " + render([("get_weather", {"city": "Paris"})]) + " ok"
+    for sizes in [(1,), (2,), (3,), (5, 7)]:
+        _, steps = stream(P, split(text, sizes), TOOLS)
+        assert "".join(s.normal_text for s in steps) == "Look:  ok"
+        assert all("<" not in s.normal_text for s in steps)
+
+
+def test_name_sent_once_complete_then_arguments_stream() -> None:
+    text = render([("write_file", {"path": "a", "content": "x" * 50})])
+    _, steps = stream(P, split(text, (1,)), TOOLS)
+    deltas = [d for s in steps for d in s.calls]
+    assert deltas[0].name == "write_file"
+    assert deltas[0].arguments == ""
+    assert all(d.name is None for d in deltas[1:])
+    assert deltas[1].arguments.startswith("{")
+    assert "}" in deltas[-1].arguments
+    # string values stream as they arrive: many deltas for the long content
+    assert sum(1 for d in deltas if d.arguments.strip("x")) < len(deltas) - 40
+
+
+def test_tool_call_tag_in_prose_is_text() -> None:
+    text = "Use the <tool_call> tag like this: <tool_call> hello </tool_call>."
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
+    assert result.calls == []
+    assert result.normal_text == text
+
+
+def test_missing_closing_tags_tolerated() -> None:
+    text = (
+        "<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n"
+        "<parameter=days>\n3\n</tool_call>after"
+    )
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
+    assert_calls(result, [("get_weather", {"city": "Paris", "days": 3})])
+    assert result.normal_text == "after"
+
+
+def test_cut_off_call_is_closed() -> None:
+    text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar"
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
+    assert_calls(result, [("get_weather", {"city": "Par"})])
+
+
+def test_cut_off_before_name_is_text() -> None:
+    text = "hello <tool_call>\n<function=get_wea"
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
+    assert result.calls == []
+    assert result.normal_text == text
+
+
+def test_long_arguments_cost_is_linear() -> None:
+    def run(n: int) -> float:
+        text = render([("write_file", {"path": "p", "content": "abc <x> \n" * n})])
+        chunks = split(text, (4,))
+        start = time.perf_counter()
+        folded, _ = stream(P, chunks, TOOLS)
+        assert len(folded.calls) == 1
+        return time.perf_counter() - start
+
+    run(500)
+    small, large = run(2_000), run(16_000)
+    assert large < small * 8 * 3  # linear within noise (quadratic would be ~64x)
