@@ -1,0 +1,138 @@
+"""Pieces of the simulator without a server: schema instances, scripts, planning, knobs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from turnout import demo_model
+from turnout.sim import ModelFiles, Script, ScriptError, SimKnobs, SimModel
+from turnout.sim.model import InvalidRequest
+from turnout.sim.schema_instance import SchemaError, instance_for
+
+from ..wire._helpers import request, token_id
+
+
+@pytest.mark.parametrize(
+    ("schema", "expected"),
+    [
+        ({"type": "object"}, {}),
+        ({"type": "string", "minLength": 3}, "aaa"),
+        ({"type": "integer", "minimum": 4, "multipleOf": 3}, 6),
+        ({"type": "integer", "exclusiveMinimum": 4}, 5),
+        ({"type": "number", "maximum": -1}, -1),
+        ({"type": "boolean"}, False),
+        ({"type": ["null", "string"]}, ""),
+        ({"enum": ["b", "a"]}, "b"),
+        ({"const": {"x": 1}}, {"x": 1}),
+        ({"type": "array", "items": {"type": "integer"}, "minItems": 2}, [0, 0]),
+        ({"type": "array", "items": {"type": "integer"}, "maxItems": 0}, []),
+        ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "null"}]}, ["", None]),
+        (
+            {
+                "allOf": [
+                    {"properties": {"a": {"type": "integer"}}},
+                    {"properties": {"b": {"type": "string"}}, "required": ["b"]},
+                ]
+            },
+            {"a": 0, "b": ""},
+        ),
+        (
+            {
+                "$defs": {"city": {"type": "string", "enum": ["Paris"]}},
+                "type": "object",
+                "properties": {"where": {"$ref": "#/$defs/city"}},
+            },
+            {"where": "Paris"},
+        ),
+        ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, 0),
+    ],
+)
+def test_schema_instances(schema: object, expected: object) -> None:
+    assert instance_for(schema) == expected
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        [],
+        {"$ref": "http://elsewhere/x"},
+        {"$ref": "#/nope"},
+        {"type": "color"},
+        {"$defs": {"a": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"},
+    ],
+)
+def test_unusable_schemas(schema: object) -> None:
+    with pytest.raises(SchemaError):
+        instance_for(schema)
+
+
+@pytest.mark.parametrize(
+    ("data", "words"),
+    [
+        ("just text", "mapping"),
+        ({"rules": [{"match": "x"}]}, "'match' and 'reply'"),
+        ({"rules": [{"match": "(", "reply": "x"}]}, "bad regex"),
+        ({"rules": [{"match": "x", "reply": []}]}, "empty list"),
+        ({"rules": [{"match": "x", "reply": "y", "when": 1}]}, "unknown keys"),
+        ({"rules": [{"match": "x", "reply": "y", "match_on": "all"}]}, "match_on"),
+        ({"rulez": []}, "unknown keys"),
+    ],
+)
+def test_bad_scripts_are_named(data: object, words: str) -> None:
+    with pytest.raises(ScriptError, match=words):
+        Script.from_data(data, where="s.yaml")
+
+
+def test_script_file_errors(tmp_path: Path) -> None:
+    with pytest.raises(ScriptError, match="cannot read"):
+        Script.load(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("rules: [unclosed")
+    with pytest.raises(ScriptError, match=r"bad\.yaml"):
+        Script.load(bad)
+    listed = tmp_path / "list.json"
+    listed.write_text('[{"match": "hi", "reply": "hello"}]')
+    assert Script.load(listed).replies_for("", "hi there") == ("hello",)
+
+
+@pytest.fixture(scope="module")
+def model() -> SimModel:
+    return SimModel(ModelFiles.load(demo_model.path()))
+
+
+def test_plan_rejects_prompts_beyond_the_context(model: SimModel) -> None:
+    req = request("hi")
+    req.tokenized.input_ids.extend([5] * 9000)
+    with pytest.raises(InvalidRequest, match="context length"):
+        model.plan(req)
+
+
+def test_plan_clips_max_new_tokens_to_the_context(model: SimModel) -> None:
+    req = request("hi", ignore_eos=True, max_new_tokens=100_000)
+    (plan,) = model.plan(req)
+    assert len(plan.token_ids) == 8192 - len(req.tokenized.input_ids)
+    assert plan.finish_reason == "length"
+
+
+def test_eos_inside_min_new_tokens_is_not_a_stop(model: SimModel) -> None:
+    im_end = token_id("<|im_end|>")
+    (plan,) = model.plan(request("a", min_new_tokens=1, stop_token_ids=[im_end]))
+    assert plan.token_ids[-1] == im_end
+    assert plan.matched_token_id == im_end
+
+
+def test_missing_model_dir(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match=r"tokenizer\.json"):
+        ModelFiles.load(tmp_path)
+
+
+def test_knob_updates_are_checked() -> None:
+    knobs = SimKnobs()
+    knobs.update({"delay_ms": 2, "fail_status": "UNAVAILABLE"})
+    assert knobs.as_dict()["delay_ms"] == 2
+    with pytest.raises(ValueError, match="unknown knobs"):
+        knobs.update({"speed": 1})
+    with pytest.raises(ValueError, match="gRPC status"):
+        knobs.update({"fail_status": "BROKEN"})
