@@ -32,12 +32,14 @@ def _prompts(request: CompletionRequest) -> list[str | list[int]]:
     prompts: list[str | list[int]] = []
     ids: list[int] = []
     for item in prompt:
-        if isinstance(item, int):
+        if isinstance(item, int) and not isinstance(item, bool):
             ids.append(item)
         elif isinstance(item, str):
             prompts.append(item)
-        else:
+        elif isinstance(item, list) and item and all(isinstance(t, int) for t in item):
             prompts.append(list(item))
+        else:
+            raise bad_request("prompt must be a string, a list of strings or token ids", "prompt")
     if ids and prompts:
         raise bad_request("prompt must be a string, a list of strings or token ids", "prompt")
     return [ids] if ids else prompts

@@ -74,14 +74,16 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
     runtime = await services.models.runtime(model_id)
     tokenizer = runtime.tokenizer
     batch = isinstance(request.text, list) or (
-        bool(request.input_ids) and isinstance(request.input_ids[0], list)  # type: ignore[index]
+        bool(request.input_ids) and isinstance(request.input_ids[0], list)
     )
     if request.text is not None:
         texts = request.text if isinstance(request.text, list) else [request.text]
         id_lists = tokenizer.encode_batch(texts, add_special_tokens=False)
     else:
         raw_ids = request.input_ids or []
-        id_lists = [list(x) for x in raw_ids] if batch else [list(raw_ids)]  # type: ignore[arg-type]
+        id_lists = [list(x) for x in raw_ids] if batch else [list(raw_ids)]
+        if not all(isinstance(t, int) for ids in id_lists for t in ids):
+            raise bad_request("input_ids must be token ids or lists of token ids", "input_ids")
         texts = ["" for _ in id_lists]
     if not id_lists or any(not ids for ids in id_lists):
         raise bad_request("the prompt must not be empty", "text")

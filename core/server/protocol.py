@@ -82,7 +82,8 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
 class CompletionRequest(SamplingFields, kw_only=True):
     """``POST /v1/completions``."""
 
-    prompt: str | list[str] | list[int] | list[list[int]]
+    #: A string, a list of strings, token ids, or a list of token-id lists (checked later).
+    prompt: str | list[Any]
     echo: bool = False
     logprobs: int | None = None
     suffix: str | None = None
@@ -93,7 +94,8 @@ class GenerateRequestBody(msgspec.Struct, kw_only=True):
     """SGLang's native ``POST /generate``."""
 
     text: str | list[str] | None = None
-    input_ids: list[int] | list[list[int]] | None = None
+    #: Token ids, or a list of token-id lists (checked later).
+    input_ids: list[Any] | None = None
     model: str | None = None
     sampling_params: dict[str, Any] = msgspec.field(default_factory=dict)
     stream: bool = False
