@@ -175,6 +175,7 @@ class ChatTemplate:
     def render(
         self,
         messages: Sequence[Message],
+        /,
         *,
         tools: Sequence[Mapping[str, Any]] | None = None,
         documents: Sequence[Mapping[str, Any]] | None = None,

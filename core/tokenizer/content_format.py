@@ -57,9 +57,11 @@ def _reads_parts(tree: nodes.Template, aliases: set[str]) -> Iterator[bool]:
     for loop in tree.find_all(nodes.For):
         yield _is_content_expr(loop.iter, aliases)
     for item in tree.find_all(nodes.Getitem):
-        # content[0] or content['type'] (but not message['content'] itself)
-        yield _is_content_expr(item.node, aliases) and not (
-            isinstance(item.arg, nodes.Const) and item.arg.value == "content"
+        # content[0] or content['type']; not slices (strings slice too) nor message['content']
+        yield (
+            _is_content_expr(item.node, aliases)
+            and isinstance(item.arg, nodes.Const)
+            and item.arg.value != "content"
         )
 
 

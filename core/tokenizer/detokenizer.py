@@ -10,6 +10,9 @@ decoding all its ids at once. Works for byte-level BPE and SentencePiece/Metaspa
 * Trailing U+FFFD characters are held back: they may be the first bytes of a character whose
   remaining bytes are in the next chunk. Text before them is released at once. ``finish()``
   releases whatever is still held, exactly as the one-shot decode shows it.
+* Byte-fallback tokens (``<0x0A>``, SentencePiece) are decoded as a run: when the run is not
+  valid UTF-8, *every* byte of it shows as U+FFFD, even an ASCII one decoded cleanly before. So
+  the text of a trailing run of byte tokens is held until a regular token ends the run.
 
 Cost: two ``Tokenizer.decode`` calls (Rust) per chunk over the chunk plus the previous one;
 no Python work per token.
@@ -24,6 +27,12 @@ from tokenizers import Tokenizer
 _REPLACEMENT = "\ufffd"
 
 
+def byte_fallback_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    """Ids of the ``<0x00>``…``<0xFF>`` byte tokens of ``tokenizer`` (empty for byte-level BPE)."""
+    ids = (tokenizer.token_to_id(f"<0x{byte:02X}>") for byte in range(256))
+    return frozenset(token_id for token_id in ids if token_id is not None)
+
+
 class IncrementalDetokenizer:
     """Per-output streaming decoder (create one per choice; not thread-safe).
 
@@ -33,6 +42,7 @@ class IncrementalDetokenizer:
     """
 
     __slots__ = (
+        "_byte_ids",
         "_emitted",
         "_ids",
         "_prefix_chars",
@@ -48,8 +58,11 @@ class IncrementalDetokenizer:
         *,
         skip_special_tokens: bool = True,
         spaces_between_special_tokens: bool = True,
+        byte_ids: frozenset[int] | None = None,
     ) -> None:
+        """``byte_ids``: the tokenizer's :func:`byte_fallback_ids` (computed when not given)."""
         self._tokenizer = tokenizer
+        self._byte_ids = byte_fallback_ids(tokenizer) if byte_ids is None else byte_ids
         self.skip_special_tokens = skip_special_tokens
         self.spaces_between_special_tokens = spaces_between_special_tokens
         self._ids: list[int] = []  # the current window only; earlier ids are dropped
@@ -67,6 +80,8 @@ class IncrementalDetokenizer:
         self._ids.extend(token_ids)
         text = self._decode(self._ids)
         end = len(text)
+        if self._byte_ids and self._ids[-1] in self._byte_ids:
+            end = self._chars_before_byte_run()
         while end > self._prefix_chars and text[end - 1] == _REPLACEMENT:
             end -= 1
         start = self._prefix_chars + self._emitted
@@ -76,6 +91,15 @@ class IncrementalDetokenizer:
         else:
             self._emitted += len(delta)
         return delta
+
+    def _chars_before_byte_run(self) -> int:
+        """Length of the window's text without its trailing run of byte tokens."""
+        start = len(self._ids) - 1
+        while start > self._read and self._ids[start - 1] in self._byte_ids:
+            start -= 1
+        if start == self._read:
+            return self._prefix_chars
+        return len(self._decode(self._ids[:start]))
 
     def _commit(self, window_chars: int) -> None:
         """All ids decode cleanly: the ids not yet committed become the next window."""

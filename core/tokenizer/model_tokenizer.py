@@ -11,7 +11,7 @@ from tokenizers import AddedToken, Tokenizer
 
 from turnout.tokenizer.chat_template import ChatTemplate, Message
 from turnout.tokenizer.content_format import ContentFormat
-from turnout.tokenizer.detokenizer import IncrementalDetokenizer
+from turnout.tokenizer.detokenizer import IncrementalDetokenizer, byte_fallback_ids
 from turnout.tokenizer.errors import ChatTemplateError, ModelFilesError
 from turnout.tokenizer.model_dir import DEFAULT_TEMPLATE, ModelFiles, TokenSpec, read_model_dir
 
@@ -84,6 +84,7 @@ class ModelTokenizer:
                 eos_ids.add(eos_id)
         self.eos_token_ids: frozenset[int] = frozenset(eos_ids)
         """EOS ids from config.json ∪ generation_config.json (else the tokenizer's eos_token)."""
+        self._byte_ids = byte_fallback_ids(backend)
         self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
         """Number of ids, added tokens included (``len(tokenizer)`` in transformers)."""
         self._templates: dict[str, ChatTemplate] = {}
@@ -150,6 +151,7 @@ class ModelTokenizer:
             self.backend,
             skip_special_tokens=skip_special_tokens,
             spaces_between_special_tokens=spaces_between_special_tokens,
+            byte_ids=self._byte_ids,
         )
 
     # -- chat templates -------------------------------------------------------------------------

@@ -1,0 +1,231 @@
+"""Chat template environment, content formats, message preparation and error mapping."""
+
+from __future__ import annotations
+
+import datetime
+import warnings
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.tokenizer.helpers import TEMPLATES
+from turnout.tokenizer import ChatTemplate, ChatTemplateError, detect_content_format
+from turnout.tokenizer.chat_template import prepare_messages
+from turnout.tokenizer.template_env import compile_template
+
+USER = [{"role": "user", "content": "hi"}]
+
+
+def render(source: str, messages: list[dict[str, Any]] | None = None, **kwargs: Any) -> str:
+    return ChatTemplate(source).render(USER if messages is None else messages, **kwargs)
+
+
+def test_environment_matches_hf_conventions() -> None:
+    # trim_blocks / lstrip_blocks
+    assert render("  {% if true %}\nA\n  {% endif %}\nB") == "A\nB"
+    # tojson keeps non-ASCII and supports indent / separators / sort_keys
+    data = {"b": "é", "a": [1]}
+    assert render("{{ d|tojson }}", d=data) == '{"b": "é", "a": [1]}'
+    assert render("{{ d|tojson(sort_keys=true) }}", d=data) == '{"a": [1], "b": "é"}'
+    assert render("{{ d|tojson(indent=2) }}", d={"a": 1}) == '{\n  "a": 1\n}'
+    assert render("{{ d|tojson(separators=(',', ':')) }}", d=data) == '{"b":"é","a":[1]}'
+    assert render("{{ '<b>'|tojson }}") == '"<b>"'  # no HTML escaping
+    # loop controls
+    assert (
+        render("{% for i in range(5) %}{% if i == 3 %}{% break %}{% endif %}{{ i }}{% endfor %}")
+        == "012"
+    )
+    assert (
+        render(
+            "{% for i in range(4) %}{% if i is odd %}{% continue %}{% endif %}{{ i }}{% endfor %}"
+        )
+        == "02"
+    )
+    # strftime_now
+    assert render("{{ strftime_now('%Y') }}") == str(datetime.datetime.now().year)
+    # special tokens and kwargs as variables; kwargs win
+    assert render("{{ bos_token }}|{{ x }}", special_tokens={"bos_token": "<s>"}, x=1) == "<s>|1"
+    assert render("{{ bos_token }}", special_tokens={"bos_token": "<s>"}, bos_token="B") == "B"
+    # the generation tag renders its body
+    assert render("{% generation %}G{% endgeneration %}") == "G"
+    assert compile_template("{{ 1 }}") is compile_template("{{ 1 }}")  # compiled once
+
+
+def test_raise_exception_becomes_chat_template_error() -> None:
+    with pytest.raises(ChatTemplateError, match=r"^Roles must alternate$"):
+        render("{{ raise_exception('Roles must alternate') }}")
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "{{ messages[0].content.missing.deeper }}",  # undefined misuse
+        "{{ 1 / 0 }}",
+        "{{ messages.__class__.__mro__ }}",  # sandbox
+        "{% set ns = namespace(_x=1) %}",
+        "{{ messages.append(1) }}",  # immutable sandbox
+    ],
+)
+def test_template_failures_are_chat_template_errors(source: str) -> None:
+    with pytest.raises(ChatTemplateError):
+        render(source)
+
+
+def test_syntax_error_names_the_line() -> None:
+    with pytest.raises(ChatTemplateError, match="line 2"):
+        ChatTemplate("ok\n{% if %}")
+
+
+def test_bad_conversations_are_clear_errors() -> None:
+    template = ChatTemplate("{{ messages|length }}")
+    for bad, message in [
+        ([], "must not be empty"),
+        ("hello", "must be a list"),
+        ([{"content": "x"}], r"messages\[0\]\.role"),
+        (["x"], r"messages\[0\] must be an object"),
+        ([{"role": "user", "content": [{"type": "image_url"}]}], "part type 'image_url'"),
+        ([{"role": "assistant", "tool_calls": "x"}], "tool_calls must be a list"),
+    ]:
+        with pytest.raises(ChatTemplateError, match=message):
+            template.render(bad)  # type: ignore[arg-type]
+    with pytest.raises(ChatTemplateError, match="may not override"):
+        template.render(USER, messages=[])
+    with pytest.raises(ChatTemplateError, match="cannot both be set"):
+        template.render(USER, continue_final_message=True, add_generation_prompt=True)
+
+
+def test_content_format_detection() -> None:
+    parts_loop = (
+        "{% for m in messages %}{% for p in m['content'] %}{{ p.text }}{% endfor %}{% endfor %}"
+    )
+    parts_index = "{% for m in messages %}{{ m.content[0]['text'] }}{% endfor %}"
+    via_alias = (
+        "{% for m in messages %}{% set c = m.content %}"
+        "{% for p in c %}{{ p['text'] }}{% endfor %}{% endfor %}"
+    )
+    both = (
+        "{% for m in messages %}{% if m.content is string %}{{ m.content }}"
+        "{% else %}{% for p in m.content %}{{ p.text }}{% endfor %}{% endif %}{% endfor %}"
+    )
+    plain = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    assert detect_content_format(parts_loop) == "openai"
+    assert detect_content_format(parts_index) == "openai"
+    assert detect_content_format(via_alias) == "openai"
+    assert detect_content_format(both) == "string"
+    assert detect_content_format(plain) == "string"
+    assert detect_content_format("{% broken") == "string"
+
+
+@pytest.mark.skipif(not TEMPLATES.is_dir(), reason=f"shared fixtures not found at {TEMPLATES}")
+def test_hub_templates_take_string_content() -> None:
+    formats = {p.stem: detect_content_format(p.read_text()) for p in TEMPLATES.glob("*.jinja")}
+    assert set(formats.values()) == {"string"}, formats
+
+
+def test_parts_template_gets_strings_wrapped() -> None:
+    source = (
+        "{% for m in messages %}{% for p in m.content %}"
+        "<{{ p.type }}:{{ p.text }}>{% endfor %}{% endfor %}"
+    )
+    template = ChatTemplate(source)
+    assert template.content_format == "openai"
+    messages = [
+        {"role": "user", "content": "plain"},
+        {"role": "user", "content": [{"type": "text", "text": "part"}]},
+    ]
+    assert template.render(messages, add_generation_prompt=False) == "<text:plain><text:part>"
+
+
+def test_prepare_messages_shapes_for_templates() -> None:
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+        {
+            "role": "assistant",
+            "content": None,
+            "reasoning_content": "why",
+            "tool_calls": [
+                {"id": "1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}},
+                {"id": "2", "type": "function", "function": {"name": "g", "arguments": "not json"}},
+                {"id": "3", "type": "function", "function": {"name": "h", "arguments": "[1]"}},
+            ],
+        },
+    ]
+    prepared = prepare_messages(messages, "string")
+    assert prepared[0]["content"] == "a\nb"
+    assert "content" not in prepared[1]
+    assert prepared[1]["thinking"] == prepared[1]["reasoning_content"] == "why"
+    args = [call["function"]["arguments"] for call in prepared[1]["tool_calls"]]
+    assert args == [{"x": 1}, "not json", "[1]"]
+    assert messages[1]["tool_calls"][0]["function"]["arguments"] == '{"x": 1}'  # untouched
+    assert messages[0]["content"][0] == {"type": "text", "text": "a"}
+
+
+def test_documents_and_tools_reach_the_template() -> None:
+    source = "{{ tools[0].function.name }}|{{ documents[0].title }}|{{ tools is none }}"
+    template = ChatTemplate(source)
+    tools = [{"type": "function", "function": {"name": "f"}}]
+    assert template.render(USER, tools=tools, documents=[{"title": "T"}]) == "f|T|False"
+    assert ChatTemplate("{{ tools is none }}/{{ tools is defined }}").render(USER) == "True/True"
+
+
+QWEN = TEMPLATES / "Qwen-Qwen2.5-7B-Instruct.jinja"
+
+
+@pytest.mark.skipif(not QWEN.is_file(), reason=f"shared fixture not found: {QWEN}")
+@pytest.mark.parametrize(
+    "final",
+    [
+        {"role": "assistant", "content": "The answer is"},
+        {"role": "assistant", "content": "Trailing space "},
+        {"role": "assistant", "content": [{"type": "text", "text": "In parts"}]},
+        {"role": "user", "content": "continue the user"},
+    ],
+)
+def test_continue_final_message_matches_transformers(
+    final: dict[str, Any], small_tokenizer_file: Path
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    source = QWEN.read_text(encoding="utf-8")
+    messages = [{"role": "user", "content": "Say something"}, final]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = transformers.PreTrainedTokenizerFast(
+            tokenizer_file=str(small_tokenizer_file), eos_token="<|im_end|>"
+        )
+    hf_messages = [
+        m if isinstance(m["content"], str) else {**m, "content": m["content"][0]["text"]}
+        for m in messages
+    ]
+    expected = hf.apply_chat_template(
+        hf_messages, chat_template=source, tokenize=False, continue_final_message=True
+    )
+    ours = ChatTemplate(source).render(
+        messages,
+        add_generation_prompt=False,
+        continue_final_message=True,
+        special_tokens={"eos_token": "<|im_end|>"},
+    )
+    assert ours == expected
+    assert not ours.endswith("<|im_end|>\n")
+
+
+def test_continue_final_message_errors() -> None:
+    template = ChatTemplate("{% for m in messages %}{{ m.content }}{% endfor %}")
+    with pytest.raises(ChatTemplateError, match="no 'content' to continue"):
+        template.render(
+            [{"role": "assistant"}], add_generation_prompt=False, continue_final_message=True
+        )
+    with pytest.raises(ChatTemplateError, match="does not use the field 'reasoning_content'"):
+        template.render(
+            [{"role": "assistant", "content": "x", "reasoning_content": "r"}],
+            add_generation_prompt=False,
+            continue_final_message="reasoning_content",
+        )
+    dropping = ChatTemplate("{% for m in messages %}{{ m.content[:2] }}{% endfor %}")
+    with pytest.raises(ChatTemplateError, match="cannot be continued"):
+        dropping.render(
+            [{"role": "assistant", "content": "long text"}],
+            add_generation_prompt=False,
+            continue_final_message=True,
+        )
