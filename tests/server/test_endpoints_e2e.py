@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import httpx
@@ -77,7 +78,7 @@ def test_generate_streaming_accumulates_text(router: Router) -> None:
     assert chunks[-1]["text"] == "streaming native"
     assert chunks[-1]["meta_info"]["finish_reason"]["type"] == "stop"
     texts = [c["text"] for c in chunks]
-    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))
+    assert all(b.startswith(a) for a, b in itertools.pairwise(texts))
 
 
 def test_generate_rejects_unknown_sampling_params(router: Router) -> None:
