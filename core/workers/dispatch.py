@@ -90,7 +90,9 @@ class Dispatcher:
         route = self._routes.get(model)
         if route is None:
             default = self._default
-            policy: Policy = default if isinstance(default, Policy) else default()
+            # A class is a factory too (a class has a ``select`` attribute: check it first).
+            is_instance = not isinstance(default, type) and isinstance(default, Policy)
+            policy: Policy = default if is_instance else default()  # type: ignore[assignment,operator]
             route = self._routes[model] = _Route.of(policy)
             self._inform(route, model)
         return route

@@ -4,13 +4,34 @@ from __future__ import annotations
 
 from turnout.errors import TurnoutError
 
+#: OpenAI error ``type`` per HTTP status.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    409: "invalid_request_error",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "internal_server_error",
+    501: "not_implemented_error",
+    502: "upstream_error",
+    503: "service_unavailable_error",
+    504: "timeout_error",
+}
+
+
+def error_type_for(status: int) -> str:
+    """The OpenAI error ``type`` for an HTTP status."""
+    return ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
+
 
 class DispatchError(TurnoutError):
-    """A request could not be served by any worker."""
+    """A request could not be served by any worker; ``status``/``code``/``error_type`` say how
+    to answer (OpenAI error body)."""
 
     status = 503
     code = "service_unavailable"
-    error_type = "service_unavailable"
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
         super().__init__(message)
@@ -19,6 +40,11 @@ class DispatchError(TurnoutError):
             self.status = status
         if code is not None:
             self.code = code
+
+    @property
+    def error_type(self) -> str:
+        """OpenAI error ``type``."""
+        return error_type_for(self.status)
 
 
 class NoWorkerAvailable(DispatchError):
@@ -42,8 +68,6 @@ class WorkerRequestError(DispatchError):
     worker fault (5xx-class, transport) from a client error (4xx).
     """
 
-    error_type = "upstream_error"
-
     def __init__(
         self,
         message: str,
@@ -55,8 +79,6 @@ class WorkerRequestError(DispatchError):
     ) -> None:
         code = "upstream_error" if worker_fault else "invalid_request"
         super().__init__(message, status=status, code=code)
-        if not worker_fault:
-            self.error_type = "invalid_request_error"
         self.worker_fault = worker_fault
         self.worker_id = worker_id
         self.attempts = attempts

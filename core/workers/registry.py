@@ -121,7 +121,8 @@ class WorkerRegistry:
         worker.draining = True
         timeout = self.settings.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
         try:
-            await asyncio.wait_for(worker.wait_idle(), timeout)
+            async with asyncio.timeout(timeout):
+                await worker.wait_idle()
         except TimeoutError:
             log.warning(
                 "worker %s: removed with %d requests in flight", worker_id, worker.in_flight
@@ -247,7 +248,7 @@ class WorkerRegistry:
 
     async def _health_loop(self, worker: Worker) -> None:
         health = worker.health
-        while not worker.removed:
+        while not worker.removed and self._running:
             settings = health.settings
             changed = False
             if not worker.discovered and not await self._discover(worker, settings.timeout_s):
@@ -282,8 +283,11 @@ class WorkerRegistry:
     @staticmethod
     async def _sleep(worker: Worker, delay: float) -> None:
         worker.wake.clear()
+        # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancellation that
+        # races with the event being set, and the loop would then never stop.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(worker.wake.wait(), delay)
+            async with asyncio.timeout(delay):
+                await worker.wake.wait()
 
     async def _poll_loads(self) -> None:
         settings = self.settings.load_monitor

@@ -1,0 +1,176 @@
+"""``/workers`` admin API (Litestar): list, inspect, add and drain workers.
+
+Mount :func:`workers_router` into the app. The registry comes by dependency injection under
+the name ``worker_registry`` (pass it to :func:`workers_router`, or provide it at the app
+layer); pass :func:`admin_key_guard` (or any guard) to protect the routes.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Sequence
+from typing import Any
+
+import msgspec
+from litestar import Controller, Request, Response, Router, delete, get, post
+from litestar.connection import ASGIConnection
+from litestar.di import NamedDependency, Provide
+from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
+from litestar.handlers import BaseRouteHandler
+from litestar.params import FromQuery
+from litestar.types import Guard
+
+from turnout.wire import parse_worker_url
+from turnout.workers.errors import WorkerConflict, WorkerNotFound, error_type_for
+from turnout.workers.registry import WorkerRegistry
+from turnout.workers.settings import WorkerSpec
+from turnout.workers.worker import Worker, WorkerState
+
+DEPENDENCY = "worker_registry"
+
+
+def _error(status: int, message: str, code: str, param: str | None = None) -> Response[Any]:
+    body = {
+        "error": {
+            "message": message,
+            "type": error_type_for(status),
+            "param": param,
+            "code": code,
+        }
+    }
+    return Response(body, status_code=status)
+
+
+def _listing(workers: Sequence[Worker]) -> dict[str, Any]:
+    return {
+        "workers": [w.info() for w in workers],
+        "total": len(workers),
+        "stats": {
+            "total_workers": len(workers),
+            "ready_workers": sum(w.state is WorkerState.READY for w in workers),
+            "routable_workers": sum(w.routable for w in workers),
+            "total_models": len({w.model_id for w in workers if w.model_id is not None}),
+            "total_load": sum(w.load for w in workers),
+        },
+    }
+
+
+class WorkersController(Controller):
+    """Worker management."""
+
+    path = "/workers"
+
+    @get("/", sync_to_thread=False)
+    def list_workers(
+        self,
+        worker_registry: NamedDependency[WorkerRegistry],
+        model: FromQuery[str | None] = None,
+    ) -> dict[str, Any]:
+        """All workers (``?model=`` filters by served model)."""
+        workers = worker_registry.all()
+        if model is not None:
+            workers = [w for w in workers if w.model_id == model]
+        return _listing(workers)
+
+    @get("/{worker_id:str}", sync_to_thread=False)
+    def get_worker(
+        self, worker_registry: NamedDependency[WorkerRegistry], worker_id: str
+    ) -> Response[Any]:
+        """One worker's state, load, model and circuit."""
+        worker = worker_registry.get(worker_id)
+        if worker is None:
+            return _error(404, f"no worker {worker_id!r}", "worker_not_found", "worker_id")
+        return Response(worker.info())
+
+    @post("/")
+    async def add_worker(
+        self,
+        worker_registry: NamedDependency[WorkerRegistry],
+        data: WorkerSpec,
+        wait_s: FromQuery[float | None] = None,
+    ) -> Response[Any]:
+        """Register a worker; with ``?wait_s=``, wait that long for it to become ready.
+
+        Answers 201 with the worker (``state`` tells whether it is ready yet).
+        """
+        try:
+            parse_worker_url(data.url)
+        except ValueError as exc:
+            return _error(400, str(exc), "invalid_value", "url")
+        if wait_s is not None and not 0 <= wait_s <= 600:
+            return _error(400, "wait_s must be within [0, 600]", "invalid_value", "wait_s")
+        try:
+            worker = await worker_registry.add(data, wait_s=wait_s)
+        except WorkerConflict as exc:
+            return _error(409, str(exc), "worker_exists", "url")
+        return Response(worker.info(), status_code=201)
+
+    @delete("/{worker_id:str}", status_code=202)
+    async def remove_worker(
+        self,
+        worker_registry: NamedDependency[WorkerRegistry],
+        worker_id: str,
+        wait: FromQuery[bool] = False,
+    ) -> Response[Any]:
+        """Drain a worker: no new requests, in-flight ones finish, then it is removed.
+
+        Answers 202 at once (state ``draining``), or 200 after removal with ``?wait=true``.
+        """
+        try:
+            if wait:
+                worker = await worker_registry.remove(worker_id)
+                return Response({**worker.info(), "state": "removed"}, status_code=200)
+            worker = worker_registry.start_drain(worker_id)
+        except WorkerNotFound as exc:
+            return _error(404, str(exc), "worker_not_found", "worker_id")
+        return Response(worker.info(), status_code=202)
+
+
+def admin_key_guard(api_key: str) -> Guard:
+    """A guard requiring ``Authorization: Bearer <api_key>`` (401 otherwise)."""
+    expected = api_key.encode()
+
+    def guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
+        header = connection.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
+            raise NotAuthorizedException("invalid or missing admin API key")
+
+    return guard
+
+
+def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    status = exc.status_code
+    message = exc.detail
+    if isinstance(exc, ValidationException) and exc.extra:
+        message = f"{message}: {msgspec.json.encode(exc.extra).decode()}"
+    code = {401: "invalid_api_key", 400: "invalid_value"}.get(status, str(status))
+    return _error(status, message, code)
+
+
+def workers_router(
+    registry: WorkerRegistry | None = None,
+    *,
+    guards: Sequence[Guard] = (),
+    path: str = "/",
+) -> Router:
+    """The ``/workers`` routes under ``path``.
+
+    With ``registry`` the router provides it itself; otherwise the app must provide a
+    dependency named ``worker_registry``.
+    """
+    dependencies: dict[str, Provide] = {}
+    if registry is not None:
+        reg = registry
+
+        def provide_registry() -> WorkerRegistry:
+            return reg
+
+        dependencies[DEPENDENCY] = Provide(provide_registry, sync_to_thread=False)
+    return Router(
+        path=path,
+        route_handlers=[WorkersController],
+        dependencies=dependencies,
+        guards=list(guards),
+        exception_handlers={HTTPException: _http_error},
+    )

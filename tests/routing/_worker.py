@@ -1,0 +1,120 @@
+"""A tiny real gRPC SGLang-scheduler worker for routing tests (loopback sockets only).
+
+Knobs are plain attributes changed at run time. ``stop()``/``start()`` keep the port, so a
+"restarted" worker comes back at the same address.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+import grpc
+import grpc.aio
+
+from turnout.wire import pb
+from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class TestWorker(pb_grpc.SglangSchedulerServicer):
+    """Streams ``chunks`` one-token chunks then a complete, ``chunk_delay`` apart."""
+
+    __test__ = False
+
+    def __init__(self, model: str = "m", port: int | None = None) -> None:
+        self.model = model
+        self.port = port or free_port()
+        self.url = f"grpc://127.0.0.1:{self.port}"
+        self.chunks = 3
+        self.chunk_delay = 0.0
+        self.first_delay = 0.0
+        self.healthy = True
+        self.health_delay = 0.0
+        #: Fail Generate before the first response with this status (None: succeed).
+        self.fail_code: grpc.StatusCode | None = None
+        self.fail_after_first: grpc.StatusCode | None = None
+        self.reported_load = 0
+        self.generates = 0
+        self.served = 0
+        self.health_checks = 0
+        self.aborted: list[str] = []
+        self.active = 0
+        self._server: grpc.aio.Server | None = None
+
+    async def start(self) -> TestWorker:
+        server = grpc.aio.server()
+        pb_grpc.add_SglangSchedulerServicer_to_server(self, server)
+        server.add_insecure_port(f"127.0.0.1:{self.port}")
+        await server.start()
+        self._server = server
+        return self
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            await self._server.stop(grace=None)
+            self._server = None
+
+    async def Generate(self, request: Any, context: Any) -> Any:
+        self.generates += 1
+        if self.fail_code is not None:
+            await context.abort(self.fail_code, f"injected {self.fail_code.name}")
+        self.active += 1
+        try:
+            if self.first_delay:
+                await asyncio.sleep(self.first_delay)
+            for i in range(self.chunks):
+                if i == 1 and self.fail_after_first is not None:
+                    await context.abort(self.fail_after_first, "injected mid-stream failure")
+                yield pb.GenerateResponse(
+                    request_id=request.request_id,
+                    chunk=pb.GenerateStreamChunk(token_ids=[100 + i], completion_tokens=i + 1),
+                )
+                if self.chunk_delay:
+                    await asyncio.sleep(self.chunk_delay)
+            yield pb.GenerateResponse(
+                request_id=request.request_id,
+                complete=pb.GenerateComplete(output_ids=[], finish_reason="stop"),
+            )
+            self.served += 1
+        finally:
+            self.active -= 1
+
+    async def HealthCheck(self, request: Any, context: Any) -> Any:
+        self.health_checks += 1
+        if self.health_delay:
+            await asyncio.sleep(self.health_delay)
+        return pb.HealthCheckResponse(healthy=self.healthy, message="ok" if self.healthy else "bad")
+
+    async def GetModelInfo(self, request: Any, context: Any) -> Any:
+        return pb.GetModelInfoResponse(
+            model_path=f"/models/{self.model}",
+            served_model_name=self.model,
+            max_context_length=4096,
+        )
+
+    async def GetServerInfo(self, request: Any, context: Any) -> Any:
+        return pb.GetServerInfoResponse(sglang_version="test")
+
+    async def GetLoads(self, request: Any, context: Any) -> Any:
+        return pb.GetLoadsResponse(
+            loads=[pb.SchedulerLoad(num_running_reqs=self.reported_load, num_waiting_reqs=0)]
+        )
+
+    async def Abort(self, request: Any, context: Any) -> Any:
+        self.aborted.append(request.request_id)
+        return pb.AbortResponse(success=True)
+
+
+def make_request(rid: str = "r", tokens: tuple[int, ...] = (1, 2, 3)) -> Any:
+    return pb.GenerateRequest(
+        request_id=rid,
+        tokenized=pb.TokenizedInput(input_ids=list(tokens)),
+        sampling_params=pb.SamplingParams(max_new_tokens=8),
+    )

@@ -1,0 +1,309 @@
+"""Dispatcher and registry over real gRPC test workers on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+
+import grpc
+import pytest
+
+from turnout.plugins.policies.load import LeastLoadPolicy
+from turnout.plugins.policies.simple import RoundRobinPolicy
+from turnout.routing.types import RoutingRequest
+from turnout.workers.breaker import CircuitState
+from turnout.workers.dispatch import Dispatcher
+from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError
+from turnout.workers.registry import WorkerRegistry
+from turnout.workers.settings import RetrySettings, WorkerSpec
+from turnout.workers.worker import WorkerState
+
+from ._worker import TestWorker, make_request
+
+ROUTING = RoutingRequest(model="m", token_ids=(1, 2, 3))
+
+
+async def eventually(predicate, within: float) -> bool:
+    """Poll ``predicate`` until true or ``within`` seconds passed."""
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+async def run_one(dispatcher: Dispatcher, model: str = "m", rid: str = "r") -> tuple[str, int]:
+    session = await dispatcher.open_stream(model, ROUTING, make_request(rid), timeout=5)
+    async with session:
+        count = 0
+        async for _ in session:
+            count += 1
+    return session.worker.id, count
+
+
+async def test_round_robin_over_real_workers(workers, registry_for) -> None:
+    fleet = await workers(3)
+    registry = await registry_for(fleet)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
+    results = [await run_one(dispatcher, rid=f"r{i}") for i in range(30)]
+    assert all(count == 4 for _, count in results)  # 3 chunks + complete
+    assert Counter(w for w, _ in results) == {w.id: 10 for w in registry.all()}
+    assert [w.served for w in fleet] == [10, 10, 10]
+    assert all(w.in_flight == 0 for w in registry.all())
+    assert registry.models() == ["m"]
+    assert registry.has_ready_worker("m")
+
+
+async def test_starts_with_no_worker_up_and_picks_them_up_later(registry_for) -> None:
+    late = TestWorker()
+    registry = await registry_for([late], wait=False)
+    dispatcher = Dispatcher(registry)
+    assert not registry.has_ready_worker("m")
+    t0 = time.monotonic()
+    with pytest.raises(NoWorkerAvailable) as err:
+        await dispatcher.open_stream("m", ROUTING, make_request(), timeout=5)
+    assert time.monotonic() - t0 < 0.2  # fails fast, no hang
+    assert err.value.status == 503
+    assert "no worker serves" in err.value.reason  # model not even discovered yet
+    await late.start()
+    try:
+        assert await registry.wait_ready(registry.all()[0].id, 3.0)
+        assert (await run_one(dispatcher))[1] == 4
+        assert registry.all()[0].labels["sglang_version"] == "test"
+    finally:
+        await late.stop()
+
+
+async def test_failure_before_first_response_is_retried_elsewhere(workers, registry_for) -> None:
+    fleet = await workers(2)
+    registry = await registry_for(fleet)
+    bad, good = fleet
+    bad.fail_code = grpc.StatusCode.UNAVAILABLE
+    bad_id = f"127.0.0.1:{bad.port}"
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
+    for i in range(4):
+        session = await dispatcher.open_stream("m", ROUTING, make_request(f"x{i}"), timeout=5)
+        async with session:
+            assert len([r async for r in session]) == 4
+        assert session.worker.id != bad_id
+    assert good.served == 4
+    assert bad.generates >= 1
+    assert registry.get(bad_id).failures_total == bad.generates
+
+
+async def test_client_errors_never_open_a_breaker_and_are_not_retried(workers, registry_for):
+    fleet = await workers(2)
+    registry = await registry_for(fleet)
+    for w in fleet:
+        w.fail_code = grpc.StatusCode.INVALID_ARGUMENT
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
+    for i in range(25):
+        with pytest.raises(WorkerRequestError) as err:
+            await dispatcher.open_stream("m", ROUTING, make_request(f"c{i}"), timeout=5)
+        assert err.value.status == 400
+        assert not err.value.worker_fault
+        assert err.value.attempts == 1
+    assert sum(w.generates for w in fleet) == 25  # one attempt each
+    for worker in registry.all():
+        assert worker.breaker.state is CircuitState.CLOSED
+        assert worker.breaker.consecutive_failures == 0
+        assert worker.routable
+
+
+async def test_all_workers_failing_gives_up_with_status(workers, registry_for) -> None:
+    fleet = await workers(3)
+    registry = await registry_for(fleet, retry=RetrySettings(max_attempts=2, initial_backoff_ms=1))
+    for w in fleet:
+        w.fail_code = grpc.StatusCode.INTERNAL
+    dispatcher = Dispatcher(registry)
+    with pytest.raises(WorkerRequestError) as err:
+        await dispatcher.open_stream("m", ROUTING, make_request(), timeout=5)
+    assert err.value.status == 500
+    assert err.value.worker_fault
+    assert err.value.attempts == 2
+    assert sum(w.generates for w in fleet) == 2
+
+
+async def test_breaker_opens_then_recovers(workers, registry_for) -> None:
+    fleet = await workers(2)
+    registry = await registry_for(fleet)
+    flaky = fleet[0]
+    flaky_id = f"127.0.0.1:{flaky.port}"
+    flaky.fail_code = grpc.StatusCode.INTERNAL  # healthy probes, failing requests
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
+    for i in range(12):
+        await run_one(dispatcher, rid=f"b{i}")
+    worker = registry.get(flaky_id)
+    assert worker.breaker.state is CircuitState.OPEN
+    assert not worker.routable
+    attempts_when_open = flaky.generates
+    for i in range(5):
+        await run_one(dispatcher, rid=f"o{i}")
+    assert flaky.generates == attempts_when_open  # open circuit: no traffic
+    flaky.fail_code = None
+    await asyncio.sleep(0.35)  # breaker timeout -> half-open admits traffic
+    for i in range(6):
+        await run_one(dispatcher, rid=f"h{i}")
+    assert worker.breaker.state is CircuitState.CLOSED
+    assert flaky.served > 0
+
+
+async def test_stopped_worker_mid_traffic_then_restarted(workers, registry_for) -> None:
+    fleet = await workers(3)
+    registry = await registry_for(fleet)
+    for w in fleet:
+        w.chunk_delay = 0.005
+    victim = fleet[1]
+    victim_id = f"127.0.0.1:{victim.port}"
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
+
+    stopped_at: list[float] = []
+    outcomes: list[tuple[float, str, int | None]] = []  # (start, worker, responses or None)
+
+    async def client(tag: int, n: int) -> None:
+        for i in range(n):
+            start = time.monotonic()
+            try:
+                wid, count = await run_one(dispatcher, rid=f"s{tag}-{i}")
+            except WorkerRequestError as exc:
+                outcomes.append((start, exc.worker_id or "?", None))
+            else:
+                outcomes.append((start, wid, count))
+
+    traffic = asyncio.gather(*(client(t, 15) for t in range(4)))
+    await asyncio.sleep(0.05)
+    stopped_at.append(time.monotonic())
+    await victim.stop()
+    await traffic
+    assert len(outcomes) == 60
+    after = [o for o in outcomes if o[0] > stopped_at[0] + 0.001]
+    assert len(after) > 20
+    assert all(count == 4 for _, _, count in after)  # new requests all succeed on the others
+    # Only streams already running on the stopped worker could fail (they are never replayed).
+    failed = [o for o in outcomes if o[2] is None]
+    assert all(wid == victim_id and start <= stopped_at[0] for start, wid, _ in failed)
+    worker = registry.get(victim_id)
+    assert await eventually(lambda: worker.state is WorkerState.UNHEALTHY, 3)
+    assert not worker.routable
+    await victim.start()  # same port
+    assert await registry.wait_ready(victim_id, 3.0)
+    served_before = victim.served
+    for i in range(9):
+        await run_one(dispatcher, rid=f"back{i}")
+    assert victim.served > served_before
+
+
+async def test_mid_stream_failure_is_not_retried(workers, registry_for) -> None:
+    fleet = await workers(2)
+    registry = await registry_for(fleet)
+    for w in fleet:
+        w.fail_after_first = grpc.StatusCode.INTERNAL
+    dispatcher = Dispatcher(registry)
+    session = await dispatcher.open_stream("m", ROUTING, make_request(), timeout=5)
+    got = [await session.__anext__()]
+
+    async def rest() -> None:
+        got.extend([r async for r in session])
+
+    with pytest.raises(WorkerRequestError) as err:
+        await rest()
+    assert len(got) == 1
+    assert err.value.status == 500
+    assert sum(w.generates for w in fleet) == 1
+    assert session.worker.in_flight == 0
+    assert session.worker.breaker.consecutive_failures == 1
+
+
+async def test_aclose_cancels_and_aborts_on_worker(workers, registry_for) -> None:
+    fleet = await workers(1)
+    registry = await registry_for(fleet)
+    fleet[0].chunks = 1000
+    fleet[0].chunk_delay = 0.01
+    dispatcher = Dispatcher(registry)
+    session = await dispatcher.open_stream("m", ROUTING, make_request("long"), timeout=30)
+    assert session.worker.in_flight == 1
+    await session.__anext__()
+    await session.aclose()
+    assert session.worker.in_flight == 0
+    for _ in range(100):
+        if fleet[0].active == 0 and fleet[0].aborted:
+            break
+        await asyncio.sleep(0.01)
+    assert fleet[0].active == 0
+    assert fleet[0].aborted == ["long"]
+    assert session.worker.breaker.consecutive_failures == 0
+
+
+async def test_busy_worker_with_slow_probe_stays_ready(workers, registry_for) -> None:
+    fleet = await workers(1)
+    registry = await registry_for(fleet)
+    worker = registry.all()[0]
+    fleet[0].health_delay = 1.0  # every probe times out (timeout 0.5 s)
+    fleet[0].chunks = 40
+    fleet[0].chunk_delay = 0.02
+    dispatcher = Dispatcher(registry)
+    for i in range(2):  # ~0.8 s each: several probe intervals with real traffic flowing
+        assert (await run_one(dispatcher, rid=f"busy{i}"))[1] == 41
+        assert worker.state is WorkerState.READY
+    # Without traffic the failing probes do take it out.
+    assert await eventually(lambda: worker.state is WorkerState.UNHEALTHY, 4)
+
+
+async def test_reported_load_steers_least_load(workers, registry_for) -> None:
+    fleet = await workers(2)
+    registry = await registry_for(fleet)
+    fleet[0].reported_load = 50
+    busy = registry.get(f"127.0.0.1:{fleet[0].port}")
+    for _ in range(100):
+        if busy.load == 50:
+            break
+        await asyncio.sleep(0.01)
+    assert busy.load == 50
+    dispatcher = Dispatcher(registry, default_policy=LeastLoadPolicy())
+    for i in range(6):
+        wid, _ = await run_one(dispatcher, rid=f"l{i}")
+        assert wid != busy.id
+
+
+async def test_multi_model_candidates_and_policy_swap(workers, registry_for) -> None:
+    a = await workers(2, model="alpha")
+    b = await workers(1, model="beta")
+    registry = await registry_for([*a, *b])
+    assert registry.models() == ["alpha", "beta"]
+    assert len(registry.workers_for("alpha")) == 2
+    dispatcher = Dispatcher(registry, policies={"alpha": RoundRobinPolicy()})
+    beta_id = f"127.0.0.1:{b[0].port}"
+    for i in range(4):
+        assert (await run_one(dispatcher, "alpha", f"a{i}"))[0] != beta_id
+        assert (await run_one(dispatcher, "beta", f"b{i}"))[0] == beta_id
+    with pytest.raises(NoWorkerAvailable, match="served: alpha, beta"):
+        await dispatcher.open_stream("gamma", ROUTING, make_request(), timeout=5)
+    least = LeastLoadPolicy()
+    dispatcher.set_policies({"alpha": least})
+    assert dispatcher.policy_for("alpha") is least
+    assert isinstance(dispatcher.policy_for("beta"), RoundRobinPolicy)
+
+
+async def test_config_model_wins_and_duplicates_rejected(workers) -> None:
+    (w,) = await workers(1, model="reported")
+    registry = WorkerRegistry(
+        __import__("tests.routing.conftest", fromlist=["fast_settings"]).fast_settings(
+            [WorkerSpec(url=w.url, model="configured", labels={"tier": "gold"})]
+        )
+    )
+    await registry.start()
+    try:
+        worker = registry.all()[0]
+        assert await registry.wait_ready(worker.id, 3)
+        assert worker.model_id == "configured"
+        assert worker.labels["served_model_name"] == "reported"
+        assert worker.labels["tier"] == "gold"
+        from turnout.workers.errors import WorkerConflict
+
+        with pytest.raises(WorkerConflict):
+            await registry.add(WorkerSpec(url=w.url, id="other"))
+    finally:
+        await registry.stop()
+    assert all(t.done() for t in registry._tasks.values())
