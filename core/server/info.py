@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 from google.protobuf import json_format
 from litestar import Request, get, post
+from litestar.params import FromPath, FromQuery
 from litestar.types import ControllerRouterHandler
 
 from turnout.routing.types import RoutingRequest
@@ -95,7 +96,7 @@ def list_models(request: Request[Any, Any, Any]) -> Any:
 
 
 @get("/v1/models/{model_id:path}", sync_to_thread=False)
-def get_model(request: Request[Any, Any, Any], model_id: str) -> Any:
+def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Any:
     """One served model."""
     model = _services(request).models.resolve_name(model_id.lstrip("/"))
     return answer_json({"id": model, "object": "model", "created": 0, "owned_by": "turnout"})
@@ -111,7 +112,7 @@ async def _unary(worker: Worker, method: str) -> dict[str, Any]:
 
 
 @get("/get_model_info")
-async def get_model_info(request: Request[Any, Any, Any], model: str | None = None) -> Any:
+async def get_model_info(request: Request[Any, Any, Any], model: FromQuery[str | None] = None) -> Any:
     """The worker's GetModelInfo answer for a served model."""
     services = _services(request)
     worker = _ready_worker(services, services.models.resolve_name(model))
@@ -119,7 +120,7 @@ async def get_model_info(request: Request[Any, Any, Any], model: str | None = No
 
 
 @get("/get_server_info")
-async def get_server_info(request: Request[Any, Any, Any], model: str | None = None) -> Any:
+async def get_server_info(request: Request[Any, Any, Any], model: FromQuery[str | None] = None) -> Any:
     """The worker's GetServerInfo answer for a served model."""
     services = _services(request)
     worker = _ready_worker(services, services.models.resolve_name(model))
@@ -127,7 +128,7 @@ async def get_server_info(request: Request[Any, Any, Any], model: str | None = N
 
 
 @get("/health_generate")
-async def health_generate(request: Request[Any, Any, Any], model: str | None = None) -> Any:
+async def health_generate(request: Request[Any, Any, Any], model: FromQuery[str | None] = None) -> Any:
     """A real one-token generation through a worker of each (or the given) model."""
     services = _services(request)
     models = [services.models.resolve_name(model)] if model else services.models.served()
