@@ -17,7 +17,7 @@ from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency, Provide
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 from litestar.handlers import BaseRouteHandler
-from litestar.params import FromQuery
+from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.types import Guard
 
 from turnout.wire import parse_worker_url
@@ -74,7 +74,7 @@ class WorkersController(Controller):
 
     @get("/{worker_id:str}", sync_to_thread=False)
     def get_worker(
-        self, worker_registry: NamedDependency[WorkerRegistry], worker_id: str
+        self, worker_registry: NamedDependency[WorkerRegistry], worker_id: FromPath[str]
     ) -> Response[Any]:
         """One worker's state, load, model and circuit."""
         worker = worker_registry.get(worker_id)
@@ -86,7 +86,7 @@ class WorkersController(Controller):
     async def add_worker(
         self,
         worker_registry: NamedDependency[WorkerRegistry],
-        data: WorkerSpec,
+        data: JSONBody[WorkerSpec],
         wait_s: FromQuery[float | None] = None,
     ) -> Response[Any]:
         """Register a worker; with ``?wait_s=``, wait that long for it to become ready.
@@ -109,7 +109,7 @@ class WorkersController(Controller):
     async def remove_worker(
         self,
         worker_registry: NamedDependency[WorkerRegistry],
-        worker_id: str,
+        worker_id: FromPath[str],
         wait: FromQuery[bool] = False,
     ) -> Response[Any]:
         """Drain a worker: no new requests, in-flight ones finish, then it is removed.
