@@ -1,4 +1,7 @@
-"""Map the source tree onto one import root: core/ is ``turnout``, plugins/ is ``turnout.plugins``."""
+"""Map the source tree onto one import root.
+
+core/ is the package ``turnout``, plugins/ is ``turnout.plugins``.
+"""
 
 from setuptools import find_packages, setup
 

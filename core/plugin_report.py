@@ -7,7 +7,11 @@ from typing import Any
 from turnout.plugin_loader import Plugins, load_plugins
 
 _KINDS = ("tool_parsers", "reasoning_parsers", "policies")
-_LABELS = {"tool_parsers": "tool parser", "reasoning_parsers": "reasoning parser", "policies": "policy"}
+_LABELS = {
+    "tool_parsers": "tool parser",
+    "reasoning_parsers": "reasoning parser",
+    "policies": "policy",
+}
 
 
 def plugins_report(plugins: Plugins | None = None) -> dict[str, Any]:

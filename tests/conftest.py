@@ -14,5 +14,7 @@ SHARED_DIR = REPO_ROOT.parent / "shared"
 def shared_dir() -> Path:
     """The workplace's ``shared/`` folder; tests needing it skip where it is absent."""
     if not SHARED_DIR.is_dir():
-        pytest.skip(f"{SHARED_DIR} is absent (a plain clone of the project has no shared/ fixtures)")
+        pytest.skip(
+            f"{SHARED_DIR} is absent (a plain clone of the project has no shared/ fixtures)"
+        )
     return SHARED_DIR

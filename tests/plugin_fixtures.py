@@ -7,7 +7,7 @@ from pathlib import Path
 
 
 def make_distribution(
-    site: Path, name: str, module: str, source: str, version: str = "1.0", ep_name: str = "main"
+    site: Path, name: str, module: str, source: str, *, version: str = "1.0", ep_name: str = "main"
 ) -> None:
     """Write ``module.py`` and a ``.dist-info`` whose entry point registers it with turnout."""
     (site / f"{module}.py").write_text(textwrap.dedent(source), encoding="utf-8")

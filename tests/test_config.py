@@ -61,7 +61,9 @@ def test_toml_file_and_cli_overrides(tmp_path: Path) -> None:
 
 def test_missing_env_var_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NOPE_NOT_SET", raising=False)
-    with pytest.raises(ConfigError, match=r"server\.admin_api_key: environment variable NOPE_NOT_SET"):
+    with pytest.raises(
+        ConfigError, match=r"server\.admin_api_key: environment variable NOPE_NOT_SET"
+    ):
         build_config({"server": {"admin_api_key": "${NOPE_NOT_SET}"}})
     assert build_config({"server": {"host": "${NOPE_NOT_SET:-0.0.0.0}"}}).server.host == "0.0.0.0"
 

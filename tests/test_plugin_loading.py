@@ -63,9 +63,11 @@ def test_for_model_prefers_the_longest_matching_pattern() -> None:
 
 def test_third_party_distribution_is_discovered_and_attributed(site: Path) -> None:
     make_distribution(
-        site, "turnout-echo", "turnout_echo", PARSER_PLUGIN.format(
-            name="echo", pattern="echo-*", alias="echo2"
-        ), version="2.5"
+        site,
+        "turnout-echo",
+        "turnout_echo",
+        PARSER_PLUGIN.format(name="echo", pattern="echo-*", alias="echo2"),
+        version="2.5",
     )
     plugins = load_plugins()
     registration = plugins.tool_parsers.get("echo2")
@@ -91,9 +93,10 @@ def test_two_distributions_registering_one_name_is_an_error_naming_both(site: Pa
 
 def test_a_third_party_name_may_not_shadow_a_builtin(site: Path) -> None:
     make_distribution(
-        site, "turnout-evil", "turnout_evil", PARSER_PLUGIN.format(
-            name="mine", pattern="x", alias="hermes"
-        )
+        site,
+        "turnout-evil",
+        "turnout_evil",
+        PARSER_PLUGIN.format(name="mine", pattern="x", alias="hermes"),
     )
     with pytest.raises(PluginError) as info:
         load_plugins()
@@ -130,9 +133,10 @@ def test_allow_list_restricts_which_distributions_load(
     site: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_distribution(
-        site, "turnout-echo", "turnout_echo", PARSER_PLUGIN.format(
-            name="echo", pattern="e", alias="e2"
-        )
+        site,
+        "turnout-echo",
+        "turnout_echo",
+        PARSER_PLUGIN.format(name="echo", pattern="e", alias="e2"),
     )
     monkeypatch.setenv("TURNOUT_PLUGINS", "turnout-echo")
     plugins = load_plugins()

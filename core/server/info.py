@@ -112,7 +112,9 @@ async def _unary(worker: Worker, method: str) -> dict[str, Any]:
 
 
 @get("/get_model_info")
-async def get_model_info(request: Request[Any, Any, Any], model: FromQuery[str | None] = None) -> Any:
+async def get_model_info(
+    request: Request[Any, Any, Any], model: FromQuery[str | None] = None
+) -> Any:
     """The worker's GetModelInfo answer for a served model."""
     services = _services(request)
     worker = _ready_worker(services, services.models.resolve_name(model))
@@ -120,7 +122,9 @@ async def get_model_info(request: Request[Any, Any, Any], model: FromQuery[str |
 
 
 @get("/get_server_info")
-async def get_server_info(request: Request[Any, Any, Any], model: FromQuery[str | None] = None) -> Any:
+async def get_server_info(
+    request: Request[Any, Any, Any], model: FromQuery[str | None] = None
+) -> Any:
     """The worker's GetServerInfo answer for a served model."""
     services = _services(request)
     worker = _ready_worker(services, services.models.resolve_name(model))
@@ -128,7 +132,9 @@ async def get_server_info(request: Request[Any, Any, Any], model: FromQuery[str 
 
 
 @get("/health_generate")
-async def health_generate(request: Request[Any, Any, Any], model: FromQuery[str | None] = None) -> Any:
+async def health_generate(
+    request: Request[Any, Any, Any], model: FromQuery[str | None] = None
+) -> Any:
     """A real one-token generation through a worker of each (or the given) model."""
     services = _services(request)
     models = [services.models.resolve_name(model)] if model else services.models.served()
