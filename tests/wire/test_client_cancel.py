@@ -121,3 +121,17 @@ async def test_deadline_exceeded_aborts_on_the_worker(sim: SimWorker, client: Wo
     assert info.value.http_status == 504
     assert info.value.worker_fault
     await _eventually(lambda: "slow" in sim.aborted)
+
+
+async def test_dropped_stream_is_aborted_when_collected(
+    sim: SimWorker, client: WorkerClient
+) -> None:
+    import gc
+
+    sim.knobs.delay_ms = 5
+    stream = client.generate(request(LONG, request_id="dropped", max_new_tokens=400))
+    await anext(stream)
+    del stream
+    gc.collect()
+    await _eventually(lambda: "dropped" in sim.aborted and sim.running == 0)
+    _assert_stopped_early(sim, "dropped")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 from turnout.sim import SimWorker
@@ -140,3 +141,20 @@ async def test_reasoning_tokens_counted(sim: SimWorker, client: WorkerClient) ->
     out = await fold(client.generate(request("<think>\nweigh it\n</think>\n\nyes")))
     think_end = token_id("</think>")
     assert out.completes[0].reasoning_tokens == out.tokens[0].index(think_end) + 1
+
+
+async def test_ttft_and_per_token_delay_pace_the_stream(
+    sim: SimWorker, client: WorkerClient
+) -> None:
+    sim.knobs.update({"ttft_ms": 150, "delay_ms": 10, "tokens_per_chunk": 2})
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    stream = client.generate(request("one two three four five six seven eight nine ten"))
+    first = await anext(stream)
+    ttft = loop.time() - start
+    rest = [r async for r in stream]
+    total = loop.time() - start
+    tokens = len(first.chunk.token_ids) + sum(len(r.chunk.token_ids) for r in rest)
+    assert ttft >= 0.15
+    # Every chunk but the first waits tokens_per_chunk x delay after its predecessor.
+    assert total - ttft >= 0.010 * (tokens - 2) * 0.9
