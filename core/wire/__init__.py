@@ -7,6 +7,7 @@ token.
 from turnout.wire.client import ClientSettings, GenerateStream, WorkerClient, parse_worker_url
 from turnout.wire.errors import CLIENT_ERROR_CODES, GRPC_TO_HTTP, WorkerCallError, http_status_for
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
+from turnout.wire.responses import matched_stop
 from turnout.wire.sampling import (
     Constraint,
     ConstraintKind,
@@ -28,6 +29,7 @@ __all__ = [
     "build_generate_request",
     "build_sampling_params",
     "http_status_for",
+    "matched_stop",
     "parse_worker_url",
     "pb",
 ]

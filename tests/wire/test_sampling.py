@@ -195,3 +195,11 @@ def test_parse_worker_url(url: str, target: str, tls: bool) -> None:
 def test_parse_worker_url_rejects(url: str) -> None:
     with pytest.raises(ValueError, match="worker URL"):
         parse_worker_url(url)
+
+
+def test_matched_stop() -> None:
+    from turnout.wire import matched_stop, pb
+
+    assert matched_stop(pb.GenerateComplete(matched_token_id=0)) == 0
+    assert matched_stop(pb.GenerateComplete(matched_stop_str="END")) == "END"
+    assert matched_stop(pb.GenerateComplete(finish_reason="length")) is None
