@@ -14,12 +14,20 @@ protos=(*.proto)
 "$PYTHON" -m grpc_tools.protoc -I . \
   --python_out="$out" --pyi_out="$out" --grpc_python_out="$out" "${protos[@]}"
 # protoc writes sibling imports as top-level modules ("import x_pb2"); make them package imports.
-for proto in "${protos[@]}"; do
-  mod=${proto%.proto}_pb2
-  for f in "$out"/*_pb2.py "$out"/*_pb2_grpc.py "$out"/*_pb2.pyi; do
-    sed -i -E "s/^import ${mod} as /from turnout.wire.proto import ${mod} as /; s/^import ${mod}$/from turnout.wire.proto import ${mod}/; s/^from ${mod} import /from turnout.wire.proto.${mod} import /" "$f"
-  done
-done
+"$PYTHON" - "$out" "${protos[@]}" <<'PY'
+import re
+import sys
+from pathlib import Path
+
+out, protos = Path(sys.argv[1]), sys.argv[2:]
+modules = [Path(p).stem + "_pb2" for p in protos]
+for path in [*out.glob("*_pb2.py"), *out.glob("*_pb2_grpc.py"), *out.glob("*_pb2.pyi")]:
+    text = path.read_text()
+    for mod in modules:
+        text = re.sub(rf"^import {mod}\b", f"from turnout.wire.proto import {mod}", text, flags=re.M)
+        text = re.sub(rf"^from {mod} import ", f"from turnout.wire.proto.{mod} import ", text, flags=re.M)
+    path.write_text(text)
+PY
 if [[ ! -f "$out/__init__.py" ]]; then
   printf '"""Generated protobuf/gRPC stubs (scripts/gen_proto.sh); do not edit."""\n' >"$out/__init__.py"
 fi
