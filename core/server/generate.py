@@ -73,8 +73,9 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
     model_id = services.models.resolve_name(request.model)
     runtime = await services.models.runtime(model_id)
     tokenizer = runtime.tokenizer
+    input_ids = request.input_ids
     batch = isinstance(request.text, list) or (
-        bool(request.input_ids) and isinstance(request.input_ids[0], list)
+        input_ids is not None and len(input_ids) > 0 and isinstance(input_ids[0], list)
     )
     if request.text is not None:
         texts = request.text if isinstance(request.text, list) else [request.text]
