@@ -21,6 +21,7 @@ from . import (
     test_deepseek_v32,
     test_glm45,
     test_glm47,
+    test_gpt_oss,
     test_minimax_m2,
     test_qwen3_coder,
     test_seed_oss,
@@ -30,9 +31,11 @@ from .harness import (
     PROPERTY_SETTINGS,
     Call,
     Render,
+    arguments,
     assert_calls,
     assert_no_text_lost,
     assert_stream_matches_complete,
+    calls,
     chunk_sizes,
     json_values,
     make_parser,
@@ -153,3 +156,66 @@ def test_noise_never_raises_or_loses_text(parser_name: str, data: Any) -> None:
 @given(text=st.text(max_size=60))
 def test_arbitrary_text_is_kept(parser_name: str, text: str) -> None:
     assert_no_text_lost(parser_name, text)
+
+
+# --- gpt-oss (harmony) -------------------------------------------------------------------------
+
+_HARMONY = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|return|>")
+_HARMONY_TEXT = plain_text(avoid=("<|",), alphabet="abc XYZ 019\n\t.,:!?'-_(){}<|>é中🙂")
+
+
+@FEW
+@given(data=st.data(), calls=calls(), sizes=chunk_sizes())
+def test_gpt_oss_rendered_calls_round_trip(data: Any, calls: list[Call], sizes: list[int]) -> None:
+    assume("<|" not in json.dumps(calls, ensure_ascii=False))  # tokens cannot occur in a body
+    before = data.draw(_HARMONY_TEXT, label="before")
+    after = data.draw(_HARMONY_TEXT, label="after")
+    final = f"<|start|>assistant<|channel|>final<|message|>{after}<|return|>"
+    analysis = f"<|channel|>analysis<|message|>{before}<|end|>"
+    text = analysis + before + test_gpt_oss.render(calls) + final
+    result = assert_stream_matches_complete("gpt_oss", text, None, [sizes, (1,)])
+    assert_calls(result, calls)
+    assert result.normal_text == before + after
+
+
+@FEW
+@given(args=arguments(), sizes=chunk_sizes())
+def test_gpt_oss_unknown_function_body_is_text(args: dict[str, Any], sizes: list[int]) -> None:
+    assume("<|" not in json.dumps(args, ensure_ascii=False))
+    text = test_gpt_oss.render([("other", args)])
+    result = assert_stream_matches_complete("gpt_oss", text, tools_for(["f"]), [sizes, (1,)])
+    assert result.calls == []
+    assert result.normal_text == json.dumps(args, ensure_ascii=False)
+
+
+@FEW
+@given(text=_HARMONY_TEXT)
+def test_gpt_oss_text_without_tokens_is_content(text: str) -> None:
+    assert_no_text_lost("gpt_oss", text)
+
+
+@FEW
+@given(data=st.data())
+def test_gpt_oss_noise_never_raises(data: Any) -> None:
+    fragments = [
+        *_HARMONY,
+        "<|call|>",
+        "analysis",
+        "final",
+        "commentary",
+        " to=functions.f",
+        "json",
+    ]
+    text = data.draw(noisy_text(fragments, max_size=16))
+    tools = data.draw(st.sampled_from([None, tools_for(["f"])]))
+    assert_stream_matches_complete("gpt_oss", text, tools, ((1,), (3, 1, 4), (999,)))
+
+
+@FEW
+@given(
+    pieces=st.lists(st.sampled_from([*_HARMONY, "<|call|>", "final", " to=functions.f", "{}", "x"]))
+)
+def test_gpt_oss_tokens_never_leak(pieces: list[str]) -> None:
+    result = assert_stream_matches_complete("gpt_oss", "".join(pieces), None, ((1,), (999,)))
+    for token in (*_HARMONY, "<|call|>"):
+        assert token not in result.normal_text

@@ -1,0 +1,285 @@
+"""gpt-oss (harmony): calls are ``commentary`` messages addressed ``to=functions.NAME``.
+
+An output is a series of harmony messages (the prompt ends with ``<|start|>assistant``)::
+
+    <|channel|>analysis<|message|>…reasoning…<|end|>
+    <|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json
+    <|message|>{"city": "Paris"}<|call|>
+
+    <|channel|>final<|message|>It is sunny.<|return|>
+
+Behaviour:
+
+* **Content** is the body of ``final`` messages, of ``commentary`` messages without a recipient
+  (preambles), and any text outside a message. Harmony tokens (``<|start|>``, ``<|channel|>``,
+  ``<|message|>``, ``<|constrain|>``, ``<|end|>``, ``<|return|>``, ``<|call|>``) and message
+  headers never reach the content.
+* **Reasoning.** ``analysis`` bodies are dropped: they are not content. Normally the gpt-oss
+  reasoning parser has already removed them (passing every other byte through).
+* **Calls.** A message whose header names a recipient (``to=functions.NAME``, in the role part
+  or after the channel; ``<|constrain|>json`` optional) is a call to ``NAME`` (other recipients,
+  such as ``to=python``, keep their full name). It is announced as soon as its header is
+  complete (``<|message|>``). The body is JSON, streamed verbatim in safe pieces
+  (:mod:`turnout.tool_calls.json_stream`); an empty body gives ``{}``. A body that is not a JSON
+  object, or that breaks, closes the call with what was streamed completed into valid JSON
+  (``{}`` if nothing); the rest of the body, from the offending character, is normal text, as is
+  non-blank text after the JSON value.
+* **Unknown functions** (a ``tools`` list without the name): not a call; the body is normal text.
+* A header longer than :data:`HEADER_LIMIT` characters is not a header (its text is content); a
+  header cut off by the end of output is dropped. A message ends at ``<|end|>``, ``<|return|>``,
+  ``<|call|>``, or at the next ``<|start|>``/``<|channel|>``.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from typing import ClassVar
+
+from turnout.tool_calls.json_stream import DONE, ERROR, RUNNING, JsonScanner
+from turnout.tool_calls.markers import find_first_marker, partial_marker_suffix
+from turnout.tool_calls.names import is_allowed, tool_names
+from turnout.tool_calls.types import (
+    CallIdStyle,
+    ToolCallDelta,
+    ToolParseResult,
+    ToolParseStep,
+    Tools,
+    fold_steps,
+)
+
+START = "<|start|>"
+CHANNEL = "<|channel|>"
+MESSAGE = "<|message|>"
+CONSTRAIN = "<|constrain|>"
+END = "<|end|>"
+RETURN = "<|return|>"
+CALL = "<|call|>"
+
+#: Longest message header accepted (from ``<|start|>``/``<|channel|>`` to ``<|message|>``).
+HEADER_LIMIT = 512
+
+_TOKENS = (START, CHANNEL, MESSAGE, CONSTRAIN, END, RETURN, CALL)
+_ENDS = frozenset((END, RETURN, CALL))
+_HEADER_STOPS = (MESSAGE, START, END, RETURN, CALL)
+_LONGEST = max(len(t) for t in _TOKENS)
+_CHANNEL_RE = re.compile(r"<\|channel\|>\s*([^\s<]+)")
+_RECIPIENT_RE = re.compile(r"(?:^|[\s>])to=([^\s<]+)")
+_WS = " \t\r\n"
+
+
+class _Body(enum.Enum):
+    CONTENT = enum.auto()  # final / preamble / outside messages: normal text
+    DROP = enum.auto()  # analysis: reasoning, not content
+    ARGS_LEAD = enum.auto()  # call body, before its first non-blank character
+    ARGS_JSON = enum.auto()  # call body, inside the JSON value
+    ARGS_AFTER = enum.auto()  # call body, after the JSON value (blank text is dropped)
+
+
+class _Machine:
+    """Harmony messages of one output; ``feed`` and ``finish`` return what they released."""
+
+    def __init__(self, tools: Tools) -> None:
+        self.names = tool_names(tools)
+        self.buf = ""
+        self.pos = 0
+        self.in_header = False
+        self.body = _Body.CONTENT
+        self.text: list[str] = []
+        self.deltas: list[ToolCallDelta] = []
+        self.n_calls = 0
+        self.scanner: JsonScanner | None = None
+        self.args_sent = False
+        self.gap = ""
+
+    def feed(self, delta: str) -> ToolParseStep:
+        self.buf = self.buf[self.pos :] + delta
+        self.pos = 0
+        while self._header_state() if self.in_header else self._body_state():
+            pass
+        return self._take()
+
+    def finish(self) -> ToolParseStep:
+        while self._header_state() if self.in_header else self._body_state():
+            pass
+        if not self.in_header:  # a header cut off by the end of output is dropped
+            self._route(self.buf[self.pos :])
+            self._end_message()
+        self.buf, self.pos, self.in_header = "", 0, False
+        return self._take()
+
+    # -- output ---------------------------------------------------------------------------
+
+    def _take(self) -> ToolParseStep:
+        step = ToolParseStep("".join(self.text), self.deltas)
+        self.text = []
+        self.deltas = []
+        return step
+
+    def _args(self, text: str) -> None:
+        if not text:
+            return
+        self.args_sent = True
+        index = self.n_calls - 1
+        if self.deltas and self.deltas[-1].index == index:
+            last = self.deltas[-1]
+            self.deltas[-1] = ToolCallDelta(index, last.name, last.arguments + text)
+        else:
+            self.deltas.append(ToolCallDelta(index, None, text))
+
+    # -- message bodies -------------------------------------------------------------------
+
+    def _body_state(self) -> bool:
+        buf = self.buf
+        hit = find_first_marker(buf, _TOKENS, self.pos)
+        if hit is None:
+            start = max(self.pos, len(buf) - _LONGEST + 1)
+            end = len(buf) - partial_marker_suffix(buf[start:], _TOKENS)
+            self._route(buf[self.pos : end])
+            self.pos = end
+            return False
+        at, token = hit
+        self._route(buf[self.pos : at])
+        self.pos = at + len(token)
+        if token in _ENDS:
+            self._end_message()
+        elif token in (START, CHANNEL):
+            self._end_message()
+            self.in_header = True
+            self.pos = at  # the header is read from its first token
+        # a stray <|message|> or <|constrain|> is dropped
+        return True
+
+    def _route(self, chunk: str) -> None:
+        """Send body text where the current message's body goes."""
+        while chunk:
+            body = self.body
+            if body is _Body.CONTENT:
+                self.text.append(chunk)
+                return
+            if body is _Body.DROP:
+                return
+            if body is _Body.ARGS_LEAD:
+                stripped = chunk.lstrip(_WS)
+                if not stripped:
+                    return
+                if stripped[0] != "{":
+                    self._close_args()
+                    self.body = _Body.CONTENT
+                else:
+                    self.scanner = JsonScanner()
+                    self.body = _Body.ARGS_JSON
+                chunk = stripped
+            elif body is _Body.ARGS_JSON:
+                chunk = self._feed_json(chunk)
+            else:  # ARGS_AFTER: blank text after the JSON value is dropped
+                stripped = chunk.lstrip(_WS)
+                if not stripped:
+                    self.gap += chunk
+                    return
+                self.text.append(self.gap + chunk[: len(chunk) - len(stripped)])
+                self.gap = ""
+                self.body = _Body.CONTENT
+                chunk = stripped
+
+    def _feed_json(self, chunk: str) -> str:
+        """Feed the call's JSON; return the text after the value (or after it broke)."""
+        scanner = self.scanner
+        assert scanner is not None
+        stop = scanner.feed(chunk)
+        self._args(scanner.take())
+        if scanner.status == RUNNING:
+            return ""
+        if scanner.status == DONE:
+            self.body = _Body.ARGS_AFTER
+        else:
+            self._close_args()
+            self.body = _Body.CONTENT
+        return chunk[stop:]
+
+    def _close_args(self) -> None:
+        scanner, self.scanner = self.scanner, None
+        if scanner is not None and scanner.status != DONE:
+            if scanner.status == RUNNING:
+                scanner.feed("", 0, True)
+                self._args(scanner.take())
+            if scanner.status == ERROR:
+                self._args(scanner.closing())
+        if not self.args_sent:
+            self._args("{}")
+
+    def _end_message(self) -> None:
+        if self.body in (_Body.ARGS_LEAD, _Body.ARGS_JSON):
+            self._close_args()
+        self.gap = ""
+        self.body = _Body.CONTENT
+
+    # -- headers --------------------------------------------------------------------------
+
+    def _header_state(self) -> bool:
+        buf, pos = self.buf, self.pos
+        # The header starts with its own <|start|> or <|channel|>; look past that token.
+        first = START if buf.startswith(START, pos) else CHANNEL
+        hit = find_first_marker(buf, _HEADER_STOPS, pos + len(first))
+        limit = pos + HEADER_LIMIT
+        if (hit is None and len(buf) >= limit + _LONGEST) or (hit is not None and hit[0] > limit):
+            # Too long for a header: drop its first token and read the rest as body text.
+            self.pos += len(first)
+            self.in_header = False
+            return True
+        if hit is None:
+            return False
+        at, token = hit
+        header = buf[pos:at]
+        self.in_header = False
+        if token == START:
+            self.pos = at  # a new message starts: this header was abandoned
+            self.in_header = True
+            return True
+        self.pos = at + len(token)
+        if token == MESSAGE:
+            self._open_message(header)
+        return True
+
+    def _open_message(self, header: str) -> None:
+        recipient = _RECIPIENT_RE.search(header)
+        if recipient is not None:
+            target = recipient.group(1)
+            name = target.removeprefix("functions.")
+            if is_allowed(name, self.names):
+                self.n_calls += 1
+                self.deltas.append(ToolCallDelta(self.n_calls - 1, name, ""))
+                self.args_sent = False
+                self.body = _Body.ARGS_LEAD
+            else:
+                self.body = _Body.CONTENT
+            return
+        channel = _CHANNEL_RE.search(header)
+        self.body = _Body.DROP if channel and channel.group(1) == "analysis" else _Body.CONTENT
+
+
+class GptOssToolParser:
+    """gpt-oss harmony: ``to=functions.NAME`` messages are calls, ``final`` text is content."""
+
+    call_id_style: ClassVar[CallIdStyle] = "openai"
+    needs_special_tokens: ClassVar[bool] = True
+
+    def __init__(self) -> None:
+        self._machine: _Machine | None = None
+
+    def parse_complete(self, text: str, tools: Tools) -> ToolParseResult:
+        """Parse a whole output at once (the streaming machine fed in one piece)."""
+        machine = _Machine(tools)
+        return fold_steps([machine.feed(text), machine.finish()])
+
+    def parse_incremental(self, delta: str, tools: Tools) -> ToolParseStep:
+        """Consume the next piece of output; return what can be released now."""
+        if self._machine is None:
+            self._machine = _Machine(tools)
+        return self._machine.feed(delta)
+
+    def finish(self) -> ToolParseStep:
+        """End of output: close a call left open, release held text."""
+        if self._machine is None:
+            return ToolParseStep()
+        return self._machine.finish()
