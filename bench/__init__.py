@@ -1,0 +1,1 @@
+"""Benchmark harness: turnout vs. smg vs. direct-to-worker (run ``python bench/run.py``)."""

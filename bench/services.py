@@ -1,0 +1,247 @@
+"""Start and stop what the benchmark measures: simulated workers, turnout, smg.
+
+Every service is a child process on 127.0.0.1 with a free port; ``Router.pid`` is the root of
+the process tree whose CPU and RSS are accounted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+__all__ = [
+    "Router",
+    "StartError",
+    "find_smg",
+    "free_port",
+    "smg_version",
+    "start_sims",
+    "start_smg",
+    "start_turnout",
+    "stop_process",
+]
+
+MODEL = "turnout-demo"
+
+
+class StartError(RuntimeError):
+    """A service did not come up; the message says which and shows its log tail."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL after ``timeout`` seconds."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@dataclass
+class Router:
+    """A router process serving ``url`` (``http://127.0.0.1:PORT``)."""
+
+    name: str
+    proc: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+    version: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        """Root of the router's process tree."""
+        return self.proc.pid
+
+    def log_tail(self, lines: int = 20) -> str:
+        """The last lines of the router's log."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def stop(self) -> None:
+        """Stop the router (bounded)."""
+        stop_process(self.proc, timeout=15.0)
+
+
+def _get_json(url: str, timeout: float = 2.0) -> Any:
+    with urllib.request.urlopen(url, timeout=timeout) as answer:
+        return json.loads(answer.read())
+
+
+def _post_json(url: str, body: dict[str, Any], timeout: float = 10.0) -> Any:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=timeout) as answer:
+        return json.loads(answer.read())
+
+
+def wait_router_ready(router: Router, timeout: float = 60.0) -> None:
+    """Wait until ``/v1/models`` lists the model and one chat completion succeeds."""
+    deadline = time.monotonic() + timeout
+    problem = "no answer yet"
+    while time.monotonic() < deadline:
+        if router.proc.poll() is not None:
+            raise StartError(
+                f"{router.name} exited with status {router.proc.returncode}:\n" + router.log_tail()
+            )
+        try:
+            models = _get_json(router.url + "/v1/models")
+            if not any(m.get("id") == MODEL for m in models.get("data", [])):
+                problem = f"model {MODEL!r} not listed yet"
+            else:
+                answer = _post_json(
+                    router.url + "/v1/chat/completions",
+                    {
+                        "model": MODEL,
+                        "messages": [{"role": "user", "content": "ready?"}],
+                        "max_tokens": 4,
+                    },
+                )
+                if answer.get("choices"):
+                    return
+                problem = f"unexpected answer {answer!r:.200}"
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            problem = repr(exc)
+        time.sleep(0.3)
+    router.stop()
+    raise StartError(
+        f"{router.name} not ready within {timeout:g}s ({problem}):\n" + router.log_tail()
+    )
+
+
+def _spawn(name: str, argv: list[str], log_dir: Path, port: int, version: str) -> Router:
+    log_path = log_dir / f"{name}.log"
+    log: IO[bytes] = log_path.open("wb")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    try:
+        proc = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+        )
+    finally:
+        log.close()
+    return Router(name, proc, f"http://127.0.0.1:{port}", log_path, version)
+
+
+def start_turnout(
+    worker_urls: list[str], log_dir: Path, *, policy: str, python: str = sys.executable
+) -> Router:
+    """``turnout serve`` in front of ``worker_urls`` with the demo model's tokenizer."""
+    from turnout import __version__, demo_model
+
+    port = free_port()
+    argv = [
+        python,
+        "-m",
+        "turnout",
+        "serve",
+        "--worker-urls",
+        *worker_urls,
+        "--model-path",
+        str(demo_model.path()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--policy",
+        policy,
+        "--log-level",
+        "warning",
+    ]
+    router = _spawn("turnout", argv, log_dir, port, __version__)
+    wait_router_ready(router)
+    return router
+
+
+def find_smg() -> str | None:
+    """The ``smg`` command next to this Python, else on PATH; None when not installed."""
+    beside = Path(sys.executable).parent / "smg"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    return shutil.which("smg")
+
+
+def smg_version() -> str:
+    """Installed version of the ``smg`` distribution ("" if unknown)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("smg")
+    except PackageNotFoundError:
+        return ""
+
+
+def start_smg(worker_urls: list[str], log_dir: Path, *, policy: str, command: str) -> Router:
+    """``smg launch`` in front of ``worker_urls``; the tokenizer directory has a config.json,
+    so smg makes no hub look-ups."""
+    from turnout import demo_model
+
+    port = free_port()
+    argv = [
+        command,
+        "launch",
+        "--worker-urls",
+        *worker_urls,
+        "--tokenizer-path",
+        str(demo_model.path()),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--prometheus-host",
+        "127.0.0.1",
+        "--prometheus-port",
+        str(free_port()),
+        "--policy",
+        policy,
+        "--log-level",
+        "warn",
+    ]
+    router = _spawn("smg", argv, log_dir, port, smg_version())
+    wait_router_ready(router)
+    return router
+
+
+@contextlib.contextmanager
+def start_sims(count: int, tokens_per_chunk: int = 1) -> Any:
+    """``count`` simulated workers (zero delay) as child processes; yields them."""
+    from turnout.sim import SimProcess
+
+    sims: list[Any] = []
+    try:
+        for _ in range(count):
+            sim = SimProcess("--tokens-per-chunk", str(tokens_per_chunk))
+            sim.start()
+            sims.append(sim)
+        yield sims
+    finally:
+        for sim in sims:
+            sim.stop()
