@@ -197,8 +197,6 @@ class Dispatcher:
             ) from exc
 
     def _select(self, route: _Route, routing: RoutingRequest, candidates: list[Worker]) -> Worker:
-        if len(candidates) == 1 and route.done is None:
-            return candidates[0]
         try:
             chosen: Candidate = route.policy.select(routing, candidates)
         except Exception:

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from turnout.errors import ConfigError
 from turnout.workers.connection import WorkerConnection
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
 from turnout.workers.health import HealthState
@@ -162,10 +163,14 @@ class WorkerRegistry:
         if self._running:
             return
         self._running = True
-        for spec in self.settings.workers:
+        for index, spec in enumerate(self.settings.workers):
             worker_id = spec.id or default_worker_id(spec.url)
             if worker_id not in self._workers:
-                await self.add(spec)
+                try:
+                    await self.add(spec)
+                except WorkerConflict as exc:
+                    self._running = False
+                    raise ConfigError(f"workers[{index}]: {exc}") from None
         for worker in self._workers.values():
             self._watch(worker)
         if self.settings.load_monitor.enabled:

@@ -106,6 +106,7 @@ async def test_sim_faults_retry_and_client_errors(cluster) -> None:
     failing = registry.get(sims[0].url.removeprefix("grpc://"))
     assert failing.failures_total >= 1
     sims[0].knobs.update({"fail_status": None})
+    failing.breaker.reset()
     for sim in sims:
         sim.knobs.update({"fail_status": "INVALID_ARGUMENT"})
     for i in range(15):
@@ -113,4 +114,5 @@ async def test_sim_faults_retry_and_client_errors(cluster) -> None:
             await generate(dispatcher, f"bad{i}", [1, 2])
         assert err.value.status == 400
     assert all(w.breaker.state is CircuitState.CLOSED for w in registry.all())
+    assert all(w.breaker.consecutive_failures == 0 for w in registry.all())
     assert all(w.routable for w in registry.all())
