@@ -326,6 +326,12 @@ class GrammarToolParser:
             if hit is not None:
                 pos, marker = hit
                 self._consume(pos)
+                rest = self._buf[pos:]
+                if not self._eof and any(
+                    len(m) > len(rest) and m.startswith(rest) for m in markers
+                ):
+                    yield  # a longer marker may still start here ("[" vs "[TOOL_CALLS]")
+                    continue
                 if consume:
                     self._pos += len(marker)
                 return marker

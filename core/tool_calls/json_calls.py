@@ -91,6 +91,8 @@ class BareJsonParser(GrammarToolParser):
 
     TAGS: ClassVar[tuple[str, ...]] = ()
     SEPARATOR: ClassVar[str] = ""
+    #: Optional closers after a call (dropped with the whitespace before them).
+    END_MARKERS: ClassVar[tuple[str, ...]] = ()
     SHAPE: ClassVar[CallShape] = CallShape(strict=True)
     ALLOW_ARRAY: ClassVar[bool] = True
     needs_special_tokens: ClassVar[bool] = False
@@ -124,6 +126,10 @@ class BareJsonParser(GrammarToolParser):
                     self._release()
                     break
                 yield from self._ws()
+                if self.END_MARKERS and (yield from self._expect_any(self.END_MARKERS)):
+                    self._drop()
+                    self._hold()
+                    yield from self._ws()
                 if self.SEPARATOR and (yield from self._expect(self.SEPARATOR)):
                     yield from self._ws()
                 if self.TAGS and (yield from self._expect_any(self.TAGS)) is not None:

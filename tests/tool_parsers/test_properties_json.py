@@ -32,6 +32,7 @@ from .test_llama import render as llama
 from .test_mistral import render as mistral
 from .test_mistral import render_compact as mistral_compact
 from .test_qwen import render as qwen
+from .test_xlam import render as xlam
 
 #: (parser name, render, fragments for noisy input)
 FORMATS: list[tuple[str, Render, tuple[str, ...]]] = [
@@ -51,6 +52,7 @@ FORMATS: list[tuple[str, Render, tuple[str, ...]]] = [
     ("granite", granite, ("<|tool_call|>", "<tool_call>", "</tool_call>")),
     ("internlm", internlm, ("<|action_start|>", "<|plugin|>", "<|action_end|>")),
     ("jamba", jamba, ("<tool_calls>", "</tool_calls>")),
+    ("xlam", xlam, ("```json", "[TOOL_CALLS]", "<tool_call>", "```")),
 ]
 #: Default run: a few examples per format (seconds); ``-m slow`` runs many more.
 FAST = settings(PROPERTY_SETTINGS, max_examples=12)
