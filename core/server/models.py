@@ -47,7 +47,7 @@ class ModelTable:
         self._config = config
         self._plugins = plugins
         self._served = served_models
-        self._tokenizer_hint = tokenizer_hint
+        self.tokenizer_hint = tokenizer_hint
         self._runtimes: dict[str, ModelRuntime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._aliases = {
@@ -117,7 +117,7 @@ class ModelTable:
         config = self._config
         model = config.models.get(model_id, ModelConfig())
         path = (
-            model.tokenizer_path or config.defaults.tokenizer_path or self._tokenizer_hint(model_id)
+            model.tokenizer_path or config.defaults.tokenizer_path or self.tokenizer_hint(model_id)
         )
         if path is None or not Path(path).is_dir():
             raise ApiError(
