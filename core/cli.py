@@ -23,6 +23,13 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "tool_parser": "defaults.tool_parser",
         "reasoning_parser": "defaults.reasoning_parser",
         "model_path": "defaults.tokenizer_path",
+        "max_concurrent_requests": "server.max_concurrent_requests",
+        "queue_size": "server.queue_size",
+        "queue_timeout_s": "server.queue_timeout_s",
+        "request_timeout_s": "server.request_timeout_s",
+        "max_body_bytes": "server.max_body_bytes",
+        "shutdown_grace_s": "server.shutdown_grace_s",
+        "metrics_port": "server.metrics_port",
     }
     for attr, key in simple.items():
         value = getattr(args, attr)
@@ -32,6 +39,8 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
         overrides["server.log_json"] = True
     if args.api_key:
         overrides["server.api_keys"] = list(args.api_key)
+    if args.cors_allow_origins:
+        overrides["server.cors_allow_origins"] = list(args.cors_allow_origins)
     if args.worker_urls:
         overrides["workers"] = [{"url": url} for url in args.worker_urls]
     return overrides
@@ -95,6 +104,27 @@ def _add_config_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--admin-api-key", help="bearer key for admin routes")
     command.add_argument("--log-level", choices=["debug", "info", "warning", "error"])
     command.add_argument("--log-json", action="store_true", help="one JSON object per log line")
+    command.add_argument(
+        "--max-concurrent-requests", type=int, help="generation requests at once (0: no limit)"
+    )
+    command.add_argument("--queue-size", type=int, help="requests waiting for a slot (then 429)")
+    command.add_argument(
+        "--queue-timeout", dest="queue_timeout_s", type=float, help="max wait for a slot (503)"
+    )
+    command.add_argument(
+        "--request-timeout", dest="request_timeout_s", type=float, help="per request (504)"
+    )
+    command.add_argument("--max-body-bytes", type=int, help="largest request body (413)")
+    command.add_argument(
+        "--shutdown-grace",
+        dest="shutdown_grace_s",
+        type=float,
+        help="seconds in-flight requests get to finish after SIGTERM",
+    )
+    command.add_argument("--metrics-port", type=int, help="also serve /metrics on this port")
+    command.add_argument(
+        "--cors-allow-origins", nargs="+", metavar="ORIGIN", help="browser origins ('*': any)"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -7,7 +7,7 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 import yaml
@@ -30,6 +30,12 @@ class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
     """Base of every config section: unknown keys are errors (typos must not pass silently)."""
 
 
+#: An API key: not empty, not only spaces (an unset ``${VAR:-}`` must not turn auth off).
+_Key = Annotated[str, msgspec.Meta(pattern=r"\S")]
+_Count = Annotated[int, msgspec.Meta(ge=0)]
+_Seconds = Annotated[float, msgspec.Meta(ge=0)]
+
+
 class ServerConfig(_Section):
     """HTTP server settings."""
 
@@ -38,24 +44,31 @@ class ServerConfig(_Section):
     log_level: str = "info"
     log_json: bool = False
     #: Keys accepted as ``Authorization: Bearer`` on serving routes; empty means no auth.
-    api_keys: list[str] = msgspec.field(default_factory=list)
+    api_keys: list[_Key] = msgspec.field(default_factory=list)
     #: Key for admin routes (``/workers`` …); None leaves them open unless ``api_keys`` are set.
-    admin_api_key: str | None = None
+    admin_api_key: _Key | None = None
     #: Header names searched (in order) for a client-given request id.
     request_id_headers: list[str] = msgspec.field(
         default_factory=lambda: ["x-request-id", "x-correlation-id"]
     )
     #: Header carrying the routing key for ``consistent_hashing`` / ``manual`` policies.
     routing_key_header: str = "x-routing-key"
-    max_body_bytes: int = 32 * 1024 * 1024
+    max_body_bytes: _Count = 32 * 1024 * 1024
     #: 0 disables the limit.
-    max_concurrent_requests: int = 0
-    queue_size: int = 100
-    queue_timeout_s: float = 60.0
+    max_concurrent_requests: _Count = 0
+    queue_size: _Count = 100
+    queue_timeout_s: _Seconds = 60.0
     #: End-to-end deadline of one request; 0 disables it.
-    request_timeout_s: float = 600.0
+    request_timeout_s: _Seconds = 600.0
     keepalive_interval_s: float = 15.0
+    #: Origins allowed to call from browsers (``["*"]`` for any); empty disables CORS.
     cors_allow_origins: list[str] = msgspec.field(default_factory=list)
+    #: ``/metrics`` without a key; False makes it an admin route.
+    metrics_public: bool = True
+    #: Also serve ``/metrics`` on this port (same host); None serves it on the main port only.
+    metrics_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
+    #: On SIGTERM: how long in-flight requests may take to finish before they are aborted.
+    shutdown_grace_s: _Seconds = 30.0
 
 
 class PolicyConfig(_Section):

@@ -7,13 +7,16 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
-from litestar import Litestar, Request, Response, post
+from litestar import Litestar, Request, Response, get, post
+from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
-from litestar.types import ControllerRouterHandler, Guard
+from litestar.types import ControllerRouterHandler
 
-from turnout.config import Config, policy_config
+from turnout.config import Config, ServerConfig, policy_config
+from turnout.observability.logs import current_record
+from turnout.observability.metrics import CONTENT_TYPE, MeteredSession, note_failure
 from turnout.plugin_choice import choose_plugins, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
 from turnout.routing.types import Policy, RoutingRequest
@@ -23,15 +26,18 @@ from turnout.server.context import RequestContext, Services, new_request_id
 from turnout.server.errors import ApiError
 from turnout.server.generate import handle_generate
 from turnout.server.info import info_routes
+from turnout.server.metrics_server import metrics_listener
+from turnout.server.middleware import OpsMiddleware, OpsState, gate_middleware
 from turnout.server.models import ModelTable
 from turnout.server.pipeline import GenerateSession
 from turnout.server.respond import Answer, answer_error
+from turnout.server.shutdown import drain_hook
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.workers.dispatch import Dispatcher
-from turnout.workers.errors import DispatchError
+from turnout.workers.errors import DispatchError, WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.routes import DEPENDENCY as WORKER_REGISTRY
-from turnout.workers.routes import admin_key_guard, workers_router
+from turnout.workers.routes import workers_router
 
 log = logging.getLogger("turnout.server")
 
@@ -47,12 +53,22 @@ def services_of(request: Request[Any, Any, Any]) -> Services:
 def request_context(
     request: Request[Any, Any, Any], services: Services, prefix: str
 ) -> RequestContext:
-    """Request id (client-given or new), lower-cased headers and the routing key."""
+    """Request id (client-given or new), lower-cased headers and the routing key.
+
+    The id is the one the ops middleware took from the configured headers; otherwise a new
+    ``<prefix>-…`` id, which then becomes the request's id in logs and ``x-request-id``.
+    """
     headers = {name.lower(): value for name, value in request.headers.items()}
     server = services.config.server
-    request_id = next(
-        (headers[name] for name in server.request_id_headers if headers.get(name)), None
-    ) or new_request_id(prefix)
+    record = current_record()
+    if record is not None:
+        request_id = record.request_id if record.client_id else None
+        if request_id is None:
+            request_id = record.request_id = new_request_id(prefix)
+    else:
+        request_id = next(
+            (headers[name] for name in server.request_id_headers if headers.get(name)), None
+        ) or new_request_id(prefix)
     return RequestContext(request_id, headers, headers.get(server.routing_key_header.lower()))
 
 
@@ -61,7 +77,7 @@ def _generation_route(path: str, prefix: str, handler: Handler) -> ControllerRou
     async def route(request: Request[Any, Any, Any]) -> Answer:
         services = services_of(request)
         if services.draining:
-            raise ApiError(503, "turnout is shutting down")
+            raise ApiError(503, "turnout is shutting down", code="shutting_down")
         ctx = request_context(request, services, prefix)
         body = await request.body()
         try:
@@ -114,13 +130,31 @@ def _tokenizer_hint(registry: WorkerRegistry) -> Callable[[str], str | None]:
     return hint
 
 
-def _opener(dispatcher: Dispatcher, config: Config) -> Any:
+def _opener(dispatcher: Dispatcher, config: Config, ops: OpsState) -> Any:
     timeout = config.server.request_timeout_s or None
+    metrics = ops.metrics
 
     async def open_stream(
         model: str, routing: RoutingRequest, request: pb.GenerateRequest
     ) -> GenerateSession:
-        return await dispatcher.open_stream(model, routing, request, timeout)
+        record = current_record()
+        if record is not None:
+            record.model = model
+        try:
+            session = await dispatcher.open_stream(model, routing, request, timeout)
+        except WorkerRequestError as exc:
+            if exc.attempts > 1:
+                metrics.retries.labels(model).inc(exc.attempts - 1)
+            if record is not None:
+                record.worker, record.attempts = exc.worker_id, exc.attempts
+            raise
+        worker = session.worker.id
+        metrics.routed.labels(model, worker).inc()
+        if session.attempts > 1:
+            metrics.retries.labels(model).inc(session.attempts - 1)
+        if record is not None:
+            record.worker, record.attempts = worker, session.attempts
+        return MeteredSession(session, metrics.meter(model, record))
 
     return open_stream
 
@@ -132,9 +166,15 @@ def create_app(
     on_startup: Callable[[Services], Awaitable[None]] | None = None,
     before: Sequence[Callable[[Litestar], contextlib.AbstractAsyncContextManager[None]]] = (),
 ) -> Litestar:
-    """Build the app. Workers, channels and background tasks live in its lifespan."""
+    """Build the app. Workers, channels and background tasks live in its lifespan.
+
+    Around the routes: request ids, metrics and the access log (every route), API keys,
+    admission control and the request timeout (generation routes), CORS when configured.
+    """
     plugins = plugins or load_plugins()
     validate_plugin_names(config, plugins)
+    ops = OpsState(config.server)
+    server = config.server
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -147,39 +187,83 @@ def create_app(
             registry.models,
             _tokenizer_hint(registry),
         )
-        services = Services(config, plugins, models, _opener(dispatcher, config))
+        services = Services(config, plugins, models, _opener(dispatcher, config, ops))
         services.extras["registry"] = registry
         services.extras["dispatcher"] = dispatcher
+        services.extras["ops"] = ops
         app.state["services"] = services
+        ops.draining = lambda: services.draining
+
+        def begin_drain() -> None:
+            services.draining = True
+            ops.gate.reject_waiting()
+
         await models.preload(_configured_models(config))
+        ops.metrics.workers.attach(registry.all)
         await registry.start()
         try:
-            if on_startup is not None:
-                await on_startup(services)
-            yield
+            async with contextlib.AsyncExitStack() as stack:
+                stack.enter_context(drain_hook(begin_drain))
+                if server.metrics_port is not None:
+                    await stack.enter_async_context(
+                        metrics_listener(server.host, server.metrics_port, ops.metrics)
+                    )
+                if on_startup is not None:
+                    await on_startup(services)
+                yield
         finally:
-            services.draining = True
+            begin_drain()
+            # Requests cancelled at the end of the grace period abort on their workers now;
+            # give those aborts a moment before the channels close.
+            if not await ops.wait_idle(5.0):
+                log.warning("%d request(s) still running at shutdown", ops.running)
             await registry.stop()
+            ops.metrics.workers.detach()
+            ops.metrics.process_exit()
+
+    @get("/metrics", sync_to_thread=False, include_in_schema=False)
+    def metrics() -> Response[bytes]:
+        """Prometheus metrics."""
+        return Response(ops.metrics.render(), media_type=CONTENT_TYPE)
 
     routes: list[ControllerRouterHandler] = [
         _generation_route("/v1/chat/completions", "chatcmpl", handle_chat),
         _generation_route("/v1/completions", "cmpl", handle_completion),
         _generation_route("/generate", "gnt", handle_generate),
         *info_routes(),
-        workers_router(guards=_admin_guards(config)),
+        metrics,
+        workers_router(),
     ]
-    return Litestar(
+    app = Litestar(
         route_handlers=routes,
         lifespan=[*before, lifespan],
+        middleware=[gate_middleware(ops)],
+        cors_config=_cors(server),
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,
             Exception: _internal_error,
         },
         dependencies={WORKER_REGISTRY: Provide(_provide_registry, sync_to_thread=False)},
-        request_max_body_size=config.server.max_body_bytes,
+        request_max_body_size=server.max_body_bytes,
         openapi_config=None,
         debug=False,
+    )
+    app.state["ops"] = ops
+    # Outermost, like Litestar's own CORS wrapper: sees every request, unknown paths included.
+    app.asgi_handler = OpsMiddleware(app.asgi_handler, ops)  # type: ignore[assignment]
+    return app
+
+
+def _cors(server: ServerConfig) -> CORSConfig | None:
+    if not server.cors_allow_origins:
+        return None
+    return CORSConfig(
+        allow_origins=list(server.cors_allow_origins),
+        allow_methods=["GET", "POST", "DELETE", "OPTIONS"],
+        allow_headers=["*"],
+        expose_headers=["x-request-id"],
+        max_age=600,
     )
 
 
@@ -187,11 +271,6 @@ def _provide_registry(state: State) -> WorkerRegistry:
     registry = state["services"].extras["registry"]
     assert isinstance(registry, WorkerRegistry)
     return registry
-
-
-def _admin_guards(config: Config) -> list[Guard]:
-    key = config.server.admin_api_key
-    return [admin_key_guard(key)] if key else []
 
 
 def _api_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
@@ -204,4 +283,5 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
 
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     log.exception("unhandled error on %s", request.url.path, exc_info=exc)
+    note_failure(exc)
     return answer_error(ApiError(500, f"internal error: {type(exc).__name__}"))

@@ -10,6 +10,7 @@ import msgspec
 from litestar import Response
 from litestar.response import Stream
 
+from turnout.observability.metrics import note_failure
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
 from turnout.server.sse import DONE, sse, sse_error, with_keepalive
@@ -39,6 +40,7 @@ async def sse_body(payloads: AsyncIterator[Any]) -> AsyncIterator[bytes]:
         yield sse_error(exc)
     except Exception as exc:  # a stream must end cleanly whatever broke
         log.exception("stream failed")
+        note_failure(exc)
         yield sse_error(ApiError(500, f"internal error: {type(exc).__name__}"))
     yield DONE
 

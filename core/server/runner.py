@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import socket
 from collections.abc import AsyncIterator
 
@@ -12,8 +13,10 @@ import uvicorn
 from litestar import Litestar
 
 from turnout.config import Config, ModelConfig
+from turnout.observability.logs import configure_logging
 from turnout.server.app import create_app
 from turnout.server.context import Services
+from turnout.server.shutdown import DrainingServer
 from turnout.workers.settings import WorkerSpec
 
 DEMO_MODEL = "turnout-demo"
@@ -90,17 +93,18 @@ def build(config: Config, *, demo: bool = False) -> tuple[Config, Litestar]:
 
 
 def serve(config: Config, *, demo: bool = False) -> None:
-    """Serve until interrupted."""
-    logging.basicConfig(
-        level=config.server.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    """Serve until SIGTERM/SIGINT, then drain (see :mod:`turnout.server.shutdown`)."""
+    server = config.server
+    configure_logging(server.log_level, server.log_json)
     config, app = build(config, demo=demo)
-    uvicorn.run(
+    uvicorn_config = uvicorn.Config(
         app,
-        host=config.server.host,
-        port=config.server.port,
-        log_level=config.server.log_level,
+        host=server.host,
+        port=server.port,
+        log_level=server.log_level,
+        log_config=None,
+        access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=30,
+        timeout_graceful_shutdown=math.ceil(server.shutdown_grace_s),
     )
+    DrainingServer(uvicorn_config).run()

@@ -1,0 +1,174 @@
+"""Structured logs: the per-request record (a contextvar), a filter that stamps every log line
+with the request id, text or JSON output, and the one access line per request."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import json
+import logging
+import secrets
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+ACCESS_LOGGER = "turnout.access"
+_TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s] %(message)s"
+#: Paths answered often by probes and scrapers: their access lines are logged at debug.
+QUIET_PATHS = frozenset({"/health", "/liveness", "/readiness", "/metrics"})
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """What is known about one HTTP request; filled in as it is served, read at its end."""
+
+    method: str
+    path: str
+    #: The id echoed in ``x-request-id`` and stamped on log lines (set lazily, see ``ensure_id``).
+    request_id: str | None = None
+    #: True when the id came from the client.
+    client_id: bool = False
+    started: float = field(default_factory=time.perf_counter)
+    status: int | None = None
+    #: "ok", or why it ended otherwise: "timeout", "client_gone", "error", "rejected".
+    outcome: str = "ok"
+    model: str | None = None
+    worker: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    ttft_s: float | None = None
+    attempts: int = 0
+    response_started: bool = False
+    #: "tool" or "reasoning" when the request failed inside a parser.
+    parser_error: str | None = None
+
+    def ensure_id(self, prefix: str = "req") -> str:
+        """The request id, generating ``<prefix>-<24 hex>`` when none was given or set yet."""
+        if self.request_id is None:
+            self.request_id = f"{prefix}-{secrets.token_hex(12)}"
+        return self.request_id
+
+    def elapsed(self) -> float:
+        """Seconds since the request arrived."""
+        return time.perf_counter() - self.started
+
+
+_CURRENT: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(
+    "turnout_request", default=None
+)
+
+
+def current_record() -> RequestRecord | None:
+    """The record of the request being served in this context (None outside requests)."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def request_scope(record: RequestRecord) -> Iterator[RequestRecord]:
+    """Make ``record`` the current request for the code (and tasks started) inside."""
+    token = _CURRENT.set(record)
+    try:
+        yield record
+    finally:
+        _CURRENT.reset(token)
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds ``request_id`` (or ``-``) to every record, from the current request."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if not hasattr(record, "request_id"):
+            current = _CURRENT.get()
+            record.request_id = (current.request_id if current else None) or "-"
+        return True
+
+
+_STANDARD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
+    "message",
+    "asctime",
+    "request_id",
+    "fields",
+}
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: time, level, logger, message, request id, extra fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        data: dict[str, Any] = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        request_id = getattr(record, "request_id", "-")
+        if request_id != "-":
+            data["request_id"] = request_id
+        fields = getattr(record, "fields", None)
+        if isinstance(fields, dict):
+            data.update(fields)
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD_ATTRS and not key.startswith("_"):
+                data.setdefault(key, value)
+        if record.exc_info:
+            data["exception"] = self.formatException(record.exc_info)
+        return json.dumps(data, default=str, ensure_ascii=False)
+
+
+def configure_logging(level: str = "info", json_lines: bool = False) -> logging.Handler:
+    """Send turnout's and uvicorn's logs to stderr, as text or JSON lines, with request ids.
+
+    Replaces handlers previously installed by this function; returns the new handler.
+    """
+    handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(RequestIdFilter())
+    handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter(_TEXT_FORMAT))
+    handler.set_name("turnout")
+    root = logging.getLogger()
+    for old in [h for h in root.handlers if h.get_name() == "turnout"]:
+        root.removeHandler(old)
+    root.addHandler(handler)
+    root.setLevel(level.upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        logger.handlers.clear()
+        logger.propagate = True
+    return handler
+
+
+_access = logging.getLogger(ACCESS_LOGGER)
+
+
+def log_access(record: RequestRecord, duration_s: float) -> None:
+    """The one line per request: id, route, status, model, worker, tokens, latency."""
+    level = logging.DEBUG if record.path in QUIET_PATHS else logging.INFO
+    if not _access.isEnabledFor(level):
+        return
+    fields: dict[str, Any] = {
+        "method": record.method,
+        "path": record.path,
+        "status": record.status,
+        "latency_ms": round(duration_s * 1000, 1),
+    }
+    text = f"{record.method} {record.path} {record.status} {fields['latency_ms']}ms"
+    if record.model is not None:
+        fields["model"] = record.model
+        fields["worker"] = record.worker
+        fields["prompt_tokens"] = record.prompt_tokens
+        fields["completion_tokens"] = record.completion_tokens
+        text += (
+            f" model={record.model} worker={record.worker or '-'}"
+            f" tokens={record.prompt_tokens}/{record.completion_tokens}"
+        )
+        if record.ttft_s is not None:
+            fields["ttft_ms"] = round(record.ttft_s * 1000, 1)
+            text += f" ttft={fields['ttft_ms']}ms"
+        if record.attempts > 1:
+            fields["attempts"] = record.attempts
+            text += f" attempts={record.attempts}"
+    if record.outcome != "ok":
+        fields["outcome"] = record.outcome
+        text += f" outcome={record.outcome}"
+    _access.log(level, text, extra={"fields": fields, "request_id": record.request_id or "-"})

@@ -1,0 +1,402 @@
+"""Prometheus metrics (``turnout_*``): request counts and latencies, time to first token,
+inter-token latency, tokens, in-flight requests, admission, retries, routing decisions, parser
+errors, and worker health/load/circuit collected from the registry at scrape time.
+
+Each app owns a :class:`Metrics` with its own ``CollectorRegistry`` (several apps can live in
+one process, e.g. in tests). When ``PROMETHEUS_MULTIPROC_DIR`` is set before
+``prometheus_client`` is imported, values go to that directory and a scrape of any process
+aggregates all of them (several uvicorn worker processes).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from collections.abc import AsyncIterator, Callable, Iterable
+from typing import Any, Self
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from turnout.observability.logs import RequestRecord, current_record
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600)
+TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0)
+
+#: Paths that get their own ``route`` label; anything else is folded (bounded label values).
+_ROUTES = frozenset(
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/generate",
+        "/v1/models",
+        "/v1/tokenize",
+        "/v1/detokenize",
+        "/health",
+        "/liveness",
+        "/readiness",
+        "/health_generate",
+        "/metrics",
+        "/get_model_info",
+        "/get_server_info",
+        "/parse/function_call",
+        "/parse/reasoning",
+        "/workers",
+    }
+)
+
+
+def route_label(path: str) -> str:
+    """The ``route`` label of a request path (bounded set of values)."""
+    if path in _ROUTES:
+        return path
+    if path.startswith("/workers/"):
+        return "/workers/{id}"
+    if path.startswith("/v1/models/"):
+        return "/v1/models/{model}"
+    return "other"
+
+
+def multiprocess_mode() -> bool:
+    """True when prometheus_client writes values to ``PROMETHEUS_MULTIPROC_DIR``."""
+    return values.ValueClass is not values.MutexValue
+
+
+class Metrics:
+    """Every turnout metric of one app."""
+
+    def __init__(self) -> None:
+        registry = self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "turnout_requests",
+            "HTTP requests answered, by route, model and status",
+            ["route", "model", "status"],
+            registry=registry,
+        )
+        self.request_duration = Histogram(
+            "turnout_request_duration_seconds",
+            "End-to-end request latency (until the last byte of the answer)",
+            ["route", "model"],
+            buckets=LATENCY_BUCKETS,
+            registry=registry,
+        )
+        self.in_flight = Gauge(
+            "turnout_requests_in_flight",
+            "HTTP requests being served",
+            ["route"],
+            multiprocess_mode="livesum",
+            registry=registry,
+        )
+        self.ttft = Histogram(
+            "turnout_time_to_first_token_seconds",
+            "Time from request arrival to the first generated token from the worker",
+            ["model"],
+            buckets=TTFT_BUCKETS,
+            registry=registry,
+        )
+        self.itl = Histogram(
+            "turnout_inter_token_latency_seconds",
+            "Time between streamed chunks divided by the tokens in the chunk (one per chunk)",
+            ["model"],
+            buckets=ITL_BUCKETS,
+            registry=registry,
+        )
+        self.prompt_tokens = Counter(
+            "turnout_prompt_tokens", "Prompt tokens processed", ["model"], registry=registry
+        )
+        self.generation_tokens = Counter(
+            "turnout_generation_tokens", "Tokens generated", ["model"], registry=registry
+        )
+        self.retries = Counter(
+            "turnout_retries",
+            "Worker attempts retried on another worker before the first response",
+            ["model"],
+            registry=registry,
+        )
+        self.routed = Counter(
+            "turnout_routed_requests",
+            "Requests the selection policy placed on each worker (the attempt that streamed)",
+            ["model", "worker"],
+            registry=registry,
+        )
+        self.parser_errors = Counter(
+            "turnout_parser_errors",
+            "Requests that failed inside a tool-call or reasoning parser",
+            ["model", "kind"],
+            registry=registry,
+        )
+        self.queue_depth = Gauge(
+            "turnout_admission_queue_depth",
+            "Requests waiting for a concurrency permit",
+            multiprocess_mode="livesum",
+            registry=registry,
+        )
+        self.rejected = Counter(
+            "turnout_admission_rejected",
+            "Requests refused by admission control, by reason",
+            ["reason"],
+            registry=registry,
+        )
+        self.workers = WorkerCollector()
+        registry.register(self.workers)
+
+    # -- per request ---------------------------------------------------------------------------
+
+    def observe_request(self, record: RequestRecord, duration_s: float) -> None:
+        """Count one finished request (once, at its end)."""
+        route = route_label(record.path)
+        model = record.model or ""
+        status = {"timeout": "504", "client_gone": "499"}.get(record.outcome, str(record.status))
+        self.requests.labels(route, model, status).inc()
+        self.request_duration.labels(route, model).observe(duration_s)
+        if record.parser_error is not None:
+            self.parser_errors.labels(model, record.parser_error).inc()
+
+    def meter(self, model: str, record: RequestRecord | None) -> RequestMeter:
+        """Per-request observation of a worker stream, with the model's children bound once."""
+        return RequestMeter(self, model, record)
+
+    # -- scraping ------------------------------------------------------------------------------
+
+    def render(self) -> bytes:
+        """The Prometheus text exposition of every metric (all processes in multiprocess mode)."""
+        if not multiprocess_mode():
+            return generate_latest(self.registry)
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+        registry.register(self.workers)
+        return generate_latest(registry)
+
+    @staticmethod
+    def process_exit() -> None:
+        """In multiprocess mode, drop this process's live gauges (call when it stops)."""
+        if multiprocess_mode():
+            multiprocess.mark_process_dead(os.getpid())  # type: ignore[no-untyped-call]
+
+
+class RequestMeter:
+    """Times one worker stream: time to first token, inter-token latency, tokens in and out.
+
+    Per chunk it does one subtraction and one histogram observation; labelled children are
+    looked up once per request.
+    """
+
+    __slots__ = (
+        "_completed",
+        "_done",
+        "_generation",
+        "_itl",
+        "_last",
+        "_prompt",
+        "_prompt_tokens",
+        "_record",
+        "_streamed",
+        "_ttft",
+    )
+
+    def __init__(self, metrics: Metrics, model: str, record: RequestRecord | None) -> None:
+        self._ttft = metrics.ttft.labels(model)
+        self._itl = metrics.itl.labels(model)
+        self._prompt = metrics.prompt_tokens.labels(model)
+        self._generation = metrics.generation_tokens.labels(model)
+        self._record = record
+        self._last: float | None = None
+        self._streamed = 0
+        self._completed = 0
+        self._prompt_tokens = 0
+        self._done = False
+
+    def response(self, response: Any) -> None:
+        """Observe one ``GenerateResponse`` from the worker."""
+        kind = response.WhichOneof("response")
+        if kind == "chunk":
+            chunk = response.chunk
+            now = time.perf_counter()
+            count = len(chunk.token_ids)
+            last = self._last
+            if last is None:
+                record = self._record
+                if record is not None:
+                    ttft = now - record.started
+                    record.ttft_s = ttft
+                    self._ttft.observe(ttft)
+            elif count:
+                self._itl.observe((now - last) / count)
+            self._last = now
+            self._streamed += count
+            self._prompt_tokens = max(self._prompt_tokens, chunk.prompt_tokens)
+        elif kind == "complete":
+            done = response.complete
+            self._completed += done.completion_tokens
+            self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
+
+    def finish(self) -> None:
+        """Add the request's tokens to the counters (idempotent)."""
+        if self._done:
+            return
+        self._done = True
+        generated = max(self._streamed, self._completed)
+        self._prompt.inc(self._prompt_tokens)
+        self._generation.inc(generated)
+        record = self._record
+        if record is not None:
+            record.prompt_tokens += self._prompt_tokens
+            record.completion_tokens += generated
+
+
+class MeteredSession:
+    """A worker session that reports every response to a :class:`RequestMeter`.
+
+    Same surface as the dispatcher's ``GenerateSession`` as far as the pipeline uses it.
+    """
+
+    __slots__ = ("_inner", "_iter", "_meter")
+
+    def __init__(self, inner: Any, meter: RequestMeter) -> None:
+        self._inner = inner
+        self._meter = meter
+        self._iter: AsyncIterator[Any] | None = None
+
+    @property
+    def worker(self) -> Any:
+        """The worker serving the request."""
+        return self._inner.worker
+
+    @property
+    def attempts(self) -> int:
+        """Attempts it took to get the first response."""
+        attempts: int = self._inner.attempts
+        return attempts
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._iter is None:
+            self._iter = self._inner.__aiter__()
+        try:
+            response = await self._iter.__anext__()
+        except StopAsyncIteration:
+            self._meter.finish()
+            raise
+        self._meter.response(response)
+        return response
+
+    async def aclose(self) -> None:
+        """Close the worker stream (aborting it if unfinished) and book the tokens."""
+        self._meter.finish()
+        await self._inner.aclose()
+
+
+class WorkerCollector(Collector):
+    """Worker health, load and circuit state, read from the registry at scrape time."""
+
+    def __init__(self) -> None:
+        self._source: Callable[[], Iterable[Any]] | None = None
+
+    def attach(self, workers: Callable[[], Iterable[Any]]) -> None:
+        """Read workers from ``workers()`` (the registry's ``all``) from now on."""
+        self._source = workers
+
+    def detach(self) -> None:
+        """Stop reporting workers."""
+        self._source = None
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> Iterable[Any]:
+        labels = ["worker", "model"]
+        healthy = GaugeMetricFamily(
+            "turnout_worker_healthy", "1 if the worker passes health checks", labels=labels
+        )
+        routable = GaugeMetricFamily(
+            "turnout_worker_routable",
+            "1 if the worker takes new requests (ready, circuit not open, not draining)",
+            labels=labels,
+        )
+        state = GaugeMetricFamily(
+            "turnout_worker_state",
+            "Worker lifecycle state (1 for the current state)",
+            labels=[*labels, "state"],
+        )
+        circuit = GaugeMetricFamily(
+            "turnout_worker_circuit_state",
+            "Circuit breaker state (1 for the current state)",
+            labels=[*labels, "state"],
+        )
+        load = GaugeMetricFamily(
+            "turnout_worker_load", "In-flight requests plus reported load", labels=labels
+        )
+        in_flight = GaugeMetricFamily(
+            "turnout_worker_in_flight", "Requests of this router in flight", labels=labels
+        )
+        requests = CounterMetricFamily(
+            "turnout_worker_requests", "Requests started on the worker", labels=labels
+        )
+        failures = CounterMetricFamily(
+            "turnout_worker_failures", "Worker faults recorded", labels=labels
+        )
+        source = self._source
+        for worker in source() if source is not None else ():
+            key = [worker.id, worker.model_id or ""]
+            healthy.add_metric(key, 1.0 if worker.health.state.value == "healthy" else 0.0)
+            routable.add_metric(key, 1.0 if worker.routable else 0.0)
+            current = worker.state.value
+            for name in ("pending", "ready", "unhealthy", "draining"):
+                state.add_metric([*key, name], 1.0 if name == current else 0.0)
+            breaker = worker.breaker.state.value
+            for name in ("closed", "open", "half_open"):
+                circuit.add_metric([*key, name], 1.0 if name == breaker else 0.0)
+            load.add_metric(key, float(worker.load))
+            in_flight.add_metric(key, float(worker.in_flight))
+            requests.add_metric(key, float(worker.requests_total))
+            failures.add_metric(key, float(worker.failures_total))
+        return [healthy, routable, state, circuit, load, in_flight, requests, failures]
+
+
+_PARSER_MODULES = (
+    ("turnout/tool_calls/", "tool"),
+    ("turnout/plugins/tool_parsers/", "tool"),
+    ("plugins/tool_parsers/", "tool"),
+    ("core/tool_calls/", "tool"),
+    ("turnout/reasoning/", "reasoning"),
+    ("turnout/plugins/reasoning_parsers/", "reasoning"),
+    ("plugins/reasoning_parsers/", "reasoning"),
+    ("core/reasoning/", "reasoning"),
+)
+
+
+def parser_failure_kind(exc: BaseException) -> str | None:
+    """ "tool" or "reasoning" when ``exc`` was raised inside a parser, else None.
+
+    Walks the traceback once (only on the error path) looking at the innermost frames.
+    """
+    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
+        filename = frame.filename.replace("\\", "/")
+        for fragment, kind in _PARSER_MODULES:
+            if fragment in filename:
+                return kind
+    return None
+
+
+def note_failure(exc: BaseException) -> None:
+    """Mark the current request as failed inside a parser when ``exc`` came from one (counted
+    in ``turnout_parser_errors_total`` when the request ends)."""
+    record = current_record()
+    if record is not None and record.parser_error is None:
+        record.parser_error = parser_failure_kind(exc)

@@ -1,0 +1,197 @@
+"""Admission control: a concurrency limit with a bounded FIFO wait queue, and a watcher that
+notices a client leaving while its request waits or runs."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import Callable
+from typing import Any
+
+from turnout.server.errors import ApiError
+
+
+class QueueFull(ApiError):
+    """429: every permit is taken and the wait queue is full."""
+
+    def __init__(self, limit: int, queue_size: int) -> None:
+        super().__init__(
+            429,
+            f"too many requests: {limit} running and {queue_size} waiting; retry later",
+            code="admission_queue_full",
+        )
+
+
+class QueueTimeout(ApiError):
+    """503: the request waited too long for a permit."""
+
+    def __init__(self, waited_s: float) -> None:
+        super().__init__(
+            503,
+            f"the router is overloaded: no capacity within {waited_s:g}s; retry later",
+            code="admission_queue_timeout",
+        )
+
+
+class Draining(ApiError):
+    """503: the router is shutting down."""
+
+    def __init__(self) -> None:
+        super().__init__(503, "turnout is shutting down", code="shutting_down")
+
+
+class ClientGone(Exception):
+    """The client disconnected while its request waited."""
+
+
+class Permit:
+    """One admitted request; :meth:`release` (idempotent) gives the slot to the next waiter."""
+
+    __slots__ = ("_gate",)
+
+    def __init__(self, gate: AdmissionGate | None) -> None:
+        self._gate = gate
+
+    def release(self) -> None:
+        """Give the permit back."""
+        gate, self._gate = self._gate, None
+        if gate is not None:
+            gate._release()
+
+
+class AdmissionGate:
+    """At most ``limit`` requests at once (0: unlimited); up to ``queue_size`` more wait, in
+    arrival order, at most ``queue_timeout_s`` each."""
+
+    def __init__(
+        self,
+        limit: int,
+        queue_size: int,
+        queue_timeout_s: float,
+        on_queue_change: Callable[[int], None] | None = None,
+    ) -> None:
+        self.limit = limit
+        self._on_change = on_queue_change
+        self.queue_size = max(queue_size, 0)
+        self.queue_timeout_s = queue_timeout_s
+        #: Permits held right now.
+        self.active = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for a permit."""
+        return len(self._waiters)
+
+    async def acquire(self, gone: asyncio.Event | None = None) -> Permit:
+        """A permit, now or after waiting; raises :class:`QueueFull`, :class:`QueueTimeout`,
+        :class:`Draining` (via :meth:`reject_waiting`) or :class:`ClientGone` (``gone`` set)."""
+        if self.limit <= 0:
+            return Permit(None)
+        if self.active < self.limit and not self._waiters:
+            self.active += 1
+            return Permit(self)
+        if len(self._waiters) >= self.queue_size:
+            raise QueueFull(self.limit, self.queue_size)
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(waiter)
+        self._changed()
+        watcher = asyncio.ensure_future(gone.wait()) if gone is not None else None
+        try:
+            pending: set[asyncio.Future[Any]] = {waiter}
+            if watcher is not None:
+                pending.add(watcher)
+            timeout = self.queue_timeout_s if self.queue_timeout_s > 0 else None
+            await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            self._abandon(waiter)
+            raise
+        finally:
+            if watcher is not None:
+                watcher.cancel()
+        if waiter.done() and not waiter.cancelled():
+            waiter.result()  # raises Draining when the gate was closed
+            if gone is not None and gone.is_set():
+                self._release()
+                raise ClientGone
+            return Permit(self)
+        self._abandon(waiter)
+        if gone is not None and gone.is_set():
+            raise ClientGone
+        raise QueueTimeout(self.queue_timeout_s)
+
+    def reject_waiting(self) -> None:
+        """Fail every waiting request with 503 (the router is shutting down)."""
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_exception(Draining())
+        self._changed()
+
+    def _abandon(self, waiter: asyncio.Future[None]) -> None:
+        with contextlib.suppress(ValueError):
+            self._waiters.remove(waiter)
+        self._changed()
+        if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
+            self._release()  # it was granted while we gave up: pass it on
+        else:
+            waiter.cancel()
+
+    def _release(self) -> None:
+        self.active -= 1
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                self.active += 1
+                waiter.set_result(None)
+                break
+        self._changed()
+
+    def _changed(self) -> None:
+        if self._on_change is not None:
+            self._on_change(len(self._waiters))
+
+
+class ClientWatch:
+    """Sole reader of the ASGI ``receive`` of one request.
+
+    Buffers the body for the app (so the request can wait for a permit while its body
+    arrives), keeps reading afterwards to notice a disconnect at once, and calls
+    ``on_disconnect`` when the client leaves. Hand :meth:`receive` to the app.
+    """
+
+    def __init__(self, receive: Any, max_body_bytes: int) -> None:
+        self._raw = receive
+        self._max = max_body_bytes
+        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.gone = asyncio.Event()
+        self.on_disconnect: list[Any] = []
+        self._task = asyncio.ensure_future(self._pump())
+
+    async def _pump(self) -> None:
+        size = 0
+        while True:
+            message = await self._raw()
+            if message["type"] == "http.disconnect":
+                self.gone.set()
+                for callback in self.on_disconnect:
+                    callback()
+                await self._queue.put(message)
+                return
+            await self._queue.put(message)
+            size += len(message.get("body", b""))
+            if size > self._max:
+                return  # the app answers 413; stop buffering an oversized body
+
+    async def receive(self) -> dict[str, Any]:
+        """The next message for the app."""
+        if self.gone.is_set() and self._queue.empty():
+            return {"type": "http.disconnect"}
+        return await self._queue.get()
+
+    async def close(self) -> None:
+        """Stop reading."""
+        self._task.cancel()
+        with contextlib.suppress(BaseException):
+            await self._task

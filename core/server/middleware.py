@@ -1,0 +1,297 @@
+"""The operating layer around the app.
+
+* :class:`OpsMiddleware` wraps the whole ASGI app (every route, 404s too): request id (from the
+  configured headers or generated) echoed as ``x-request-id``, the current-request record for
+  log lines, request metrics and the access log line.
+* :func:`gate_middleware` runs per route, inside Litestar's error handling and CORS: API keys,
+  and for generation routes draining, admission control (429/503), the request timeout (504)
+  and cancellation when the client leaves (which aborts the request on the worker).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from turnout.config import ServerConfig
+from turnout.observability.logs import RequestRecord, current_record, log_access, request_scope
+from turnout.observability.metrics import Metrics, route_label
+from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of
+from turnout.server.errors import ApiError
+from turnout.server.limits import (
+    AdmissionGate,
+    ClientGone,
+    ClientWatch,
+    Draining,
+    QueueFull,
+    QueueTimeout,
+)
+from turnout.server.sse import DONE, sse_error
+
+ASGIApp = Callable[..., Any]
+#: A client-given request id is used only if it is short printable ASCII without spaces.
+_VALID_ID = re.compile(rb"[\x21-\x7e]{1,200}")
+
+
+@dataclass(slots=True)
+class OpsState:
+    """Per-app operating state shared by the middlewares, the lifespan and the routes."""
+
+    server: ServerConfig
+    metrics: Metrics = field(default_factory=Metrics)
+    keys: KeyRing = field(init=False)
+    gate: AdmissionGate = field(init=False)
+    #: True while the router drains (set by the lifespan / the shutdown signal).
+    draining: Callable[[], bool] = lambda: False
+    #: Generation requests running (admitted or not limited) right now.
+    running: int = 0
+    _idle: asyncio.Event | None = None
+
+    def __post_init__(self) -> None:
+        server = self.server
+        self.keys = KeyRing.from_config(server)
+        self.gate = AdmissionGate(
+            server.max_concurrent_requests,
+            server.queue_size,
+            server.queue_timeout_s,
+            self.metrics.queue_depth.set,
+        )
+
+    def _enter(self) -> None:
+        self.running += 1
+        if self._idle is not None:
+            self._idle.clear()
+
+    def _leave(self) -> None:
+        self.running -= 1
+        if self.running <= 0 and self._idle is not None:
+            self._idle.set()
+
+    async def wait_idle(self, timeout: float) -> bool:  # noqa: ASYNC109 - a bound, not a deadline
+        """Wait (at most ``timeout`` s) until no generation request runs; True if idle."""
+        if self.running <= 0:
+            return True
+        self._idle = asyncio.Event()
+        try:
+            async with asyncio.timeout(timeout):
+                await self._idle.wait()
+        except TimeoutError:
+            return False
+        return True
+
+
+def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return value
+    return None
+
+
+class OpsMiddleware:
+    """Outermost layer: request id, current-request record, metrics, access log."""
+
+    def __init__(self, app: ASGIApp, ops: OpsState) -> None:
+        self.app = app
+        self.ops = ops
+        self._id_headers = [h.lower().encode() for h in ops.server.request_id_headers]
+
+    def _client_id(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+        wanted = self._id_headers
+        if not wanted:
+            return None
+        found: dict[bytes, bytes] = {}
+        for raw_key, value in headers:
+            key = raw_key.lower()
+            if key in wanted and key not in found and _VALID_ID.fullmatch(value):
+                found[key] = value
+        for name in wanted:
+            if name in found:
+                return found[name].decode()
+        return None
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        record = RequestRecord(scope["method"], scope["path"])
+        given = self._client_id(scope.get("headers", []))
+        if given is not None:
+            record.request_id, record.client_id = given, True
+        metrics = self.ops.metrics
+        gauge = metrics.in_flight.labels(route_label(record.path))
+
+        async def send_with_id(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                record.status = message["status"]
+                record.response_started = True
+                headers = [
+                    (k, v) for k, v in message.get("headers", ()) if k.lower() != b"x-request-id"
+                ]
+                headers.append((b"x-request-id", record.ensure_id().encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        gauge.inc()
+        with request_scope(record):
+            try:
+                await self.app(scope, receive, send_with_id)
+            except asyncio.CancelledError:
+                if record.outcome == "ok":
+                    record.outcome = "cancelled"
+                raise
+            except BaseException:
+                record.outcome = "error"
+                raise
+            finally:
+                gauge.dec()
+                if record.status is None:
+                    record.status = 499 if record.outcome in ("client_gone", "cancelled") else 500
+                    if record.outcome == "ok":
+                        record.outcome = "client_gone"
+                duration = record.elapsed()
+                record.ensure_id()
+                metrics.observe_request(record, duration)
+                log_access(record, duration)
+
+
+@dataclass(slots=True)
+class _Progress:
+    started: bool = False
+    sse: bool = False
+    complete: bool = False
+    gone: bool = False
+
+
+def gate_middleware(ops: OpsState) -> Callable[[ASGIApp], ASGIApp]:
+    """The per-route middleware factory (pass it in Litestar's ``middleware``)."""
+
+    def factory(app: ASGIApp) -> ASGIApp:
+        return _Gate(app, ops)
+
+    return factory
+
+
+class _Gate:
+    def __init__(self, app: ASGIApp, ops: OpsState) -> None:
+        self.app = app
+        self.ops = ops
+        self._metrics_public = ops.server.metrics_public
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        path = scope["path"]
+        keys = self.ops.keys
+        if keys.enabled:
+            authorization = _header(scope.get("headers", ()), b"authorization")
+            keys.check(
+                access_of(path, self._metrics_public),
+                authorization.decode("latin-1") if authorization is not None else None,
+            )
+        if path in GENERATION_PATHS and scope["method"] == "POST":
+            await self._generation(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+    async def _generation(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        ops = self.ops
+        server = ops.server
+        record = current_record()
+        if ops.draining():
+            ops.metrics.rejected.labels("draining").inc()
+            raise Draining()
+        length = _header(scope.get("headers", ()), b"content-length")
+        if length is not None and length.isdigit() and int(length) > server.max_body_bytes:
+            raise ApiError(
+                413,
+                f"request body is larger than the limit of {server.max_body_bytes} bytes",
+                code="request_too_large",
+            )
+        watch = ClientWatch(receive, server.max_body_bytes)
+        try:
+            try:
+                permit = await ops.gate.acquire(watch.gone)
+            except ClientGone:
+                ops.metrics.rejected.labels("client_gone").inc()
+                if record is not None:
+                    record.outcome = "client_gone"
+                return
+            except (QueueFull, QueueTimeout, Draining) as exc:
+                ops.metrics.rejected.labels(exc.code or "rejected").inc()
+                raise
+            ops._enter()
+            try:
+                await self._run(scope, watch, send, record)
+            finally:
+                permit.release()
+                ops._leave()
+        finally:
+            await watch.close()
+
+    async def _run(
+        self, scope: dict[str, Any], watch: ClientWatch, send: Any, record: RequestRecord | None
+    ) -> None:
+        progress = _Progress()
+
+        async def tracked_send(message: dict[str, Any]) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                progress.started = True
+                content_type = _header(message.get("headers", ()), b"content-type") or b""
+                progress.sse = content_type.startswith(b"text/event-stream")
+            elif kind == "http.response.body" and not message.get("more_body", False):
+                progress.complete = True
+            await send(message)
+
+        inner = asyncio.ensure_future(self.app(scope, watch.receive, tracked_send))
+
+        def client_left() -> None:
+            if not progress.complete and not inner.done():
+                progress.gone = True
+                inner.cancel()
+
+        watch.on_disconnect.append(client_left)
+        if watch.gone.is_set():
+            client_left()
+        timeout = self.ops.server.request_timeout_s
+        try:
+            done, _ = await asyncio.wait({inner}, timeout=timeout if timeout > 0 else None)
+        finally:
+            if not inner.done():  # timed out, or this task was cancelled (server shutdown)
+                inner.cancel()
+                await asyncio.wait({inner})
+        if progress.gone:
+            if record is not None:
+                record.outcome = "client_gone"
+            _settle(inner)
+            return
+        if not done:
+            _settle(inner)
+            await self._timed_out(progress, send, record, timeout)
+            return
+        inner.result()
+
+    async def _timed_out(
+        self, progress: _Progress, send: Any, record: RequestRecord | None, limit_s: float
+    ) -> None:
+        error = ApiError(504, f"the request timed out after {limit_s:g}s", code="request_timeout")
+        if record is not None:
+            record.outcome = "timeout"
+        if not progress.started:
+            raise error
+        if progress.complete:
+            return
+        body = sse_error(error) + DONE if progress.sse else b""
+        with contextlib.suppress(Exception):
+            await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _settle(task: asyncio.Future[Any]) -> None:
+    """Retrieve a finished task's outcome so that nothing is reported as never retrieved."""
+    if not task.cancelled():
+        task.exception()

@@ -1,0 +1,52 @@
+"""Graceful shutdown under uvicorn.
+
+On SIGTERM/SIGINT :class:`DrainingServer` first marks every app of this process as draining
+(``/readiness`` answers 503, new generation requests get 503, queued ones are refused), then
+lets uvicorn stop accepting connections and wait ``shutdown_grace_s`` for in-flight requests.
+Requests still running after that are cancelled, which aborts them on their workers; the
+app's lifespan waits briefly for those aborts before closing the worker channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+import uvicorn
+
+log = logging.getLogger("turnout.server")
+
+#: Callbacks that start draining, one per running app in this process (see ``drain_hook``).
+_hooks: dict[int, tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = {}
+
+
+@contextlib.contextmanager
+def drain_hook(begin_drain: Callable[[], None]) -> Iterator[None]:
+    """Register ``begin_drain`` (run on the current loop) while the block runs."""
+    key = id(begin_drain)
+    _hooks[key] = (asyncio.get_running_loop(), begin_drain)
+    try:
+        yield
+    finally:
+        _hooks.pop(key, None)
+
+
+def begin_drain_all() -> None:
+    """Start draining every registered app (safe to call from a signal handler)."""
+    for loop, hook in list(_hooks.values()):
+        with contextlib.suppress(RuntimeError):  # the loop is already closed
+            loop.call_soon_threadsafe(hook)
+
+
+class DrainingServer(uvicorn.Server):
+    """A uvicorn server that reports not-ready and refuses new work as soon as it is told to
+    exit, before uvicorn closes its listener."""
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:
+            log.info("shutting down: draining (grace %ss)", self.config.timeout_graceful_shutdown)
+            begin_drain_all()
+        super().handle_exit(sig, frame)
