@@ -167,9 +167,12 @@ def _python_literal(text: str) -> str | None:
         return None
 
 
+_STRING_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
 def string_json(raw: str) -> str:
     """The JSON string literal for ``raw`` (non-ASCII kept as is)."""
-    return json.dumps(raw, ensure_ascii=False)
+    return _STRING_ENCODER.encode(raw)
 
 
 def value_json(raw: str, schema: ParamSchema) -> str:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import ClassVar
 
-from turnout.tool_calls.markers import find_first_marker, partial_marker_suffix
+from turnout.tool_calls.markers import find_first_marker
 from turnout.tool_calls.names import is_allowed, tool_names
 from turnout.tool_calls.types import (
     CallIdStyle,
@@ -197,6 +197,7 @@ class _Machine:
         self.names = tool_names(tools)
         self.schemas = function_schemas(tools)
         self.opaque_ends = dict(syntax.opaque)
+        self._partial_info: dict[tuple[str, ...], tuple[int, str]] = {}
         self.buf = ""
         self.pos = 0
         self.state = _S.TEXT
@@ -302,10 +303,27 @@ class _Machine:
         return find_first_marker(self.buf, markers, self.pos)
 
     def _partial(self, markers: tuple[str, ...]) -> int:
-        """Length of the buffer's tail that may still become one of ``markers``."""
-        longest = max(len(m) for m in markers)
-        start = max(self.pos, len(self.buf) - longest + 1)
-        return partial_marker_suffix(self.buf[start:], markers) if start < len(self.buf) else 0
+        """Length of the buffer's tail that may still become one of ``markers``.
+
+        Same answer as :func:`~turnout.tool_calls.markers.partial_marker_suffix`, but only the
+        positions holding a marker's first character are tried (usually none), so the cost per
+        delta stays small and flat.
+        """
+        buf = self.buf
+        size = len(buf)
+        info = self._partial_info.get(markers)
+        if info is None:
+            info = (max(len(m) for m in markers), "".join(dict.fromkeys(m[0] for m in markers)))
+            self._partial_info[markers] = info
+        longest, firsts = info
+        start = max(self.pos, size - longest + 1)
+        for i in range(start, size):
+            if buf[i] in firsts:
+                tail = buf[i:]
+                for marker in markers:
+                    if len(marker) > size - i and marker.startswith(tail):
+                        return size - i
+        return 0
 
     def _release_until(self, markers: tuple[str, ...]) -> tuple[str, tuple[int, str] | None]:
         """Text up to the first marker (then ``pos`` stays on it) or up to a possible prefix."""

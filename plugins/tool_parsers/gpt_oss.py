@@ -131,10 +131,11 @@ class _Machine:
 
     def _body_state(self) -> bool:
         buf = self.buf
-        hit = find_first_marker(buf, _TOKENS, self.pos)
+        # Every token starts with "<|": skip the marker search when there is none.
+        hit = find_first_marker(buf, _TOKENS, self.pos) if "<|" in buf else None
         if hit is None:
-            start = max(self.pos, len(buf) - _LONGEST + 1)
-            end = len(buf) - partial_marker_suffix(buf[start:], _TOKENS)
+            lt = buf.find("<", max(self.pos, len(buf) - _LONGEST + 1))
+            end = len(buf) - (partial_marker_suffix(buf[lt:], _TOKENS) if lt >= 0 else 0)
             self._route(buf[self.pos : end])
             self.pos = end
             return False

@@ -56,7 +56,7 @@ RENDERS: dict[str, Render] = {
     "deepseek_v4": test_deepseek_v4.render,
 }
 XML_PARSERS = sorted(RENDERS)
-FEW = settings(PROPERTY_SETTINGS, max_examples=40)
+FEW = settings(PROPERTY_SETTINGS, max_examples=30)
 
 
 def raw_value(value: Any) -> str:
