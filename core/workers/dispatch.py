@@ -143,8 +143,9 @@ class Dispatcher:
                 stream = worker.connection.generate(request, remaining)
                 first = await stream.__anext__()
             except StopAsyncIteration:
-                failure: Failure | None = Failure(True, 502, "stream ended before a response", True)
-                exc: BaseException = RuntimeError(failure.message if failure else "")
+                message = f"{worker.url}: Generate ended without a response"
+                failure: Failure | None = Failure(True, 502, message, True)
+                exc: BaseException = RuntimeError(message)
             except asyncio.CancelledError:
                 worker.release()
                 if stream is not None:

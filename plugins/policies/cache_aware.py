@@ -92,16 +92,21 @@ class CacheAwarePolicy:
 
         chosen: Candidate | None = None
         if keys:
-            min_load = min(c.load for c in candidates)
-            abs_t, rel_t = self.balance_abs_threshold, self.balance_rel_threshold
+            bits = self._bits
+            cand_bits = [bits.get(c.id) or self._bit(c.id) for c in candidates]
+            loads = [c.load for c in candidates]
+            min_load = min(loads)
+            # Overloaded: load - min > abs and load > rel * min; those lose their affinity.
+            cutoff = max(
+                min_load + self.balance_abs_threshold, self.balance_rel_threshold * min_load
+            )
             allowed = 0
-            for cand in candidates:
-                load = cand.load
-                if not (load - min_load > abs_t and load > rel_t * min_load):
-                    allowed |= self._bit(cand.id)
+            for bit, load in zip(cand_bits, loads, strict=True):
+                if load <= cutoff:
+                    allowed |= bit
             depth, tenants = index.match(keys, allowed)
             if depth and depth * unit / size > self.cache_threshold:
-                holders = [c for c in candidates if self._bit(c.id) & tenants]
+                holders = [c for c, bit in zip(candidates, cand_bits, strict=True) if bit & tenants]
                 chosen = self._least.pick(holders)
         if chosen is None:
             chosen = self._least.pick(candidates)
