@@ -56,16 +56,31 @@ async def with_keepalive(source: AsyncIterator[bytes], interval: float) -> Async
     try:
         while True:
             try:
-                async with asyncio.timeout(interval):
-                    item = await queue.get()
-            except TimeoutError:
-                yield KEEPALIVE
-                continue
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
+                item = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                try:
+                    async with asyncio.timeout(interval):
+                        item = await queue.get()
+                except TimeoutError:
+                    yield KEEPALIVE
+                    continue
+            # Send everything already waiting as one write (fewer ASGI messages and syscalls).
+            batch: list[bytes] = []
+            while True:
+                if item is _END:
+                    if batch:
+                        yield b"".join(batch)
+                    return
+                if isinstance(item, BaseException):
+                    if batch:
+                        yield b"".join(batch)
+                    raise item
+                batch.append(item)
+                try:
+                    item = queue.get_nowait()
+                except asyncio.QueueEmpty:
+                    break
+            yield b"".join(batch)
     finally:
         task.cancel()
         with contextlib.suppress(BaseException):

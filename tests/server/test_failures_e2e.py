@@ -14,7 +14,8 @@ from .harness import MODEL, Router, run_router
 
 @pytest.fixture(scope="module")
 def router() -> Iterator[Router]:
-    with run_router(config={"defaults": {"policy": "round_robin"}}) as running:
+    config = {"defaults": {"policy": "round_robin"}, "server": {"keepalive_interval_s": 0.1}}
+    with run_router(config=config) as running:
         yield running
 
 
@@ -22,8 +23,10 @@ def router() -> Iterator[Router]:
 def healthy_workers(router: Router) -> Iterator[None]:
     yield
     for sim in router.sims:
-        sim.knobs.update({"delay_ms": 0.0, "fail_status": None, "fail_after_tokens": None,
-                          "hang": False, "fault_budget": None})  # fmt: skip
+        sim.knobs.update(
+            {"delay_ms": 0.0, "ttft_ms": 0.0, "fail_status": None, "fail_after_tokens": None,
+             "hang": False, "fault_budget": None}
+        )  # fmt: skip
 
 
 def chat(stream: bool = False, text: str = "a reply of several tokens here") -> dict[str, object]:
@@ -105,3 +108,18 @@ def test_in_flight_counts_return_to_zero(router: Router) -> None:
         httpx.post(f"{router.base_url}/v1/chat/completions", json=chat(), timeout=20)
     workers = httpx.get(f"{router.base_url}/workers").json()["workers"]
     assert [w["in_flight"] for w in workers] == [0, 0]
+
+
+def test_idle_stream_gets_keepalive_comments(router: Router) -> None:
+    for sim in router.sims:
+        sim.knobs.update({"delay_ms": 350.0})
+    body = chat(stream=True, text="two words")
+    with httpx.stream(
+        "POST", f"{router.base_url}/v1/chat/completions", json=body, timeout=20
+    ) as response:
+        lines = [line for line in response.iter_lines() if line]
+    first_data = next(i for i, line in enumerate(lines) if line.startswith("data: "))
+    role_chunk = json.loads(lines[first_data][6:])
+    assert role_chunk["choices"][0]["delta"]["role"] == "assistant"
+    assert ": keep-alive" in lines
+    assert lines[-1] == "data: [DONE]"
