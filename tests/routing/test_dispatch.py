@@ -307,3 +307,59 @@ async def test_config_model_wins_and_duplicates_rejected(workers) -> None:
     finally:
         await registry.stop()
     assert all(t.done() for t in registry._tasks.values())
+
+
+async def test_deadline_before_first_response_is_504_without_hanging(workers, registry_for):
+    fleet = await workers(2)
+    registry = await registry_for(fleet)
+    for w in fleet:
+        w.first_delay = 5.0
+    dispatcher = Dispatcher(registry)
+    t0 = time.monotonic()
+    with pytest.raises(WorkerRequestError) as err:
+        await dispatcher.open_stream("m", ROUTING, make_request(), timeout=0.3)
+    assert time.monotonic() - t0 < 1.0
+    assert err.value.status == 504
+    assert all(w.in_flight == 0 for w in registry.all())
+
+
+async def test_policy_hears_membership_changes(workers, registry_for) -> None:
+    from turnout.plugins.policies.hashing import ConsistentHashingPolicy
+
+    fleet = await workers(3)
+    registry = await registry_for(fleet[:2])
+    policy = ConsistentHashingPolicy()
+    dispatcher = Dispatcher(registry, policies={"m": policy})
+    assert policy._ring.members == {w.id for w in registry.all()}
+    added = await registry.add(WorkerSpec(url=fleet[2].url), wait_s=3)
+    assert added.routable
+    assert added.id in policy._ring.members
+    await registry.remove(added.id)
+    assert added.id not in policy._ring.members
+    assert registry.get(added.id) is None
+    keyed = RoutingRequest(model="m", routing_key="user-1")
+    first = await dispatcher.open_stream("m", keyed, make_request("k1"), timeout=5)
+    await first.aclose()
+    again = await dispatcher.open_stream("m", keyed, make_request("k2"), timeout=5)
+    await again.aclose()
+    assert first.worker.id == again.worker.id
+
+
+def test_per_worker_overrides_apply() -> None:
+    from turnout.workers.settings import BreakerOverride, HealthOverride
+    from turnout.workers.worker import Worker
+
+    from .conftest import fast_settings
+
+    settings = fast_settings()
+    spec = WorkerSpec(
+        url="grpc://127.0.0.1:1",
+        health=HealthOverride(interval_s=7.0),
+        circuit_breaker=BreakerOverride(failure_threshold=1),
+    )
+    worker = Worker(spec, object(), settings.health, settings.circuit_breaker)  # type: ignore[arg-type]
+    assert worker.id == "127.0.0.1:1"
+    assert worker.health.settings.interval_s == 7.0
+    assert worker.health.settings.timeout_s == settings.health.timeout_s
+    worker.breaker.record_failure()
+    assert worker.breaker.state is CircuitState.OPEN
