@@ -11,20 +11,23 @@ Rules shared by every XML-family parser (each parser module documents its tags):
 * **Normal text** before, between and after blocks is kept exactly, except that whitespace
   between a block of calls and the next block start is a separator (Qwen writes ``\n`` between
   parallel ``<tool_call>`` blocks). Whitespace and separator tokens between invokes of a block
-  are format, not text. Stray text inside a block after its
-  first invoke is normal text; stray text right after the block start means the block start
-  was prose, and everything is returned as text.
+  are format, not text. Stray text inside a block after its first invoke is normal text; stray
+  text right after the block start means the block start was prose: everything is text.
 * **Announcing.** A call is announced (name delta) as soon as its name is complete and allowed.
   From then on it is a call, whatever follows: a call cut off at end of output is closed with
   the parameters seen so far (a value cut off is taken as it stands), and a missing invoke end
   tag is tolerated when the block end arrives.
-* **Not a call.** A block start whose invoke header is malformed (no name, name too long,
-  unexpected text) and an invoke whose name is not among the request's tools stay in the normal
-  text verbatim, block tags included when the block produced no call.
+* **Not a call.** A block start whose invoke header is malformed (no name, a name with spaces
+  or tag characters, a header longer than :data:`HEADER_LIMIT`) and an invoke whose name is not
+  among the request's tools stay in the normal text verbatim — the block tags too when the block
+  produced no call; an unknown invoke after a call in the same block keeps only its own text.
 * **Arguments** are a JSON object built parameter by parameter (:mod:`turnout.tool_calls
-  .xml_params`): ``{"k1": v1, "k2": v2}``. Values of string parameters (by schema, or by the
-  format's ``string="true"``) are streamed as they arrive; other values once complete. Text
-  inside an invoke that is not a parameter is ignored; a parameter without a key is dropped.
+  .xml_params`): ``{"k1": v1, "k2": v2}`` (keys in the model's order; a repeated key is repeated).
+  Values of string parameters (by schema, or by the format's ``string="true"``) are streamed as
+  they arrive; other values once complete. Values are verbatim, except that formats with
+  :attr:`XmlSyntax.trim_newlines` drop one ``\n`` after the opening and one before the closing
+  tag. Text inside an invoke that is not a parameter is ignored; a parameter whose header is
+  malformed, or a GLM key without its value, is dropped.
 * **Cost.** Text is scanned once; held-back text is bounded by the longest tag plus the header
   limit, so the cost per delta does not grow with the length of the output.
 """
@@ -246,9 +249,11 @@ class _Machine:
     def finish(self) -> ToolParseStep:
         while self.handlers[self.state]():
             pass
-        rest = self.buf[self.pos :]
-        self.buf, self.pos = "", 0
         state = self.state
+        rest = self.buf[self.pos :]
+        if state is _S.VALUE:  # a closing tag cut off by the end of output is not value
+            rest = rest[: len(rest) - self._partial(self.syn.value_markers)]
+        self.buf, self.pos = "", 0
         if state in (_S.TEXT, _S.OPAQUE, _S.PASS):
             self._release_pending()
             self._emit(rest)

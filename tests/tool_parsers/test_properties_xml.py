@@ -158,6 +158,24 @@ def test_arbitrary_text_is_kept(parser_name: str, text: str) -> None:
     assert_no_text_lost(parser_name, text)
 
 
+_TYPICAL: list[Call] = [
+    ("get_weather", {"city": "Paris\n", "days": 3}),
+    ("search", {"q": {"a": [1]}}),
+]
+
+
+@pytest.mark.parametrize("parser_name", [*XML_PARSERS, "gpt_oss"])
+def test_every_cut_off_point_is_consistent(parser_name: str) -> None:
+    """Output cut at any point (max_tokens): streaming == one-shot, arguments valid JSON."""
+    render = RENDERS.get(parser_name, test_gpt_oss.render)
+    text = "Hi.\n" + render(_TYPICAL) + "\nBye."
+    tools = schema_tools(_TYPICAL)
+    for cut in range(len(text) + 1):
+        result = assert_stream_matches_complete(parser_name, text[:cut], tools, [(1,), (3, 5)])
+        assert len(result.calls) <= len(_TYPICAL)
+    assert len(result.calls) == len(_TYPICAL)
+
+
 # --- gpt-oss (harmony) -------------------------------------------------------------------------
 
 _HARMONY = ("<|start|>", "<|channel|>", "<|message|>", "<|constrain|>", "<|end|>", "<|return|>")

@@ -187,6 +187,12 @@ def test_cut_off_call_is_closed() -> None:
     text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar"
     result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
     assert_calls(result, [("get_weather", {"city": "Par"})])
+    cut_in_tag = text + "is\n</para"
+    result = assert_stream_matches_complete(P, cut_in_tag, TOOLS, [(1,), (2,), (1_000,)])
+    assert_calls(result, [("get_weather", {"city": "Paris"})])
+    cut_typed = "<tool_call>\n<function=get_weather>\n<parameter=days>\n12\n</param"
+    result = assert_stream_matches_complete(P, cut_typed, TOOLS, [(1,), (1_000,)])
+    assert_calls(result, [("get_weather", {"days": 12})])
 
 
 def test_cut_off_before_name_is_text() -> None:
