@@ -1,0 +1,129 @@
+"""API keys on every route class (serving, admin, public) and CORS, over real HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+from tests.server.harness import Router, run_router
+from turnout.config import load_config
+from turnout.errors import ConfigError
+from turnout.server.auth import Access, KeyRing, access_of
+
+from .helpers import chat
+
+ORIGIN = "https://app.example"
+
+
+@pytest.fixture(scope="module")
+def router() -> Iterator[Router]:
+    config = {
+        "server": {
+            "api_keys": ["key-one", "key-two"],
+            "admin_api_key": "admin-key",
+            "cors_allow_origins": [ORIGIN],
+        }
+    }
+    with run_router(config=config, sims=1) as running:
+        yield running
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+def assert_401(response: httpx.Response) -> None:
+    assert response.status_code == 401, response.text
+    error = response.json()["error"]
+    assert error["code"] == "invalid_api_key"
+    assert error["type"] == "authentication_error"
+    assert error["message"]
+    assert response.headers["x-request-id"]
+
+
+def test_serving_routes_need_a_serving_key(router: Router) -> None:
+    url = f"{router.base_url}/v1/chat/completions"
+    assert_401(httpx.post(url, json=chat(), timeout=20))
+    assert_401(httpx.post(url, json=chat(), headers=bearer("wrong"), timeout=20))
+    assert_401(httpx.post(url, json=chat(), headers={"authorization": "key-one"}, timeout=20))
+    for key in ("key-one", "key-two", "admin-key"):
+        assert httpx.post(url, json=chat(), headers=bearer(key), timeout=20).status_code == 200
+    assert_401(httpx.get(f"{router.base_url}/v1/models", timeout=20))
+    assert httpx.get(f"{router.base_url}/v1/models", headers=bearer("key-two")).status_code == 200
+    assert_401(httpx.post(f"{router.base_url}/v1/tokenize", json={"prompt": "x"}, timeout=20))
+
+
+def test_rejected_requests_never_reach_a_worker(router: Router) -> None:
+    before = len(router.sims[0].requests)
+    assert_401(httpx.post(f"{router.base_url}/generate", json={"text": "hi"}, timeout=20))
+    assert len(router.sims[0].requests) == before
+
+
+def test_admin_routes_need_the_admin_key(router: Router) -> None:
+    url = f"{router.base_url}/workers"
+    assert_401(httpx.get(url, timeout=20))
+    assert_401(httpx.get(url, headers=bearer("key-one"), timeout=20))
+    assert_401(httpx.get(f"{url}/anything", headers=bearer("key-one"), timeout=20))
+    listing = httpx.get(url, headers=bearer("admin-key"), timeout=20)
+    assert listing.status_code == 200
+    assert listing.json()["total"] == 1
+
+
+def test_probes_and_metrics_are_public(router: Router) -> None:
+    for path in ("/health", "/liveness", "/readiness", "/metrics"):
+        assert httpx.get(f"{router.base_url}{path}", timeout=20).status_code == 200, path
+
+
+def test_cors_preflight_and_headers_on_errors(router: Router) -> None:
+    url = f"{router.base_url}/v1/chat/completions"
+    preflight = httpx.options(
+        url,
+        headers={
+            "origin": ORIGIN,
+            "access-control-request-method": "POST",
+            "access-control-request-headers": "authorization, content-type",
+        },
+        timeout=20,
+    )
+    assert preflight.status_code == 204
+    assert preflight.headers["access-control-allow-origin"] == ORIGIN
+    # A browser must be able to read a 401 (and the request id) too.
+    denied = httpx.post(url, json=chat(), headers={"origin": ORIGIN}, timeout=20)
+    assert_401(denied)
+    assert denied.headers["access-control-allow-origin"] == ORIGIN
+    assert "x-request-id" in denied.headers["access-control-expose-headers"]
+    other = httpx.options(
+        url,
+        headers={"origin": "https://evil.example", "access-control-request-method": "POST"},
+        timeout=20,
+    )
+    assert "access-control-allow-origin" not in other.headers
+
+
+def test_without_admin_key_serving_keys_guard_admin_routes() -> None:
+    keys = KeyRing(["k"], None)
+    keys.check(Access.ADMIN, "Bearer k")
+    with pytest.raises(Exception, match="invalid"):
+        keys.check(Access.ADMIN, "Bearer other")
+    open_ring = KeyRing([], None)
+    assert not open_ring.enabled
+    open_ring.check(Access.SERVING, None)
+
+
+def test_metrics_can_be_made_private() -> None:
+    assert access_of("/metrics") is Access.PUBLIC
+    assert access_of("/metrics", metrics_public=False) is Access.ADMIN
+    assert access_of("/workers/abc") is Access.ADMIN
+    assert access_of("/workersx") is Access.SERVING
+
+
+def test_keys_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
+    monkeypatch.setenv("TURNOUT_TEST_KEY", "from-env")
+    config = load_config(None, {"server.api_keys": ["${TURNOUT_TEST_KEY}"]})
+    assert config.server.api_keys == ["from-env"]
+    # An unset variable with an empty default must not silently turn auth off.
+    monkeypatch.delenv("TURNOUT_TEST_KEY")
+    with pytest.raises(ConfigError, match="api_keys"):
+        load_config(None, {"server.api_keys": ["${TURNOUT_TEST_KEY:-}"]})
