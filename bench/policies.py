@@ -10,6 +10,7 @@ prefixes are in the tree. Prints microseconds per ``select`` call (median of 3 r
 from __future__ import annotations
 
 import argparse
+import asyncio
 import random
 import statistics
 import time
@@ -108,6 +109,26 @@ def main() -> None:
         label = name if name != "cache_aware" else "cache_aware*"
         print(f"{label:<20}{row[0]:>11.1f} us{row[1]:>11.1f} us")
     print(f"* tree pre-filled with {args.tree_tokens / 1e6:.0f}M tokens")
+    print()
+    print("registry.candidates() per request (health, circuit and model filter):")
+    for n in (8, 64):
+        print(f"  {n:>2} workers: {candidates_cost(n, args.requests):.1f} us")
+
+
+def candidates_cost(n: int, count: int) -> float:
+    """Cost of the dispatcher's per-request candidate filter over ``n`` ready workers."""
+    from turnout.workers.registry import WorkerRegistry
+    from turnout.workers.settings import WorkerSpec
+
+    registry = WorkerRegistry(connect=lambda url: None)  # type: ignore[arg-type,return-value]
+    for i in range(n):
+        spec = WorkerSpec(url=f"grpc://10.1.0.{i}:30000", model="m")
+        worker = asyncio.run(registry.add(spec))
+        worker.health.mark_healthy()
+    start = time.perf_counter()
+    for _ in range(count):
+        registry.candidates("m")
+    return (time.perf_counter() - start) / count * 1e6
 
 
 if __name__ == "__main__":

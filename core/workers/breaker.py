@@ -17,6 +17,11 @@ class CircuitState(enum.StrEnum):
     HALF_OPEN = "half_open"
 
 
+# Enum member look-ups are slow on CPython 3.11; the per-request path uses these constants.
+_CLOSED = CircuitState.CLOSED
+_OPEN = CircuitState.OPEN
+
+
 class CircuitBreaker:
     """closed -> open after ``failure_threshold`` consecutive worker faults; open -> half-open
     ``timeout_s`` later (checked lazily); half-open -> closed after ``success_threshold``
@@ -62,8 +67,10 @@ class CircuitBreaker:
         return self._failures
 
     def allows(self) -> bool:
-        """Whether the worker may get traffic."""
-        return not self.settings.enabled or self.state is not CircuitState.OPEN
+        """Whether the worker may get traffic (cheap when closed: called per request)."""
+        if self._state is _CLOSED or not self.settings.enabled:
+            return True
+        return self.state is not _OPEN
 
     def record_success(self) -> None:
         """A request on this worker completed without a worker fault."""

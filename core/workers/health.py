@@ -17,6 +17,9 @@ class HealthState(enum.StrEnum):
     UNHEALTHY = "unhealthy"
 
 
+_HEALTHY = HealthState.HEALTHY  # enum member look-ups are slow on CPython 3.11
+
+
 class HealthTracker:
     """Counts probe outcomes into a state.
 
@@ -56,6 +59,11 @@ class HealthTracker:
     def state(self) -> HealthState:
         """Current health state."""
         return self._state
+
+    @property
+    def healthy(self) -> bool:
+        """Whether the state is ``healthy``."""
+        return self._state is _HEALTHY
 
     @property
     def consecutive_failures(self) -> int:

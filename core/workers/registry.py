@@ -70,8 +70,11 @@ class WorkerRegistry:
 
     def candidates(self, model: str, exclude: Iterable[str] = ()) -> list[Worker]:
         """Routable workers serving ``model``, minus the ids in ``exclude``."""
+        workers = self._by_model.get(model, ())
+        if not exclude:
+            return [w for w in workers if w.routable]
         skip = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
-        return [w for w in self._by_model.get(model, ()) if w.routable and w.id not in skip]
+        return [w for w in workers if w.routable and w.id not in skip]
 
     def has_ready_worker(self, model: str) -> bool:
         """Whether some worker can take a request for ``model`` now."""

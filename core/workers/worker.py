@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from turnout.workers.breaker import CircuitBreaker
+from turnout.workers.breaker import CircuitBreaker, CircuitState
 from turnout.workers.connection import WorkerConnection
 from turnout.workers.health import HealthState, HealthTracker
 from turnout.workers.settings import (
@@ -18,6 +18,9 @@ from turnout.workers.settings import (
     WorkerSpec,
     apply_override,
 )
+
+_HEALTHY = HealthState.HEALTHY
+_CLOSED = CircuitState.CLOSED
 
 #: Model id of a worker that reports none.
 UNKNOWN_MODEL = "unknown"
@@ -113,12 +116,12 @@ class Worker:
     @property
     def routable(self) -> bool:
         """Whether the worker may take a new request now."""
-        return (
-            not self.draining
-            and self.model_id is not None
-            and self.health.state is HealthState.HEALTHY
-            and self.breaker.allows()
-        )
+        # Called per request for every worker of the model: plain attribute reads only on the
+        # common path (properties and enum look-ups cost ~10x more on CPython 3.11).
+        if self.draining or self.model_id is None or self.health._state is not _HEALTHY:
+            return False
+        breaker = self.breaker
+        return breaker._state is _CLOSED or breaker.allows()
 
     def apply_discovery(self, labels: dict[str, str]) -> None:
         """Take discovered labels; configured labels and model id win."""
