@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import resource
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -94,6 +95,7 @@ def main() -> None:
     ]
     print(f"prompt {args.prompt_tokens} tokens, {args.requests} requests, median of 3 runs")
     print(f"{'policy':<20}{'8 workers':>14}{'64 workers':>14}")
+    tree_note: list[str] = []
     for name in names:
         row = []
         for n in (8, 64):
@@ -103,12 +105,16 @@ def main() -> None:
             if hasattr(policy, "on_workers_changed"):
                 policy.on_workers_changed([w.id for w in workers])
             if name == "cache_aware":
+                before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
                 prefill(policy, workers, args.tree_tokens, rnd)
+                after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+                entries = len(policy.index)  # type: ignore[attr-defined]
+                tree_note.append(f"{entries} blocks, max RSS +{(after - before) / 1024:.0f} MiB")
             requests = make_requests(args.requests, args.prompt_tokens, rnd)
             row.append(time_select(policy.select, requests, workers))
         label = name if name != "cache_aware" else "cache_aware*"
         print(f"{label:<20}{row[0]:>11.1f} us{row[1]:>11.1f} us")
-    print(f"* tree pre-filled with {args.tree_tokens / 1e6:.0f}M tokens")
+    print(f"* tree pre-filled with {args.tree_tokens / 1e6:.1f}M tokens ({'; '.join(tree_note)})")
     print()
     print("registry.candidates() per request (health, circuit and model filter):")
     for n in (8, 64):

@@ -9,9 +9,9 @@ block, no per-token work.
 
 Memory is bounded by keeping two generations of keys: touched keys go into the young
 generation; when it holds ``capacity`` keys the old generation is dropped and the young one
-becomes old. A key untouched for a whole generation is thus evicted (least recently used
-first, approximately), and a request touches every key of its prefix, so a key never outlives
-its parent.
+becomes old (so at most ``2 * capacity`` keys, plus the blocks of one prompt, are held). A key
+untouched for a whole generation is thus evicted (least recently used first, approximately),
+and a request touches every key of its prefix, so a key never outlives its parent.
 """
 
 from __future__ import annotations
