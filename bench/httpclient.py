@@ -115,7 +115,10 @@ class HttpConnection:
     ) -> Response:
         """Send a request and read the status line and headers."""
         if self._writer is None or self._writer.is_closing():
-            await self._connect()
+            try:
+                await self._connect()
+            except (OSError, TimeoutError) as exc:
+                raise HttpError(f"cannot connect to {self.host}:{self.port}: {exc!r}") from None
         assert self._writer is not None
         lines = [
             f"{method} {path} HTTP/1.1",

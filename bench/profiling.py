@@ -26,35 +26,41 @@ __all__ = [
 
 _FRAME = re.compile(r"^(?P<func>.*?) \((?P<file>[^()]*?)(?::(?P<line>\d+))?\)$")
 
-#: (area, substring of the file path), first match wins.
-_AREAS: tuple[tuple[str, str], ...] = (
+#: (area, path fragment) for libraries, first match wins. py-spy shortens paths relative to
+#: ``sys.path`` entries, so turnout's own files appear as ``core/…`` and ``plugins/…``.
+_LIBRARIES: tuple[tuple[str, str], ...] = (
+    ("litestar", "/litestar/"),
+    ("uvicorn", "/uvicorn/"),
+    ("grpc", "/grpc/"),
+    ("protobuf", "/google/protobuf/"),
+    ("msgspec", "/msgspec/"),
+    ("tokenizers", "/tokenizers/"),
+    ("transformers", "/transformers/"),
+    ("jinja2", "/jinja2/"),
+    ("asyncio", "/asyncio/"),
+    ("h11/httptools", "/h11/"),
+    ("h11/httptools", "/httptools/"),
+)
+_OWN: tuple[tuple[str, str], ...] = (
     ("turnout.plugins", "/plugins/"),
     ("turnout", "/core/"),
     ("turnout", "/turnout/"),
-    ("litestar", "litestar/"),
-    ("uvicorn", "uvicorn/"),
-    ("grpc", "grpc/"),
-    ("protobuf", "google/protobuf"),
-    ("msgspec", "msgspec/"),
-    ("tokenizers", "tokenizers/"),
-    ("transformers", "transformers/"),
-    ("jinja2", "jinja2/"),
-    ("asyncio", "asyncio/"),
-    ("h11/httptools", "h11/"),
-    ("h11/httptools", "httptools/"),
 )
+
+
+#: Start-up frames under every sample; left out of the inclusive table of turnout code.
+_ENTRY_FILES = ("(core/__main__.py)", "(core/cli.py)", "(core/server/runner.py)")
 
 
 def area_of(path: str) -> str:
     """A coarse owner of a source file (turnout, litestar, grpc, asyncio, …)."""
-    for area, needle in _AREAS:
-        if needle in path:
+    rooted = "/" + path.lstrip("/")
+    for area, needle in (*_LIBRARIES, *_OWN):
+        if needle in rooted:
             return area
     if "site-packages/" in path:
         return path.split("site-packages/", 1)[1].split("/", 1)[0]
-    if path.startswith("<") or "/lib/python3" in path:
-        return "stdlib/other"
-    return "other"
+    return "stdlib/other"
 
 
 def _short(path: str) -> str:
@@ -72,6 +78,7 @@ class Profile:
     self_: Counter[str]
     inclusive: Counter[str]
     areas: Counter[str]
+    threads: Counter[str]
 
     def top(self, n: int = 15) -> dict[str, Any]:
         """The ``n`` hottest functions by self and by inclusive samples, and the area shares."""
@@ -87,10 +94,19 @@ class Profile:
             "self": rows(self.self_),
             "inclusive": rows(self.inclusive),
             "inclusive_turnout": rows(
-                Counter({k: v for k, v in self.inclusive.items() if k.startswith("turnout")})
+                Counter(
+                    {
+                        k: v
+                        for k, v in self.inclusive.items()
+                        if k.startswith("turnout") and not k.endswith(_ENTRY_FILES)
+                    }
+                )
             ),
             "areas": {
                 area: round(count / self.total, 4) for area, count in self.areas.most_common()
+            },
+            "threads": {
+                name: round(count / self.total, 4) for name, count in self.threads.most_common()
             },
         }
 
@@ -105,11 +121,20 @@ def _frame_name(frame: str) -> tuple[str, str]:
     return f"{area}: {match['func']} ({_short(path)})", area
 
 
+_THREAD = re.compile(r"^thread \(\d+\): ?(?P<name>.*)$")
+
+
 def parse_collapsed(text: str) -> Profile:
-    """Aggregate py-spy ``raw`` (collapsed) stacks; malformed lines are skipped."""
+    """Aggregate py-spy ``raw`` (collapsed) stacks; malformed lines are skipped.
+
+    Root frames that py-spy adds for ``--subprocesses`` (``process PID:"cmd"``) and
+    ``--threads`` (``thread (TID): NAME``) are not functions: the thread name is counted
+    separately (digits of pool thread numbers kept, so names stay readable).
+    """
     self_: Counter[str] = Counter()
     inclusive: Counter[str] = Counter()
     areas: Counter[str] = Counter()
+    threads: Counter[str] = Counter()
     total = 0
     names: dict[str, tuple[str, str]] = {}
     for line in text.splitlines():
@@ -117,15 +142,25 @@ def parse_collapsed(text: str) -> Profile:
         if not stack or not count_text.isdigit():
             continue
         count = int(count_text)
-        frames = [names.get(f) or names.setdefault(f, _frame_name(f)) for f in stack.split(";")]
-        # the thread's own frame (py-spy adds "process/thread" roots only with options we omit)
+        raw_frames = stack.split(";")
+        thread = "?"
+        while raw_frames and (
+            raw_frames[0].startswith("process ") or raw_frames[0].startswith("thread (")
+        ):
+            match = _THREAD.match(raw_frames.pop(0))
+            if match:
+                thread = match["name"] or "?"
+        if not raw_frames:
+            continue
+        frames = [names.get(f) or names.setdefault(f, _frame_name(f)) for f in raw_frames]
         total += count
+        threads[thread] += count
         leaf_name, leaf_area = frames[-1]
         self_[leaf_name] += count
         areas[leaf_area] += count
         for name in {name for name, _ in frames}:
             inclusive[name] += count
-    return Profile(total, self_, inclusive, areas)
+    return Profile(total, self_, inclusive, areas, threads)
 
 
 def find_py_spy() -> str | None:
@@ -152,6 +187,7 @@ def start_py_spy(
         "--format",
         "raw",
         "--function",
+        "--threads",
         "--subprocesses",
         "--output",
         str(out),

@@ -135,6 +135,12 @@ def render_profile(profile: dict[str, Any], n: int = 15) -> str:
         lines.append(
             "  " + ", ".join(f"{a} {s * 100:.1f}%" for a, s in list(data["areas"].items())[:10])
         )
+        threads = data.get("threads") or {}
+        if threads:
+            lines.append(
+                "  by thread: "
+                + ", ".join(f"{t} {s * 100:.1f}%" for t, s in list(threads.items())[:6])
+            )
         for title, key in (
             ("self", "self"),
             ("inclusive (turnout code)", "inclusive_turnout"),

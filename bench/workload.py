@@ -197,7 +197,7 @@ def read_json_answer(status: int, body: bytes) -> Outcome:
     except ValueError:
         return Outcome(error=f"HTTP {status}: body is not JSON: {body[:200]!r}")
     if status != 200:
-        return Outcome(error=f"HTTP {status}: {_error_of(value) or body[:200]!r}")
+        return Outcome(error=f"HTTP {status}: {_error_of(value) or repr(body[:200])}")
     error = _error_of(value)
     if error:
         return Outcome(error=error)
