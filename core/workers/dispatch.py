@@ -287,6 +287,8 @@ class GenerateSession:
         if first is not None:
             self._first = None
             self.responses += 1
+            if getattr(self._stream, "finished", False):
+                self._finish(None)
             return first
         if self._done:
             raise StopAsyncIteration
@@ -313,6 +315,9 @@ class GenerateSession:
             ) from exc
         self.worker.health.traffic_ok()
         self.responses += 1
+        if getattr(self._stream, "finished", False):
+            # Every choice completed: the worker is done even if nobody reads the stream's end.
+            self._finish(None)
         return response
 
     async def aclose(self) -> None:

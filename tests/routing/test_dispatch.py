@@ -363,3 +363,22 @@ def test_per_worker_overrides_apply() -> None:
     assert worker.health.settings.timeout_s == settings.health.timeout_s
     worker.breaker.record_failure()
     assert worker.breaker.state is CircuitState.OPEN
+
+
+async def test_session_released_once_every_choice_completed(workers, registry_for) -> None:
+    fleet = await workers(1)
+    registry = await registry_for(fleet)
+    dispatcher = Dispatcher(registry)
+    session = await dispatcher.open_stream("m", ROUTING, make_request("done"), timeout=5)
+    seen = []
+    while True:
+        response = await session.__anext__()
+        seen.append(response)
+        if response.HasField("complete"):
+            break  # a pipeline may stop reading here, before the stream's end
+    assert len(seen) == 4
+    assert session.done
+    assert session.worker.in_flight == 0
+    assert [r async for r in session] == []
+    await session.aclose()
+    assert fleet[0].aborted == []  # a finished request is not aborted
