@@ -90,6 +90,7 @@ _STANDARD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__di
     "asctime",
     "request_id",
     "fields",
+    "color_message",  # uvicorn's ANSI-coloured copy of the message
 }
 
 

@@ -90,7 +90,10 @@ def _generation_route(path: str, prefix: str, handler: Handler) -> ControllerRou
     return route
 
 
-def _policies(config: Config, plugins: Plugins) -> tuple[dict[str, Policy], Callable[[], Policy]]:
+def policies_for(
+    config: Config, plugins: Plugins
+) -> tuple[dict[str, Policy], Callable[[], Policy]]:
+    """Per-model policy instances and a factory for models the config does not list."""
     policies = {
         model_id: _make_policy(plugins, choose_plugins(model_id, config, plugins).policy)
         for model_id in config.models
@@ -179,7 +182,7 @@ def create_app(
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
         registry = WorkerRegistry(config.workers_settings())
-        policies, default_policy = _policies(config, plugins)
+        policies, default_policy = policies_for(config, plugins)
         dispatcher = Dispatcher(registry, policies, default_policy)
         models = ModelTable(
             config,
@@ -247,6 +250,8 @@ def create_app(
         dependencies={WORKER_REGISTRY: Provide(_provide_registry, sync_to_thread=False)},
         request_max_body_size=server.max_body_bytes,
         openapi_config=None,
+        # Logging belongs to the process (turnout.observability.logs), not to the app.
+        logging_config=None,
         debug=False,
     )
     app.state["ops"] = ops
