@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
+import os
 import socket
 from collections.abc import AsyncIterator
 
@@ -90,6 +91,24 @@ def build(config: Config, *, demo: bool = False) -> tuple[Config, Litestar]:
             )
 
     return config, create_app(config, on_startup=announce, before=before)
+
+
+CONFIG_ENV = "TURNOUT_CONFIG"
+
+
+def app_from_env() -> Litestar:
+    """An app built from the config file named by ``$TURNOUT_CONFIG`` (logging configured).
+
+    For running several worker processes under uvicorn itself::
+
+        TURNOUT_CONFIG=turnout.yaml PROMETHEUS_MULTIPROC_DIR=/tmp/turnout-metrics \\
+            uvicorn --factory turnout.server.runner:app_from_env --workers 4 --port 8000
+    """
+    from turnout.config import load_config
+
+    config = load_config(os.environ.get(CONFIG_ENV))
+    configure_logging(config.server.log_level, config.server.log_json)
+    return build(config)[1]
 
 
 def serve(config: Config, *, demo: bool = False) -> None:
