@@ -97,7 +97,7 @@ def run_router(
 
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60
     while True:
         try:
             if httpx.get(f"http://127.0.0.1:{http_port}/readiness", timeout=1).status_code == 200:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import time
 
+import pytest
+
 import turnout
 
 from .harness import (
@@ -148,6 +150,7 @@ def test_name_first_then_streamed_arguments() -> None:
     assert len(deltas) > 40  # arguments arrive piece by piece
 
 
+@pytest.mark.slow  # a timing check: run by `tox -e slow`, never in the default suite
 def test_long_arguments_cost_is_linear() -> None:
     def run(n: int) -> float:
         text = render([("search", {"q": "abc " * n})])

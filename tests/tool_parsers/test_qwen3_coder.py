@@ -6,6 +6,8 @@ import json
 import time
 from typing import Any
 
+import pytest
+
 from .harness import (
     Call,
     assert_calls,
@@ -202,6 +204,7 @@ def test_cut_off_before_name_is_text() -> None:
     assert result.normal_text == text
 
 
+@pytest.mark.slow  # a timing check: run by `tox -e slow`, never in the default suite
 def test_long_arguments_cost_is_linear() -> None:
     def run(n: int) -> float:
         text = render([("write_file", {"path": "p", "content": "abc <x> \n" * n})])
