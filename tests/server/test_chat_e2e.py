@@ -275,3 +275,39 @@ def test_request_id_is_echoed_and_used_for_the_worker(router: Router) -> None:
     assert response.headers["x-request-id"] == "my-trace-77"
     assert response.json()["id"] == "my-trace-77"
     assert any(r.request_id == "my-trace-77" for s in router.sims for r in s.requests)
+
+
+def test_response_format_json_schema_reaches_the_worker(
+    client: openai.OpenAI, router: Router
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"answer": {"type": "integer"}},
+        "required": ["answer"],
+    }
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=user("give me json"),
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema}},
+    )
+    assert isinstance(json.loads(reply.choices[0].message.content)["answer"], int)
+    sent = [json.loads(value) for sim in router.sims for kind, value in sim.constraints]
+    assert schema in sent
+
+
+def test_allowed_tools_required_limits_the_choice(client: openai.OpenAI) -> None:
+    other = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=user("hello"),
+        tools=[*TOOLS, other],
+        tool_choice={
+            "type": "allowed_tools",
+            "allowed_tools": {
+                "mode": "required",
+                "tools": [{"type": "function", "function": {"name": "get_time"}}],
+            },
+        },
+    )
+    (call,) = reply.choices[0].message.tool_calls
+    assert call.function.name == "get_time"
