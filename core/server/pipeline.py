@@ -19,6 +19,7 @@ from turnout.wire.errors import WorkerCallError
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.sampling import Constraint, InvalidSamplingParams, build_generate_request
 from turnout.wire.sampling import build_sampling_params as _build_sampling_params
+from turnout.workers.errors import DispatchError
 
 
 class GenerateSession(Protocol):
@@ -187,11 +188,8 @@ async def stream_events(
                 if delta is not None:
                     yield delta
                 if processor.stopped_early:
-                    tail, end = processor.finish("stop", None)
-                    if tail is not None:
-                        yield tail
-                    completion[end.index] = end.completion_tokens
-                    yield end
+                    for event in _ending(processor, "stop", None, None, completion):
+                        yield event
                     remaining -= 1
             elif kind == "complete":
                 done = response.complete
@@ -202,18 +200,18 @@ async def stream_events(
                     continue
                 which = done.WhichOneof("matched_stop")
                 matched: str | int | None = getattr(done, which) if which else None
-                tail, end = processor.finish(
-                    done.finish_reason or "stop", matched, done.completion_tokens or None
-                )
-                if tail is not None:
-                    yield tail
-                completion[end.index] = end.completion_tokens
-                yield end
+                reason = done.finish_reason or "stop"
+                for event in _ending(
+                    processor, reason, matched, done.completion_tokens or None, completion
+                ):
+                    yield event
                 remaining -= 1
             if remaining == 0:
                 break
     except WorkerCallError as exc:
         raise ApiError(exc.http_status, f"worker error: {exc.message}") from None
+    except DispatchError as exc:
+        raise ApiError(exc.status, exc.message, code=exc.code) from None
     finally:
         await session.aclose()
     if remaining:
@@ -224,6 +222,19 @@ async def stream_events(
         cached_tokens=cached_tokens,
         reasoning_tokens=sum(round(p.reasoning_tokens) for p in processors),
     )
+
+
+def _ending(
+    processor: ChoiceProcessor,
+    reason: str,
+    matched: str | int | None,
+    tokens: int | None,
+    completion: dict[int, int],
+) -> list[Event]:
+    """Finish one choice: its last delta (if any) and its end event."""
+    tail, end = processor.finish(reason, matched, tokens)
+    completion[end.index] = end.completion_tokens
+    return [end] if tail is None else [tail, end]
 
 
 def _processor(processors: list[ChoiceProcessor], index: int) -> ChoiceProcessor:
