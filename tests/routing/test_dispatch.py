@@ -382,3 +382,16 @@ async def test_session_released_once_every_choice_completed(workers, registry_fo
     assert [r async for r in session] == []
     await session.aclose()
     assert fleet[0].aborted == []  # a finished request is not aborted
+
+
+async def test_health_checks_disabled_ready_after_discovery(workers, registry_for) -> None:
+    from turnout.workers.settings import HealthSettings
+
+    fleet = await workers(1)
+    fleet[0].healthy = False  # would never pass a probe
+    registry = await registry_for(fleet, health=HealthSettings(enabled=False))
+    worker = registry.all()[0]
+    assert worker.routable
+    assert worker.model_id == "m"
+    assert fleet[0].health_checks == 0
+    assert (await run_one(Dispatcher(registry)))[1] == 4
