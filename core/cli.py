@@ -50,8 +50,10 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from turnout.config import load_config
     from turnout.server.runner import serve
 
-    config = load_config(args.config, _serve_overrides(args))
-    serve(config, demo=args.demo)
+    overrides = _serve_overrides(args)
+    config = load_config(args.config, overrides)
+    source = (lambda: load_config(args.config, overrides)) if args.config else None
+    serve(config, demo=args.demo, source=source)
     return 0
 
 

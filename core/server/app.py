@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import OpsMiddleware, OpsState, gate_middleware
 from turnout.server.models import ModelTable
 from turnout.server.pipeline import GenerateSession
+from turnout.server.reload import admin_reload, install_sighup
 from turnout.server.respond import Answer, answer_error
 from turnout.server.shutdown import drain_hook
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
@@ -61,15 +63,19 @@ def request_context(
     headers = {name.lower(): value for name, value in request.headers.items()}
     server = services.config.server
     record = current_record()
+    client_id: str | None
     if record is not None:
-        request_id = record.request_id if record.client_id else None
-        if request_id is None:
-            request_id = record.request_id = new_request_id(prefix)
+        client_id = record.request_id if record.client_id else None
     else:
-        request_id = next(
+        client_id = next(
             (headers[name] for name in server.request_id_headers if headers.get(name)), None
-        ) or new_request_id(prefix)
-    return RequestContext(request_id, headers, headers.get(server.routing_key_header.lower()))
+        )
+    request_id = client_id or new_request_id(prefix)
+    if record is not None and client_id is None:
+        record.request_id = request_id
+    worker_id = f"{client_id}-{secrets.token_hex(4)}" if client_id else request_id
+    routing_key = headers.get(server.routing_key_header.lower())
+    return RequestContext(request_id, headers, routing_key, worker_request_id=worker_id)
 
 
 def _generation_route(path: str, prefix: str, handler: Handler) -> ControllerRouterHandler:
@@ -167,6 +173,7 @@ def create_app(
     *,
     plugins: Plugins | None = None,
     on_startup: Callable[[Services], Awaitable[None]] | None = None,
+    config_source: Callable[[], Config] | None = None,
     before: Sequence[Callable[[Litestar], contextlib.AbstractAsyncContextManager[None]]] = (),
 ) -> Litestar:
     """Build the app. Workers, channels and background tasks live in its lifespan.
@@ -194,6 +201,8 @@ def create_app(
         services.extras["registry"] = registry
         services.extras["dispatcher"] = dispatcher
         services.extras["ops"] = ops
+        if config_source is not None:
+            services.extras["config_source"] = config_source
         app.state["services"] = services
         ops.draining = lambda: services.draining
 
@@ -203,6 +212,7 @@ def create_app(
 
         await models.preload(_configured_models(config))
         ops.metrics.workers.attach(registry.all)
+        registry.add_listener(lambda model, _workers: models.ensure_loading(model))
         await registry.start()
         try:
             async with contextlib.AsyncExitStack() as stack:
@@ -211,6 +221,7 @@ def create_app(
                     await stack.enter_async_context(
                         metrics_listener(server.host, server.metrics_port, ops.metrics)
                     )
+                install_sighup(services)
                 if on_startup is not None:
                     await on_startup(services)
                 yield
@@ -236,6 +247,7 @@ def create_app(
         *info_routes(),
         metrics,
         workers_router(),
+        admin_reload,
     ]
     app = Litestar(
         route_handlers=routes,

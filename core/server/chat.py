@@ -154,7 +154,7 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
         stop_token_ids=request.stop_token_ids or (),
     )
     worker_request = generate_request(
-        ctx.request_id,
+        ctx.worker_request_id,
         prompt_ids,
         params,
         prompt_text=prompt,

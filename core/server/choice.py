@@ -3,13 +3,17 @@ parser → tool parser → :class:`ChoiceDelta` events. One instance per choice 
 
 from __future__ import annotations
 
+import logging
 import secrets
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from turnout.observability.metrics import note_failure
 from turnout.reasoning.types import ReasoningParser
 from turnout.server.events import ChoiceDelta, ChoiceEnd, TokenLogprob, ToolCallPiece
 from turnout.tool_calls.types import ToolCallDelta, ToolParser, Tools
+
+log = logging.getLogger("turnout.server")
 
 
 class TextDecoder(Protocol):
@@ -140,12 +144,27 @@ class ChoiceProcessor:
         end = ChoiceEnd(self.index, finish_reason, matched, tokens, round(self.reasoning_tokens))
         return (None if delta.is_empty() else delta), end
 
+    def _parser_failed(self, which: str, exc: Exception) -> None:
+        # A broken (third-party) parser must not break the answer: log it once, count it, and
+        # let the rest of this output pass through as plain text.
+        log.exception("%s parser failed; the rest of this output passes through unparsed", which)
+        note_failure(exc)
+        if which == "reasoning":
+            self._reasoning = None
+        else:
+            self._tool_parser = None
+
     def _route(self, text: str, delta: ChoiceDelta, token_count: int) -> None:
         if not text:
             return
         normal = text
         if self._reasoning is not None:
-            step = self._reasoning.parse_incremental(text)
+            try:
+                step = self._reasoning.parse_incremental(text)
+            except Exception as exc:
+                self._parser_failed("reasoning", exc)
+                self._content(text, delta)
+                return
             delta.reasoning += step.reasoning_text
             normal = step.normal_text
             if step.reasoning_text and token_count:
@@ -159,19 +178,32 @@ class ChoiceProcessor:
         if self._tool_parser is None:
             delta.content += text
             return
-        step = self._tool_parser.parse_incremental(text, self._tools)
+        try:
+            step = self._tool_parser.parse_incremental(text, self._tools)
+        except Exception as exc:
+            self._parser_failed("tool", exc)
+            delta.content += text
+            return
         delta.content += step.normal_text
         self._add_calls(step.calls, delta)
 
     def _flush(self, delta: ChoiceDelta) -> None:
         if self._reasoning is not None:
-            step = self._reasoning.finish()
-            delta.reasoning += step.reasoning_text
-            self._content(step.normal_text, delta)
+            try:
+                step = self._reasoning.finish()
+            except Exception as exc:
+                self._parser_failed("reasoning", exc)
+            else:
+                delta.reasoning += step.reasoning_text
+                self._content(step.normal_text, delta)
         if self._tool_parser is not None:
-            step_t = self._tool_parser.finish()
-            delta.content += step_t.normal_text
-            self._add_calls(step_t.calls, delta)
+            try:
+                step_t = self._tool_parser.finish()
+            except Exception as exc:
+                self._parser_failed("tool", exc)
+            else:
+                delta.content += step_t.normal_text
+                self._add_calls(step_t.calls, delta)
 
     def _add_calls(self, calls: Sequence[ToolCallDelta], delta: ChoiceDelta) -> None:
         for call in calls:

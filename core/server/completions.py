@@ -135,7 +135,7 @@ async def _open(
         constraint=constraint,
         stop_token_ids=request.stop_token_ids or (),
     )
-    rid = ctx.request_id if count == 1 else f"{ctx.request_id}-{i}"
+    rid = ctx.worker_request_id if count == 1 else f"{ctx.worker_request_id}-{i}"
     worker_request = generate_request(
         rid,
         ids,

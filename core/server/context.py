@@ -33,8 +33,15 @@ class RequestContext:
     request_id: str
     headers: Mapping[str, str]
     routing_key: str | None
+    #: The id sent to the worker: the request id, made unique when a client chose it (two
+    #: clients sending the same ``x-request-id`` must not collide on a worker).
+    worker_request_id: str = ""
     started: float = field(default_factory=time.monotonic)
     created: int = field(default_factory=lambda: int(time.time()))
+
+    def __post_init__(self) -> None:
+        if not self.worker_request_id:
+            self.worker_request_id = self.request_id
 
 
 def new_request_id(prefix: str) -> str:

@@ -88,7 +88,7 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
         texts = ["" for _ in id_lists]
     if not id_lists or any(not ids for ids in id_lists):
         raise bad_request("the prompt must not be empty", "text")
-    base_rid = request.rid or ctx.request_id
+    base_rid = request.rid or ctx.worker_request_id
     sessions: list[GenerateSession] = []
     streams: list[AsyncIterator[Event]] = []
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,6 +16,8 @@ from turnout.reasoning.types import ReasoningParser
 from turnout.server.errors import ApiError
 from turnout.tokenizer import ModelTokenizer
 from turnout.tool_calls.types import ToolParser
+
+log = logging.getLogger("turnout.models")
 
 
 @dataclass(slots=True)
@@ -50,6 +53,7 @@ class ModelTable:
         self.tokenizer_hint = tokenizer_hint
         self._runtimes: dict[str, ModelRuntime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._loading: dict[str, asyncio.Task[None]] = {}
         self._aliases = {
             alias: model_id for model_id, model in config.models.items() for alias in model.aliases
         }
@@ -93,6 +97,23 @@ class ModelTable:
                 runtime = await asyncio.to_thread(self.build, model_id)
                 self._runtimes[model_id] = runtime
         return runtime
+
+    def ensure_loading(self, model_id: str) -> None:
+        """Start loading a model's tokenizer in the background (a worker for it appeared), so
+        readiness does not wait for the first request. Failures are logged; the first request
+        for the model then answers with the reason."""
+        if model_id in self._runtimes or model_id in self._loading:
+            return
+        task = asyncio.get_running_loop().create_task(self._load_quietly(model_id))
+        self._loading[model_id] = task
+        task.add_done_callback(lambda _t: self._loading.pop(model_id, None))
+
+    async def _load_quietly(self, model_id: str) -> None:
+        try:
+            await self.runtime(model_id)
+        except Exception as exc:
+            message = exc.message if isinstance(exc, ApiError) else str(exc)
+            log.warning("model %r: tokenizer not loaded: %s", model_id, message)
 
     async def preload(self, model_ids: list[str]) -> None:
         """Build runtimes now (start-up): broken model files fail start-up, not a request."""

@@ -7,7 +7,7 @@ import logging
 import math
 import os
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import msgspec
 import uvicorn
@@ -62,8 +62,11 @@ def demo_workers(ports: list[int]):  # type: ignore[no-untyped-def]
     return lifespan
 
 
-def build(config: Config, *, demo: bool = False) -> tuple[Config, Litestar]:
-    """The effective config and the app (with demo workers when asked)."""
+def build(
+    config: Config, *, demo: bool = False, source: Callable[[], Config] | None = None
+) -> tuple[Config, Litestar]:
+    """The effective config and the app (with demo workers when asked). ``source`` reloads the
+    config (``POST /admin/reload``, SIGHUP); the demo has none."""
     before = []
     if demo:
         ports = [_free_port(), _free_port()]
@@ -90,7 +93,9 @@ def build(config: Config, *, demo: bool = False) -> tuple[Config, Litestar]:
                 flush=True,
             )
 
-    return config, create_app(config, on_startup=announce, before=before)
+    return config, create_app(
+        config, on_startup=announce, before=before, config_source=None if demo else source
+    )
 
 
 CONFIG_ENV = "TURNOUT_CONFIG"
@@ -106,16 +111,19 @@ def app_from_env() -> Litestar:
     """
     from turnout.config import load_config
 
-    config = load_config(os.environ.get(CONFIG_ENV))
+    path = os.environ.get(CONFIG_ENV)
+    config = load_config(path)
     configure_logging(config.server.log_level, config.server.log_json)
-    return build(config)[1]
+    return build(config, source=lambda: load_config(path))[1]
 
 
-def serve(config: Config, *, demo: bool = False) -> None:
+def serve(
+    config: Config, *, demo: bool = False, source: Callable[[], Config] | None = None
+) -> None:
     """Serve until SIGTERM/SIGINT, then drain (see :mod:`turnout.server.shutdown`)."""
     server = config.server
     configure_logging(server.log_level, server.log_json)
-    config, app = build(config, demo=demo)
+    config, app = build(config, demo=demo, source=source)
     uvicorn_config = uvicorn.Config(
         app,
         host=server.host,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import socket
 import threading
 import time
@@ -14,7 +15,7 @@ import httpx
 import uvicorn
 from litestar import Litestar
 
-from turnout.config import build_config
+from turnout.config import Config, build_config
 from turnout.demo_model import path as demo_path
 from turnout.server.app import create_app
 from turnout.sim import SimWorker
@@ -57,17 +58,23 @@ def run_router(
     sims: int = 2,
     sim_kwargs: dict[str, Any] | None = None,
     model: dict[str, Any] | None = None,
+    reload_data: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+    discover_model: bool = False,
 ) -> Iterator[Router]:
     """Start ``sims`` simulated workers and the router in a background thread."""
     ports = [free_port() for _ in range(sims)]
     data: dict[str, Any] = dict(config or {})
     data.setdefault("workers", [])
+    worker_model = {} if discover_model else {"model": MODEL}
     data["workers"] = [
         *data["workers"],
-        *({"url": f"grpc://127.0.0.1:{p}", "model": MODEL} for p in ports),
+        *({"url": f"grpc://127.0.0.1:{p}", **worker_model} for p in ports),
     ]
-    models = data.setdefault("models", {})
-    models.setdefault(MODEL, {"tokenizer_path": str(demo_path()), **(model or {})})
+    if discover_model:  # the model id comes from the workers, the tokenizer from the defaults
+        data.setdefault("defaults", {})["tokenizer_path"] = str(demo_path())
+    else:
+        models = data.setdefault("models", {})
+        models.setdefault(MODEL, {"tokenizer_path": str(demo_path()), **(model or {})})
     data.setdefault("health", {"interval_s": 0.5, "pending_interval_s": 0.1, "timeout_s": 2})
     cfg = build_config(data)
     http_port = free_port()
@@ -83,7 +90,14 @@ def run_router(
                 workers.append(await stack.enter_async_context(sim))
             yield
 
-    app = create_app(cfg, before=[sim_lifespan])
+    source = None
+    if reload_data is not None:
+        edit = reload_data
+
+        def source() -> Config:
+            return build_config(edit(copy.deepcopy(data)))
+
+    app = create_app(cfg, before=[sim_lifespan], config_source=source)
     server = uvicorn.Server(
         uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level="warning", lifespan="on")
     )

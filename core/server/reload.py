@@ -1,0 +1,109 @@
+"""Apply a new configuration to a running router without dropping requests.
+
+Policies, parsers and per-model settings are swapped for new requests (in-flight requests keep
+the objects they started with); workers that left the config are drained, new ones are added.
+Server settings that need a new socket (host, port) only change on restart.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Callable
+from typing import Any
+
+from litestar import Request, Response, post
+
+from turnout.config import Config
+from turnout.errors import StartupError
+from turnout.plugin_choice import validate_plugin_names
+from turnout.server.context import Services
+from turnout.server.errors import ApiError
+from turnout.server.models import ModelTable
+from turnout.server.respond import answer_json
+from turnout.workers.dispatch import Dispatcher
+from turnout.workers.registry import WorkerRegistry
+from turnout.workers.worker import default_worker_id
+
+log = logging.getLogger("turnout.reload")
+
+ConfigSource = Callable[[], Config]
+
+
+async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
+    """Swap in ``new``; returns what changed (workers added and drained)."""
+    validate_plugin_names(new, services.plugins)
+    registry = services.extras["registry"]
+    dispatcher = services.extras["dispatcher"]
+    assert isinstance(registry, WorkerRegistry)
+    assert isinstance(dispatcher, Dispatcher)
+    old = services.config
+    models = ModelTable(new, services.plugins, registry.models, services.models.tokenizer_hint)
+    await models.preload(sorted(m for m in new.models if new.models[m].tokenizer_path))
+
+    from turnout.server.app import policies_for  # the app module owns policy construction
+
+    policies, default_policy = policies_for(new, services.plugins)
+    dispatcher.set_policies(policies, default_policy)
+    services.models = models
+    services.config = new
+
+    wanted = {spec.id or default_worker_id(spec.url): spec for spec in new.workers}
+    known = {spec.id or default_worker_id(spec.url) for spec in old.workers}
+    added, drained = [], []
+    for worker_id, spec in wanted.items():
+        if registry.get(worker_id) is None:
+            await registry.add(spec)
+            added.append(worker_id)
+    for worker_id in known - set(wanted):
+        if registry.get(worker_id) is not None:
+            registry.start_drain(worker_id)
+            drained.append(worker_id)
+    log.info("configuration reloaded: workers added %s, drained %s", added, drained)
+    return {"added": added, "drained": drained}
+
+
+@post("/admin/reload", status_code=200)
+async def admin_reload(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """Re-read the config file and apply it (admin route)."""
+    services: Services = request.app.state["services"]
+    return answer_json({"status": "reloaded", **await reload_from_source(services)})
+
+
+async def reload_from_source(services: Services) -> dict[str, list[str]]:
+    """Load the config again from where it came from and apply it."""
+    source = services.extras.get("config_source")
+    if not callable(source):
+        raise ApiError(409, "turnout was started without a config file; there is nothing to reload")
+    try:
+        new = source()
+        assert isinstance(new, Config)
+        return await apply_config(services, new)
+    except StartupError as exc:
+        raise ApiError(400, f"the new configuration was rejected: {exc}") from None
+
+
+def install_sighup(services: Services) -> None:
+    """Reload the configuration on SIGHUP (where the platform has it)."""
+    if not hasattr(signal, "SIGHUP") or not callable(services.extras.get("config_source")):
+        return
+    loop = asyncio.get_running_loop()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def reload_logged() -> None:
+        try:
+            await reload_from_source(services)
+        except ApiError as exc:
+            log.error("reload on SIGHUP failed: %s", exc.message)
+
+    def on_hangup() -> None:
+        task = loop.create_task(reload_logged())
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    try:
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
+    except (ValueError, RuntimeError, NotImplementedError):
+        # Signals reach only the main thread's loop (e.g. not an app run in a test thread).
+        log.debug("SIGHUP reload not installed: not running in the main thread")
