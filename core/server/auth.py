@@ -16,7 +16,7 @@ from turnout.config import ServerConfig
 from turnout.server.errors import ApiError
 
 PUBLIC_PATHS = frozenset({"/health", "/liveness", "/readiness"})
-ADMIN_PREFIXES = ("/workers",)
+ADMIN_PREFIXES = ("/workers", "/admin")
 #: Routes that generate (admission control and the request timeout apply to these).
 GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/generate"})
 

@@ -117,6 +117,7 @@ def test_metrics_can_be_made_private() -> None:
     assert access_of("/metrics", metrics_public=False) is Access.ADMIN
     assert access_of("/workers/abc") is Access.ADMIN
     assert access_of("/workersx") is Access.SERVING
+    assert access_of("/admin/reload") is Access.ADMIN
 
 
 def test_keys_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: object) -> None:
