@@ -20,6 +20,14 @@ CHAT = "/v1/chat/completions"
 DELAY_MS = 40.0
 
 
+def outcome_of(outcomes: dict[str, str], client_id: str) -> str | None:
+    """The worker's outcome for a client-given request id (turnout adds a unique suffix)."""
+    for rid, outcome in outcomes.items():
+        if rid.startswith(client_id + "-"):
+            return outcome
+    return None
+
+
 @pytest.fixture(scope="module")
 def router() -> Iterator[Router]:
     server = {
@@ -156,7 +164,9 @@ async def test_client_leaving_mid_stream_releases_the_permit_and_aborts(
             if line.startswith("data: "):
                 break
     # 200 tokens would take 8 s; the worker is told to stop as soon as the client left.
-    await wait_for(lambda: sim.records.outcomes.get("leaves-mid-stream") in ("abort", "cancelled"))
+    await wait_for(
+        lambda: outcome_of(sim.records.outcomes, "leaves-mid-stream") in ("abort", "cancelled")
+    )
     sim.knobs.update({"delay_ms": 0.0})
     reply = await client.post(f"{router.base_url}{CHAT}", json=chat())
     assert reply.status_code == 200  # not 503 after a queue wait: the permit came back
@@ -199,7 +209,7 @@ async def test_request_timeout_is_504_and_aborts_the_worker(
     assert time.monotonic() - started < 3
     assert response.status_code == 504
     assert response.json()["error"]["code"] == "request_timeout"
-    await wait_for(lambda: sim.records.outcomes.get("too-slow") in ("abort", "cancelled"))
+    await wait_for(lambda: outcome_of(sim.records.outcomes, "too-slow") in ("abort", "cancelled"))
     samples = scrape(slow_router.base_url)
     labels = {"route": CHAT, "model": "turnout-demo", "status": "504"}
     assert value(samples, "turnout_requests_total", **labels) >= 1
@@ -221,4 +231,6 @@ async def test_streamed_request_timeout_ends_with_an_error_event(
     error = json.loads(events[-2])["error"]
     assert error["code"] == "request_timeout"
     assert len(events) > 3  # some tokens arrived before the deadline
-    await wait_for(lambda: sim.records.outcomes.get("too-slow-stream") in ("abort", "cancelled"))
+    await wait_for(
+        lambda: outcome_of(sim.records.outcomes, "too-slow-stream") in ("abort", "cancelled")
+    )
