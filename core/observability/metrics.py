@@ -241,6 +241,13 @@ class RequestMeter:
             self._prompt_tokens = max(self._prompt_tokens, chunk.prompt_tokens)
         elif kind == "complete":
             done = response.complete
+            if self._last is None and done.output_ids:
+                # A one-message answer (the worker did not stream): its tokens arrive now.
+                self._last = time.perf_counter()
+                record = self._record
+                if record is not None:
+                    record.ttft_s = self._last - record.started
+                    self._ttft.observe(record.ttft_s)
             self._completed += done.completion_tokens
             self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
 

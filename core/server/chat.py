@@ -18,6 +18,7 @@ from turnout.server.pipeline import (
     output_options,
     sampling_params,
     stream_events,
+    worker_streaming,
 )
 from turnout.server.protocol import ChatCompletionRequest, check_sampling
 from turnout.server.respond import Answer, answer_json, answer_stream
@@ -146,12 +147,14 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
         history_calls=_history_calls(request),
     )
     processors = make_processors(runtime, options)
+    worker_streams, interval = worker_streaming(request.stream, bool(options.stops))
     params = sampling_params(
         request,
         max_tokens=request.max_completion_tokens or request.max_tokens,
         skip_special_tokens=request.skip_special_tokens,
         constraint=_constraint(request, plan),
         stop_token_ids=request.stop_token_ids or (),
+        stream_interval=interval,
     )
     worker_request = generate_request(
         ctx.worker_request_id,
@@ -161,10 +164,11 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
         logprobs=request.logprobs,
         top_logprobs=request.top_logprobs or 0,
         require_reasoning=reasoning,
+        stream=worker_streams,
     )
     routing = RoutingRequest(model_id, prompt_ids, prompt, ctx.headers, ctx.routing_key)
     session = await services.open_stream(model_id, routing, worker_request)
-    events = stream_events(session, processors)
+    events = stream_events(session, processors, worker_streams=worker_streams)
     if request.stream:
         include_usage = bool(request.stream_options and request.stream_options.include_usage)
         return answer_stream(

@@ -17,6 +17,7 @@ from turnout.server.pipeline import (
     output_options,
     sampling_params,
     stream_events,
+    worker_streaming,
 )
 from turnout.server.protocol import CompletionRequest, check_sampling, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
@@ -89,6 +90,7 @@ async def handle_completion(services: Services, body: bytes, ctx: RequestContext
     sessions = []
     try:
         for i, (text, ids) in enumerate(zip(texts, ids_list, strict=True)):
+            worker_streams, interval = worker_streaming(request.stream, bool(request.stop))
             session = await _open(
                 services,
                 request=request,
@@ -99,10 +101,12 @@ async def handle_completion(services: Services, body: bytes, ctx: RequestContext
                 text=text,
                 ids=ids,
                 constraint=constraint,
+                worker_streams=worker_streams,
+                interval=interval,
             )
             sessions.append(session)
             processors = make_processors(runtime, output_options(request, logprobs=logprobs))
-            streams.append(stream_events(session, processors))
+            streams.append(stream_events(session, processors, worker_streams=worker_streams))
     except BaseException:
         for session in sessions:
             await session.aclose()
@@ -127,6 +131,8 @@ async def _open(
     text: str,
     ids: list[int],
     constraint: Constraint | None,
+    worker_streams: bool,
+    interval: int | None,
 ) -> GenerateSession:
     params = sampling_params(
         request,
@@ -134,6 +140,7 @@ async def _open(
         skip_special_tokens=request.skip_special_tokens,
         constraint=constraint,
         stop_token_ids=request.stop_token_ids or (),
+        stream_interval=interval,
     )
     rid = ctx.worker_request_id if count == 1 else f"{ctx.worker_request_id}-{i}"
     worker_request = generate_request(
@@ -143,6 +150,7 @@ async def _open(
         prompt_text=text,
         logprobs=request.logprobs is not None,
         top_logprobs=request.logprobs or 0,
+        stream=worker_streams,
     )
     routing = RoutingRequest(model_id, ids, text, ctx.headers, ctx.routing_key)
     return await services.open_stream(model_id, routing, worker_request)

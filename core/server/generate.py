@@ -19,6 +19,7 @@ from turnout.server.pipeline import (
     output_options,
     sampling_params,
     stream_events,
+    worker_streaming,
 )
 from turnout.server.protocol import GenerateRequestBody, SamplingFields, check_sampling, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
@@ -92,6 +93,7 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
     sessions: list[GenerateSession] = []
     streams: list[AsyncIterator[Event]] = []
     try:
+        worker_streams, interval = worker_streaming(request.stream, bool(sampling.stop))
         for i, (text, ids) in enumerate(zip(texts, id_lists, strict=True)):
             params = sampling_params(
                 sampling,
@@ -99,6 +101,7 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
                 skip_special_tokens=sampling.skip_special_tokens,
                 constraint=constraint,
                 stop_token_ids=sampling.stop_token_ids or (),
+                stream_interval=interval,
             )
             rid = base_rid if len(id_lists) == 1 else f"{base_rid}-{i}"
             worker_request = generate_request(
@@ -108,12 +111,14 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
                 prompt_text=text,
                 logprobs=request.return_logprob,
                 top_logprobs=request.top_logprobs_num,
+                stream=worker_streams,
             )
             routing = RoutingRequest(model_id, ids, text or None, ctx.headers, ctx.routing_key)
             session = await services.open_stream(model_id, routing, worker_request)
             sessions.append(session)
             options = output_options(sampling, logprobs=request.return_logprob, keep_token_ids=True)
-            streams.append(stream_events(session, make_processors(runtime, options)))
+            processors = make_processors(runtime, options)
+            streams.append(stream_events(session, processors, worker_streams=worker_streams))
     except BaseException:
         for session in sessions:
             await session.aclose()

@@ -62,6 +62,24 @@ class OutputOptions:
     history_calls: int = 0
 
 
+#: Tokens per worker message when turnout streams from the worker only to watch for its stop
+#: strings while the client waits for one answer: 16x fewer messages, at most 16 tokens wasted.
+STOP_WATCH_INTERVAL = 16
+
+
+def worker_streaming(client_streams: bool, has_stops: bool) -> tuple[bool, int | None]:
+    """Whether to ask the worker for a stream, and with how many tokens per message.
+
+    A client that streams gets every token as it comes. A one-shot answer is asked of the
+    worker in one message — unless turnout must watch for stop strings to abort early.
+    """
+    if client_streams:
+        return True, None
+    if has_stops:
+        return True, STOP_WATCH_INTERVAL
+    return False, None
+
+
 def sampling_params(
     request: SamplingFields,
     *,
@@ -69,6 +87,7 @@ def sampling_params(
     skip_special_tokens: bool,
     constraint: Constraint | None,
     stop_token_ids: Sequence[int] = (),
+    stream_interval: int | None = None,
 ) -> pb.SamplingParams:
     """Map the request's sampling fields onto fully populated SamplingParams."""
     explicit: dict[str, Any] = {}
@@ -98,6 +117,7 @@ def sampling_params(
             constraint=constraint,
             logit_bias=request.logit_bias,
             custom_params=custom,
+            stream_interval=stream_interval,
             **explicit,
         )
     except InvalidSamplingParams as exc:
@@ -163,7 +183,7 @@ def output_options(request: SamplingFields, **extra: Any) -> OutputOptions:
 
 
 async def stream_events(
-    session: GenerateSession, processors: list[ChoiceProcessor]
+    session: GenerateSession, processors: list[ChoiceProcessor], *, worker_streams: bool = True
 ) -> AsyncIterator[Event]:
     """Drive the worker stream through the processors; ends with a :class:`Usage` event.
 
@@ -198,6 +218,11 @@ async def stream_events(
                 processor = _processor(processors, done.index)
                 if processor.done:
                     continue
+                if not worker_streams:  # the whole output comes in this one message
+                    logprobs = done.output_logprobs if done.HasField("output_logprobs") else None
+                    delta = processor.push(done.output_ids, logprobs)
+                    if delta is not None:
+                        yield delta
                 which = done.WhichOneof("matched_stop")
                 matched: str | int | None = getattr(done, which) if which else None
                 reason = done.finish_reason or "stop"
@@ -252,14 +277,15 @@ def generate_request(
     logprobs: bool = False,
     top_logprobs: int = 0,
     require_reasoning: bool = False,
+    stream: bool = True,
 ) -> pb.GenerateRequest:
-    """The worker request (always streamed from the worker; one-shot answers fold it)."""
+    """The worker request; see :func:`worker_streaming` for ``stream``."""
     return build_generate_request(
         request_id=request_id,
         input_ids=prompt_ids,
         sampling_params=params,
         original_text=prompt_text,
-        stream=True,
+        stream=stream,
         return_logprob=logprobs,
         top_logprobs_num=top_logprobs,
         require_reasoning=require_reasoning,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import openai
@@ -313,3 +314,33 @@ def test_allowed_tools_required_limits_the_choice(client: openai.OpenAI) -> None
     )
     (call,) = reply.choices[0].message.tool_calls
     assert call.function.name == "get_time"
+
+
+def test_one_shot_answers_ask_the_worker_for_one_message(
+    client: openai.OpenAI, router: Router
+) -> None:
+    def sent(request_id: str) -> Any:
+        return next(
+            r for s in router.sims for r in s.requests if r.request_id.startswith(request_id)
+        )
+
+    client.chat.completions.create(
+        model=MODEL, messages=user("plain one-shot"), extra_headers={"x-request-id": "one-shot"}
+    )
+    assert sent("one-shot-").stream is False
+    client.chat.completions.create(
+        model=MODEL, messages=user("stopper"), stop=["STOP"],
+        extra_headers={"x-request-id": "one-shot-stops"},
+    )  # fmt: skip
+    watched = sent("one-shot-stops-")
+    assert watched.stream is True  # turnout watches for its stop strings and aborts early
+    assert watched.sampling_params.stream_interval == 16
+    list(
+        client.chat.completions.create(
+            model=MODEL, messages=user("streamed"), stream=True,
+            extra_headers={"x-request-id": "streamed-req"},
+        )
+    )  # fmt: skip
+    streamed = sent("streamed-req-")
+    assert streamed.stream is True
+    assert not streamed.sampling_params.HasField("stream_interval")
