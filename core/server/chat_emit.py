@@ -42,14 +42,12 @@ class ChatStream:
             "model": model,
         }
         self._include_usage = include_usage
-        self._started: set[int] = set()
 
     def _chunk(self, choices: list[dict[str, Any]]) -> dict[str, Any]:
         return self._base | {"choices": choices}
 
     def role_chunks(self, n: int) -> list[dict[str, Any]]:
         """The first chunk of each choice: the assistant role."""
-        self._started.update(range(n))
         return [
             self._chunk(
                 [
