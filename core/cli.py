@@ -30,6 +30,7 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "max_body_bytes": "server.max_body_bytes",
         "shutdown_grace_s": "server.shutdown_grace_s",
         "metrics_port": "server.metrics_port",
+        "processes": "server.processes",
     }
     for attr, key in simple.items():
         value = getattr(args, attr)
@@ -124,6 +125,9 @@ def _add_config_flags(command: argparse.ArgumentParser) -> None:
         help="seconds in-flight requests get to finish after SIGTERM",
     )
     command.add_argument("--metrics-port", type=int, help="also serve /metrics on this port")
+    command.add_argument(
+        "--processes", type=int, help="serving processes on the one port (default 1)"
+    )
     command.add_argument(
         "--cors-allow-origins", nargs="+", metavar="ORIGIN", help="browser origins ('*': any)"
     )

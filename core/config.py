@@ -69,6 +69,9 @@ class ServerConfig(_Section):
     metrics_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
     #: On SIGTERM: how long in-flight requests may take to finish before they are aborted.
     shutdown_grace_s: _Seconds = 30.0
+    #: Serving processes on the one port (each has its own worker registry, health checks,
+    #: policy state and limits; metrics are summed across them). 1 serves in this process.
+    processes: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
 
 
 class PolicyConfig(_Section):

@@ -7,13 +7,16 @@ import logging
 import math
 import os
 import socket
+import tempfile
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import msgspec
 import uvicorn
 from litestar import Litestar
 
 from turnout.config import Config, ModelConfig
+from turnout.errors import ConfigError
 from turnout.observability.logs import configure_logging
 from turnout.server.app import create_app
 from turnout.server.context import Services
@@ -123,6 +126,14 @@ def serve(
     """Serve until SIGTERM/SIGINT, then drain (see :mod:`turnout.server.shutdown`)."""
     server = config.server
     configure_logging(server.log_level, server.log_json)
+    if server.processes > 1:
+        if demo:
+            raise ConfigError(
+                "--processes cannot be combined with --demo (each process would "
+                "start its own simulated workers)"
+            )
+        _serve_processes(config)
+        return
     config, app = build(config, demo=demo, source=source)
     uvicorn_config = uvicorn.Config(
         app,
@@ -135,3 +146,35 @@ def serve(
         timeout_graceful_shutdown=math.ceil(server.shutdown_grace_s),
     )
     DrainingServer(uvicorn_config).run()
+
+
+def _serve_processes(config: Config) -> None:
+    """Serve with ``server.processes`` uvicorn worker processes sharing the port.
+
+    Each process builds the app from a private snapshot of the effective config (flags
+    included). Prometheus metrics use multiprocess mode so ``/metrics`` sums every process.
+    """
+    server = config.server
+    with tempfile.TemporaryDirectory(prefix="turnout-") as private:
+        snapshot = Path(private) / "config.json"
+        snapshot.write_bytes(msgspec.json.encode(config))
+        snapshot.chmod(0o600)  # may hold API keys
+        os.environ[CONFIG_ENV] = str(snapshot)
+        metrics_dir = Path(private) / "metrics"
+        metrics_dir.mkdir()
+        os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
+        log.info(
+            "starting %d serving processes on %s:%d", server.processes, server.host, server.port
+        )
+        uvicorn.run(
+            "turnout.server.runner:app_from_env",
+            factory=True,
+            workers=server.processes,
+            host=server.host,
+            port=server.port,
+            log_level=server.log_level,
+            log_config=None,
+            access_log=False,
+            lifespan="on",
+            timeout_graceful_shutdown=math.ceil(server.shutdown_grace_s),
+        )
