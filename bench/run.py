@@ -92,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt-tokens", type=int, default=300)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--policy", default="round_robin", help="policy for both routers")
+    parser.add_argument(
+        "--turnout-processes", type=int, default=1, help="serving processes of turnout"
+    )
     parser.add_argument("--request-timeout", type=float, default=60.0)
     parser.add_argument("--profile-top", type=int, default=15, help="hot spots to print")
     parser.add_argument("--profile-rate", type=int, default=200, help="py-spy samples/s")
@@ -279,7 +282,9 @@ def _start_routers(
     try:
         for name in names:
             if name == "turnout":
-                routers[name] = start_turnout(urls, log_dir, policy=args.policy)
+                routers[name] = start_turnout(
+                    urls, log_dir, policy=args.policy, processes=args.turnout_processes
+                )
             else:
                 command = find_smg()
                 if command is None:

@@ -152,7 +152,12 @@ def _spawn(name: str, argv: list[str], log_dir: Path, port: int, version: str) -
 
 
 def start_turnout(
-    worker_urls: list[str], log_dir: Path, *, policy: str, python: str = sys.executable
+    worker_urls: list[str],
+    log_dir: Path,
+    *,
+    policy: str,
+    processes: int = 1,
+    python: str = sys.executable,
 ) -> Router:
     """``turnout serve`` in front of ``worker_urls`` with the demo model's tokenizer."""
     from turnout import __version__, demo_model
@@ -175,6 +180,8 @@ def start_turnout(
         policy,
         "--log-level",
         "warning",
+        "--processes",
+        str(processes),
     ]
     router = _spawn("turnout", argv, log_dir, port, __version__)
     wait_router_ready(router)
