@@ -14,6 +14,7 @@ from turnout.tokenizer.content_format import ContentFormat
 from turnout.tokenizer.detokenizer import IncrementalDetokenizer, byte_fallback_ids
 from turnout.tokenizer.errors import ChatTemplateError, ModelFilesError
 from turnout.tokenizer.model_dir import DEFAULT_TEMPLATE, ModelFiles, TokenSpec, read_model_dir
+from turnout.tokenizer.segment_cache import SegmentCache
 
 _cache: dict[tuple[Path, str | None], ModelTokenizer] = {}
 _cache_lock = threading.Lock()
@@ -85,6 +86,7 @@ class ModelTokenizer:
         self.eos_token_ids: frozenset[int] = frozenset(eos_ids)
         """EOS ids from config.json ∪ generation_config.json (else the tokenizer's eos_token)."""
         self._byte_ids = byte_fallback_ids(backend)
+        self._segments = SegmentCache(backend)
         self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
         """Number of ids, added tokens included (``len(tokenizer)`` in transformers)."""
         self._templates: dict[str, ChatTemplate] = {}
@@ -113,7 +115,13 @@ class ModelTokenizer:
     # -- text <-> ids ---------------------------------------------------------------------------
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        """Token ids of ``text``; ``add_special_tokens`` applies the BOS/EOS post-processor."""
+        """Token ids of ``text``; ``add_special_tokens`` applies the BOS/EOS post-processor.
+
+        Without special tokens (rendered chat prompts) the text between added tokens is cached,
+        so the repeated parts of conversations are tokenized once.
+        """
+        if not add_special_tokens:
+            return self._segments.encode(text)
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def encode_batch(

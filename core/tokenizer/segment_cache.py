@@ -1,0 +1,92 @@
+"""Prompt encoding with a cache of the text between added tokens.
+
+``tokenizers`` first cuts the text at added tokens (``<|im_start|>``, ``<|im_end|>``, …) and then
+tokenizes each piece on its own, so the ids of a prompt are the ids of its pieces, joined. Chat
+prompts repeat most pieces from request to request (system prompts, earlier turns of a
+conversation, tool definitions), so each piece is encoded once and kept in a bounded LRU cache.
+Only added tokens that match exactly (no ``lstrip``/``rstrip``/``single_word``) are used as cut
+points; anything else stays inside a piece and is handled by the tokenizer itself.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+
+from tokenizers import Tokenizer
+
+#: Pieces shorter than this are cheap to encode and not worth a cache slot.
+_MIN_CACHED = 16
+
+
+class SegmentCache:
+    """Encodes text without special-token post-processing, caching pieces between added tokens."""
+
+    def __init__(self, backend: Tokenizer, max_chars: int = 8 * 1024 * 1024) -> None:
+        self._backend = backend
+        exact = {
+            token.content: token_id
+            for token_id, token in backend.get_added_tokens_decoder().items()
+            if token.content and not (token.lstrip or token.rstrip or token.single_word)
+        }
+        self._ids = exact
+        # Leftmost-longest, as the tokenizer's own added-token matcher.
+        alternatives = sorted(exact, key=len, reverse=True)
+        self._splitter = re.compile("|".join(re.escape(a) for a in alternatives)) if exact else None
+        self._pieces: OrderedDict[str, tuple[int, ...]] = OrderedDict()
+        self._chars = 0
+        self._max_chars = max_chars
+        self._lock = threading.Lock()
+        if self._splitter is not None and not self._agrees(alternatives):
+            # e.g. a Metaspace pre-tokenizer that marks only the very first piece: pieces are
+            # then not independent, and the cache stays off for this tokenizer.
+            self._splitter = None
+
+    def _agrees(self, tokens: list[str]) -> bool:
+        """Check piecewise encoding against the tokenizer on probes around each cut token."""
+        probes = ["plain text only", " leading space", "x\n\n  y"]
+        for token in tokens[:32]:
+            probes += [
+                f"{token}user\nHello, world! How are you?{token}\n",
+                f"  indented text before {token} and after it {token}",
+                f"{token}{token} two in a row\n\n{token}",
+                f"no space{token}word {token} word\t{token}\nline",
+            ]
+        return all(
+            self.encode(probe) == self._backend.encode(probe, add_special_tokens=False).ids
+            for probe in probes
+        )
+
+    def encode(self, text: str) -> list[int]:
+        """The ids ``backend.encode(text, add_special_tokens=False)`` gives."""
+        if self._splitter is None:
+            return self._backend.encode(text, add_special_tokens=False).ids
+        ids: list[int] = []
+        start = 0
+        for match in self._splitter.finditer(text):
+            if match.start() > start:
+                ids.extend(self._piece(text[start : match.start()]))
+            ids.append(self._ids[match.group()])
+            start = match.end()
+        if start < len(text):
+            ids.extend(self._piece(text[start:]))
+        return ids
+
+    def _piece(self, piece: str) -> tuple[int, ...] | list[int]:
+        if len(piece) < _MIN_CACHED:
+            return self._backend.encode(piece, add_special_tokens=False).ids
+        with self._lock:
+            cached = self._pieces.get(piece)
+            if cached is not None:
+                self._pieces.move_to_end(piece)
+                return cached
+        ids = tuple(self._backend.encode(piece, add_special_tokens=False).ids)
+        with self._lock:
+            if piece not in self._pieces:
+                self._pieces[piece] = ids
+                self._chars += len(piece)
+                while self._chars > self._max_chars and self._pieces:
+                    old, _ = self._pieces.popitem(last=False)
+                    self._chars -= len(old)
+        return ids
