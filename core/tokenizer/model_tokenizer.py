@@ -127,7 +127,10 @@ class ModelTokenizer:
     def encode_batch(
         self, texts: Sequence[str], add_special_tokens: bool = True
     ) -> list[list[int]]:
-        """:meth:`encode` for many texts at once (parallel in Rust)."""
+        """:meth:`encode` for many texts at once (parallel in Rust; cached pieces without
+        special tokens)."""
+        if not add_special_tokens:
+            return [self._segments.encode(text) for text in texts]
         encodings = self.backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)
         return [encoding.ids for encoding in encodings]
 
