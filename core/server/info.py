@@ -111,14 +111,18 @@ async def _unary(worker: Worker, method: str) -> dict[str, Any]:
     return result
 
 
+async def _worker_info(request: Request[Any, Any, Any], model: str | None, method: str) -> Any:
+    services = _services(request)
+    worker = _ready_worker(services, services.models.resolve_name(model))
+    return answer_json(await _unary(worker, method))
+
+
 @get("/get_model_info")
 async def get_model_info(
     request: Request[Any, Any, Any], model: FromQuery[str | None] = None
 ) -> Any:
     """The worker's GetModelInfo answer for a served model."""
-    services = _services(request)
-    worker = _ready_worker(services, services.models.resolve_name(model))
-    return answer_json(await _unary(worker, "get_model_info"))
+    return await _worker_info(request, model, "get_model_info")
 
 
 @get("/get_server_info")
@@ -126,9 +130,7 @@ async def get_server_info(
     request: Request[Any, Any, Any], model: FromQuery[str | None] = None
 ) -> Any:
     """The worker's GetServerInfo answer for a served model."""
-    services = _services(request)
-    worker = _ready_worker(services, services.models.resolve_name(model))
-    return answer_json(await _unary(worker, "get_server_info"))
+    return await _worker_info(request, model, "get_server_info")
 
 
 @get("/health_generate")

@@ -10,12 +10,13 @@ import socket
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import uvicorn
 from litestar import Litestar
 
-from turnout.config import Config, ModelConfig
+from turnout.config import Config, ModelConfig, ServerConfig
 from turnout.errors import ConfigError
 from turnout.observability.logs import configure_logging
 from turnout.server.app import create_app
@@ -135,17 +136,20 @@ def serve(
         _serve_processes(config)
         return
     config, app = build(config, demo=demo, source=source)
-    uvicorn_config = uvicorn.Config(
-        app,
-        host=server.host,
-        port=server.port,
-        log_level=server.log_level,
-        log_config=None,
-        access_log=False,
-        lifespan="on",
-        timeout_graceful_shutdown=math.ceil(server.shutdown_grace_s),
-    )
-    DrainingServer(uvicorn_config).run()
+    DrainingServer(uvicorn.Config(app, **_uvicorn_settings(server))).run()
+
+
+def _uvicorn_settings(server: ServerConfig) -> dict[str, Any]:
+    """uvicorn settings shared by the one-process and the several-process modes."""
+    return {
+        "host": server.host,
+        "port": server.port,
+        "log_level": server.log_level,
+        "log_config": None,  # turnout configures logging itself
+        "access_log": False,  # turnout writes its own access line
+        "lifespan": "on",
+        "timeout_graceful_shutdown": math.ceil(server.shutdown_grace_s),
+    }
 
 
 def _serve_processes(config: Config) -> None:
@@ -170,11 +174,5 @@ def _serve_processes(config: Config) -> None:
             "turnout.server.runner:app_from_env",
             factory=True,
             workers=server.processes,
-            host=server.host,
-            port=server.port,
-            log_level=server.log_level,
-            log_config=None,
-            access_log=False,
-            lifespan="on",
-            timeout_graceful_shutdown=math.ceil(server.shutdown_grace_s),
+            **_uvicorn_settings(server),
         )
