@@ -20,7 +20,7 @@ from turnout.server.pipeline import (
     stream_events,
     worker_streaming,
 )
-from turnout.server.protocol import ChatCompletionRequest, check_sampling
+from turnout.server.protocol import ChatCompletionRequest, check_sampling, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
 from turnout.server.tool_choice import ToolPlan, plan_tools
 from turnout.tokenizer import ChatTemplateError
@@ -91,7 +91,7 @@ def _history_calls(request: ChatCompletionRequest) -> int:
 
 async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> Answer:
     """Answer one chat completion request (streamed or one JSON body)."""
-    request = _decode(body)
+    request = decode_body(body, ChatCompletionRequest)
     _check_chat(request)
     model_id = services.models.resolve_name(request.model)
     runtime = await services.models.runtime(model_id)
@@ -191,9 +191,3 @@ async def _sse_chunks(
     async for event in events:
         for chunk in stream.chunks(event):
             yield chunk
-
-
-def _decode(body: bytes) -> ChatCompletionRequest:
-    from turnout.server.protocol import decode_body
-
-    return decode_body(body, ChatCompletionRequest)
