@@ -18,7 +18,9 @@ A parser test module exports ``render(calls: list[tuple[str, dict]]) -> str`` fo
 
 from __future__ import annotations
 
+import gc
 import json
+import time
 from collections.abc import Callable, Iterable, Sequence
 from functools import cache
 from typing import Any
@@ -108,6 +110,21 @@ def stream(
     steps = [parser.parse_incremental(chunk, tools) for chunk in chunks]
     steps.append(parser.finish())
     return fold_steps(steps), steps
+
+
+def timed_stream(
+    parser_name: str, chunks: Sequence[str], tools: Tools = None
+) -> tuple[ToolParseResult, float]:
+    """:func:`stream` and its duration in seconds, with the garbage collector paused: the
+    steps kept for folding would otherwise make the collector, not the parser, dominate
+    long inputs."""
+    gc.disable()
+    try:
+        start = time.perf_counter()
+        folded, _ = stream(parser_name, chunks, tools)
+        return folded, time.perf_counter() - start
+    finally:
+        gc.enable()
 
 
 def assert_stream_matches_complete(

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import gc
 import json
-import time
 
 import pytest
 
@@ -17,6 +15,7 @@ from .harness import (
     check_rendered,
     split,
     stream,
+    timed_stream,
     tools_for,
 )
 
@@ -156,15 +155,7 @@ def test_long_arguments_cost_is_linear() -> None:
     def run(n: int) -> float:
         text = render([("search", {"q": "abc " * n})])
         chunks = split(text, (4,))
-        # The harness keeps every step alive; without this the collector's passes over them,
-        # not the parser, would dominate the larger run.
-        gc.disable()
-        try:
-            start = time.perf_counter()
-            folded, _ = stream(P, chunks, TOOLS)
-            elapsed = time.perf_counter() - start
-        finally:
-            gc.enable()
+        folded, elapsed = timed_stream(P, chunks, TOOLS)
         assert len(folded.calls) == 1
         return elapsed
 
