@@ -12,6 +12,7 @@ from turnout.server.errors import bad_request
 from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
 from turnout.server.pipeline import (
     GenerateSession,
+    closed_on_failure,
     generate_request,
     make_processors,
     output_options,
@@ -87,10 +88,9 @@ async def handle_completion(services: Services, body: bytes, ctx: RequestContext
         constraint = Constraint("ebnf", request.ebnf)
     logprobs = request.logprobs is not None
     streams = []
-    sessions = []
-    try:
+    worker_streams, interval = worker_streaming(request.stream, bool(request.stop))
+    async with closed_on_failure() as sessions:
         for i, (text, ids) in enumerate(zip(texts, ids_list, strict=True)):
-            worker_streams, interval = worker_streaming(request.stream, bool(request.stop))
             session = await _open(
                 services,
                 request=request,
@@ -107,10 +107,6 @@ async def handle_completion(services: Services, body: bytes, ctx: RequestContext
             sessions.append(session)
             processors = make_processors(runtime, output_options(request, logprobs=logprobs))
             streams.append(stream_events(session, processors, worker_streams=worker_streams))
-    except BaseException:
-        for session in sessions:
-            await session.aclose()
-        raise
     builder = _CompletionBuilder(ctx, model_id, request, texts)
     if request.stream:
         return answer_stream(builder.stream(streams), services)

@@ -13,7 +13,7 @@ from turnout.server.context import RequestContext, Services
 from turnout.server.errors import bad_request
 from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, Usage
 from turnout.server.pipeline import (
-    GenerateSession,
+    closed_on_failure,
     generate_request,
     make_processors,
     output_options,
@@ -68,6 +68,8 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
     request = decode_body(body, GenerateRequestBody)
     if (request.text is None) == (request.input_ids is None):
         raise bad_request("give exactly one of text and input_ids", "text")
+    if request.logprob_start_len != -1:
+        raise bad_request("input (prompt) logprobs are not supported", "logprob_start_len")
     if not 0 <= request.top_logprobs_num <= 20:
         raise bad_request("top_logprobs_num must be between 0 and 20", "top_logprobs_num")
     sampling, constraint = _sampling(request.sampling_params)
@@ -90,10 +92,9 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
     if not id_lists or any(not ids for ids in id_lists):
         raise bad_request("the prompt must not be empty", "text")
     base_rid = request.rid or ctx.worker_request_id
-    sessions: list[GenerateSession] = []
     streams: list[AsyncIterator[Event]] = []
-    try:
-        worker_streams, interval = worker_streaming(request.stream, bool(sampling.stop))
+    worker_streams, interval = worker_streaming(request.stream, bool(sampling.stop))
+    async with closed_on_failure() as sessions:
         for i, (text, ids) in enumerate(zip(texts, id_lists, strict=True)):
             params = sampling_params(
                 sampling,
@@ -119,10 +120,6 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
             options = output_options(sampling, logprobs=request.return_logprob, keep_token_ids=True)
             processors = make_processors(runtime, options)
             streams.append(stream_events(session, processors, worker_streams=worker_streams))
-    except BaseException:
-        for session in sessions:
-            await session.aclose()
-        raise
     shaper = _GenerateShaper(base_rid, sampling.n, len(id_lists), request.return_logprob, ctx)
     if request.stream:
         return answer_stream(shaper.stream(streams), services)

@@ -3,6 +3,7 @@ worker chosen by the model's policy, and turn its responses into events."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -247,6 +248,19 @@ async def stream_events(
         cached_tokens=cached_tokens,
         reasoning_tokens=sum(round(p.reasoning_tokens) for p in processors),
     )
+
+
+@contextlib.asynccontextmanager
+async def closed_on_failure() -> AsyncIterator[list[GenerateSession]]:
+    """Collect sessions opened one after another (a batch of prompts); if opening a later one
+    fails, close the earlier ones, which aborts them on their workers."""
+    sessions: list[GenerateSession] = []
+    try:
+        yield sessions
+    except BaseException:
+        for session in sessions:
+            await session.aclose()
+        raise
 
 
 def _ending(

@@ -130,3 +130,9 @@ def test_health_readiness_and_worker_info(router: Router) -> None:
     workers = httpx.get(f"{router.base_url}/workers").json()
     assert workers["total"] == 2
     assert {w["state"] for w in workers["workers"]} == {"ready"}
+
+
+def test_generate_refuses_prompt_logprobs_clearly(router: Router) -> None:
+    response = httpx.post(f"{router.base_url}/generate", json={"text": "x", "logprob_start_len": 0})
+    assert response.status_code == 400
+    assert response.json()["error"]["param"] == "logprob_start_len"
