@@ -194,7 +194,14 @@ def test_log_lines_of_a_request_carry_its_id(router: Router, logs: _Collect) -> 
     )
     # Both workers fail once: the request is retried, then fails, and says so in the logs.
     assert reply.status_code in (200, 503)
-    mine = [r for r in logs.records if getattr(r, "request_id", None) == "logged-1"]
+
+    def mine_now() -> list[logging.LogRecord]:
+        return [r for r in logs.records if getattr(r, "request_id", None) == "logged-1"]
+
+    # The access line is written when the server finishes the exchange, which may be just
+    # after the client has read the whole answer.
+    router.wait_until(lambda: any(r.name == "turnout.access" for r in mine_now()))
+    mine = mine_now()
     loggers = {r.name for r in mine}
     assert "turnout.access" in loggers
     assert any(r.name.startswith("turnout.workers") for r in mine), loggers
