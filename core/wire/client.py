@@ -12,57 +12,23 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Self, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
-import grpc.aio
+from google.protobuf.message import Message as ProtoMessage
 
 from turnout.wire.errors import WorkerCallError
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
-from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
+from turnout.wire.transport import Call, Channel, ClientSettings, Message, MessageType, method_path
 
 __all__ = ["ClientSettings", "GenerateStream", "WorkerClient", "parse_worker_url"]
 
 logger = logging.getLogger(__name__)
 
-_MIB: Final = 1024 * 1024
-_EOF: Final[object] = grpc.aio.EOF  # type: ignore[attr-defined]
-
-
-@dataclass(frozen=True, slots=True)
-class ClientSettings:
-    """Timeouts (seconds) and channel settings of a ``WorkerClient``."""
-
-    #: Deadline of GetModelInfo / GetServerInfo / GetLoads / Embed.
-    unary_timeout: float = 10.0
-    #: Deadline of HealthCheck (SGLang answers it by running a one-token generation).
-    health_timeout: float = 25.0
-    #: Deadline of the background Abort sent when a stream is dropped.
-    abort_timeout: float = 2.0
-    keepalive_time_s: float = 30.0
-    keepalive_timeout_s: float = 10.0
-    max_message_bytes: int = 256 * _MIB
-    #: Upper bound of the reconnect back-off, so a restarted worker is found again quickly.
-    max_reconnect_backoff_s: float = 5.0
-
-    def channel_options(self) -> list[tuple[str, Any]]:
-        """grpc channel arguments derived from the settings."""
-        return [
-            ("grpc.keepalive_time_ms", int(self.keepalive_time_s * 1000)),
-            ("grpc.keepalive_timeout_ms", int(self.keepalive_timeout_s * 1000)),
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.max_pings_without_data", 0),
-            ("grpc.max_send_message_length", self.max_message_bytes),
-            ("grpc.max_receive_message_length", self.max_message_bytes),
-            ("grpc.initial_reconnect_backoff_ms", 200),
-            ("grpc.min_reconnect_backoff_ms", 200),
-            ("grpc.max_reconnect_backoff_ms", int(self.max_reconnect_backoff_s * 1000)),
-            # Our own subchannel: two clients of one address never share (or close) a connection.
-            ("grpc.use_local_subchannel_pool", 1),
-        ]
+_GENERATE_PATH = method_path("Generate")
+_Response = TypeVar("_Response", bound=ProtoMessage)
 
 
 def parse_worker_url(url: str) -> tuple[str, bool]:
@@ -106,7 +72,7 @@ class GenerateStream:
     def __init__(
         self,
         client: WorkerClient,
-        call: grpc.aio.UnaryStreamCall[Any, Any],
+        call: Call,
         request_id: str,
         n: int,
     ) -> None:
@@ -137,21 +103,18 @@ class GenerateStream:
                 raise StopAsyncIteration from None
             self._abandon("request cancelled")
             raise
-        except grpc.aio.AioRpcError as exc:
+        except WorkerCallError as exc:
             self._closed = True
-            if exc.code() == grpc.StatusCode.CANCELLED and self._call.cancelled():
-                raise StopAsyncIteration from None
-            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+            if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 # Our deadline, not the worker's decision: it may still be generating.
                 self._client._schedule_abort(self.request_id, "deadline exceeded")
             self._finished = True
-            raise WorkerCallError.from_rpc_error(
-                exc, worker=self._client.url, method="Generate"
-            ) from None
-        if response is _EOF:
-            self._finished = self._closed = True
+            raise
+        if response is None:
+            if not self._closed:
+                self._finished = self._closed = True
             raise StopAsyncIteration
-        message: pb.GenerateResponse = response  # type: ignore[assignment]
+        message: pb.GenerateResponse = response
         self.responses += 1
         if message.HasField("complete"):
             self._completes_left -= 1
@@ -186,7 +149,11 @@ class GenerateStream:
     def _abandon(self, reason: str) -> None:
         self._closed = True
         if not self._call.done():
-            self._call.cancel()
+            if self._finished:
+                # Every answer is in; only the worker's status is still on its way.
+                self._call.release()
+            else:
+                self._call.cancel()
         if not self._finished:
             self._finished = True
             self._client._schedule_abort(self.request_id, reason)
@@ -209,52 +176,38 @@ class WorkerClient:
 
     def __init__(self, url: str, settings: ClientSettings | None = None) -> None:
         self.url = url
-        self.target, self._tls = parse_worker_url(url)
+        self.target, tls = parse_worker_url(url)
         self.settings = settings or ClientSettings()
-        self._channel: grpc.aio.Channel | None = None
-        self._stub: pb_grpc.SglangSchedulerStub | None = None
+        self._channel = _open_channel(self.target, tls, self.settings, url)
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._used = False
 
     # -- channel -------------------------------------------------------------------------------
 
-    def _get_stub(self) -> pb_grpc.SglangSchedulerStub:
-        if self._stub is None:
-            if self._closed:
-                raise WorkerCallError(
-                    grpc.StatusCode.UNAVAILABLE, "client is closed", worker=self.url
-                )
-            options = self.settings.channel_options()
-            if self._tls:
-                creds = grpc.ssl_channel_credentials()
-                self._channel = grpc.aio.secure_channel(self.target, creds, options=options)
-            else:
-                self._channel = grpc.aio.insecure_channel(self.target, options=options)
-            self._stub = pb_grpc.SglangSchedulerStub(self._channel)  # type: ignore[no-untyped-call]
-        return self._stub
-
     async def wait_ready(self, within: float) -> None:
-        """Wait until the channel is connected; ``WorkerCallError`` (UNAVAILABLE) after
-        ``within`` seconds."""
-        self._get_stub()
-        assert self._channel is not None
-        try:
-            await asyncio.wait_for(self._channel.channel_ready(), within)
-        except TimeoutError:
-            raise WorkerCallError(
-                grpc.StatusCode.UNAVAILABLE,
-                f"not reachable within {within:g}s",
-                worker=self.url,
-            ) from None
+        """Wait until connected; ``WorkerCallError`` (UNAVAILABLE) after ``within`` seconds."""
+        self._check_open()
+        self._used = True
+        await self._channel.wait_ready(within)
 
     async def close(self) -> None:
         """Let pending aborts finish (bounded by their deadline), then close the channel."""
         self._closed = True
         if self._background:
             await asyncio.wait(set(self._background), timeout=self.settings.abort_timeout)
-        channel, self._channel, self._stub = self._channel, None, None
-        if channel is not None:
-            await channel.close(grace=None)
+        await self._channel.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise WorkerCallError(grpc.StatusCode.UNAVAILABLE, "client is closed", worker=self.url)
+
+    def _call(
+        self, method: str, request: Message, response_type: MessageType, deadline: float | None
+    ) -> Call:
+        self._check_open()
+        self._used = True
+        return self._channel.call(method, method_path(method), request, response_type, deadline)
 
     async def __aenter__(self) -> Self:
         return self
@@ -276,7 +229,11 @@ class WorkerClient:
 
         ``deadline`` (seconds) bounds the whole stream (None: none; the caller watches progress).
         """
-        call = self._get_stub().Generate(request, timeout=deadline)
+        self._check_open()
+        self._used = True
+        call = self._channel.call(
+            "Generate", _GENERATE_PATH, request, pb.GenerateResponse, deadline
+        )
         n = request.sampling_params.n if request.HasField("sampling_params") else 1
         return GenerateStream(self, call, request.request_id, n)
 
@@ -285,26 +242,35 @@ class WorkerClient:
     ) -> pb.AbortResponse:
         """Ask the worker to stop ``request_id``."""
         request = pb.AbortRequest(request_id=request_id, reason=reason)
-        return await self._unary(  # type: ignore[no-any-return]
-            "Abort", request, deadline or self.settings.abort_timeout
+        return await self._unary(
+            "Abort", request, pb.AbortResponse, deadline or self.settings.abort_timeout
         )
 
     async def health_check(self, *, deadline: float | None = None) -> pb.HealthCheckResponse:
         """The worker's own health verdict (``healthy``, ``message``)."""
-        return await self._unary(  # type: ignore[no-any-return]
-            "HealthCheck", pb.HealthCheckRequest(), deadline or self.settings.health_timeout
+        return await self._unary(
+            "HealthCheck",
+            pb.HealthCheckRequest(),
+            pb.HealthCheckResponse,
+            deadline or self.settings.health_timeout,
         )
 
     async def get_model_info(self, *, deadline: float | None = None) -> pb.GetModelInfoResponse:
         """Model path, served name, EOS ids, context length, … of the loaded model."""
-        return await self._unary(  # type: ignore[no-any-return]
-            "GetModelInfo", pb.GetModelInfoRequest(), deadline or self.settings.unary_timeout
+        return await self._unary(
+            "GetModelInfo",
+            pb.GetModelInfoRequest(),
+            pb.GetModelInfoResponse,
+            deadline or self.settings.unary_timeout,
         )
 
     async def get_server_info(self, *, deadline: float | None = None) -> pb.GetServerInfoResponse:
         """Server arguments, version, active requests, uptime."""
-        return await self._unary(  # type: ignore[no-any-return]
-            "GetServerInfo", pb.GetServerInfoRequest(), deadline or self.settings.unary_timeout
+        return await self._unary(
+            "GetServerInfo",
+            pb.GetServerInfoRequest(),
+            pb.GetServerInfoResponse,
+            deadline or self.settings.unary_timeout,
         )
 
     async def get_loads(
@@ -318,30 +284,40 @@ class WorkerClient:
         request = pb.GetLoadsRequest(include=include)
         if dp_rank is not None:
             request.dp_rank = dp_rank
-        return await self._unary(  # type: ignore[no-any-return]
-            "GetLoads", request, deadline or self.settings.unary_timeout
+        return await self._unary(
+            "GetLoads", request, pb.GetLoadsResponse, deadline or self.settings.unary_timeout
         )
 
     async def embed(
         self, request: pb.EmbedRequest, *, deadline: float | None = None
     ) -> pb.EmbedResponse:
         """One embedding."""
-        return await self._unary(  # type: ignore[no-any-return]
-            "Embed", request, deadline or self.settings.unary_timeout
+        return await self._unary(
+            "Embed", request, pb.EmbedResponse, deadline or self.settings.unary_timeout
         )
 
-    async def _unary(self, method: str, request: Any, deadline: float) -> Any:
-        rpc = getattr(self._get_stub(), method)
+    async def _unary(
+        self, method: str, request: Message, response_type: type[_Response], deadline: float
+    ) -> _Response:
+        call = self._call(method, request, response_type, deadline)
         try:
-            return await rpc(request, timeout=deadline)
-        except grpc.aio.AioRpcError as exc:
-            raise WorkerCallError.from_rpc_error(exc, worker=self.url, method=method) from None
+            response: _Response | None = await call.read()
+            if response is None:
+                raise WorkerCallError(
+                    grpc.StatusCode.INTERNAL, "no response", worker=self.url, method=method
+                )
+            while await call.read() is not None:  # wait for the status
+                pass
+        finally:
+            if not call.done():
+                call.cancel()
+        return response
 
     # -- background aborts ---------------------------------------------------------------------
 
     def _schedule_abort(self, request_id: str, reason: str) -> None:
         """Fire-and-forget Abort; never raises, never blocks the caller."""
-        if self._stub is None:
+        if not self._used:
             return
         try:
             loop = asyncio.get_running_loop()
@@ -358,3 +334,13 @@ class WorkerClient:
             logger.debug("abort of %s on %s failed: %s", request_id, self.url, exc)
         except Exception:  # a failed best-effort abort must never surface
             logger.debug("abort of %s on %s failed", request_id, self.url, exc_info=True)
+
+
+def _open_channel(target: str, tls: bool, settings: ClientSettings, worker: str) -> Channel:
+    if settings.transport == "grpcio":
+        from turnout.wire.grpcio_transport import GrpcioChannel
+
+        return GrpcioChannel(target, tls=tls, settings=settings, worker=worker)
+    from turnout.wire.native import NativeChannel
+
+    return NativeChannel(target, tls=tls, settings=settings, worker=worker)

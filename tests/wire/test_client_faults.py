@@ -9,6 +9,7 @@ import pytest
 
 from turnout.sim import SimWorker
 from turnout.wire import ClientSettings, WorkerCallError, WorkerClient
+from turnout.wire.transport import TransportName
 
 from ._helpers import fold, request
 
@@ -83,8 +84,8 @@ async def test_unhealthy(sim: SimWorker, client: WorkerClient) -> None:
     assert sim.records.health_checks == 2
 
 
-async def test_refused_connections_then_recovery(sim: SimWorker) -> None:
-    settings = ClientSettings(unary_timeout=2.0, max_reconnect_backoff_s=0.2)
+async def test_refused_connections_then_recovery(sim: SimWorker, transport: TransportName) -> None:
+    settings = ClientSettings(unary_timeout=2.0, max_reconnect_backoff_s=0.2, transport=transport)
     async with WorkerClient(sim.url, settings) as client:
         assert (await client.health_check()).healthy
         port = sim.port
@@ -129,8 +130,9 @@ async def test_stopping_the_server_mid_stream_is_a_worker_fault(
     assert sim.records.outcomes["cut"] == "cancelled"
 
 
-async def test_nothing_listening(unused_tcp_port: int) -> None:
-    async with WorkerClient(f"grpc://127.0.0.1:{unused_tcp_port}") as client:
+async def test_nothing_listening(unused_tcp_port: int, transport: TransportName) -> None:
+    settings = ClientSettings(transport=transport)
+    async with WorkerClient(f"grpc://127.0.0.1:{unused_tcp_port}", settings) as client:
         with pytest.raises(WorkerCallError) as info:
             await client.health_check(deadline=2.0)
         assert info.value.code == grpc.StatusCode.UNAVAILABLE
@@ -167,8 +169,8 @@ async def test_duplicate_request_id_in_flight(sim: SimWorker, client: WorkerClie
     await first.aclose()
 
 
-async def test_closed_client_refuses_new_calls(sim: SimWorker) -> None:
-    client = WorkerClient(sim.url)
+async def test_closed_client_refuses_new_calls(sim: SimWorker, transport: TransportName) -> None:
+    client = WorkerClient(sim.url, ClientSettings(transport=transport))
     assert (await client.health_check()).healthy
     await client.close()
     with pytest.raises(WorkerCallError, match="closed"):

@@ -1,0 +1,455 @@
+"""gRPC calls over turnout's own HTTP/2 connections: the default worker transport.
+
+A ``NativeChannel`` keeps one connection per worker (a second one only if the worker caps
+concurrent streams), reconnects with back-off after a failure, and starts ``NativeCall``s. A call
+is the connection's ``StreamHandler``: frames are parsed in the loop's read callback, whole gRPC
+messages queue up, and ``read()`` returns them one by one without waking the loop again while some
+are queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import ssl
+from collections import deque
+from typing import Any, Final
+from urllib.parse import unquote
+
+import grpc
+
+from turnout import __version__
+from turnout.wire.errors import WorkerCallError
+from turnout.wire.http2 import ConnectionSettings, ErrorCode, Http2Connection
+from turnout.wire.transport import ClientSettings, Message, MessageType
+
+__all__ = ["NativeCall", "NativeChannel"]
+
+_STATUS_BY_NUMBER: Final = {code.value[0]: code for code in grpc.StatusCode}
+#: gRPC's mapping of HTTP statuses from a non-gRPC answer (gRPC "HTTP to gRPC status" doc).
+_HTTP_TO_GRPC: Final = {
+    400: grpc.StatusCode.INTERNAL,
+    401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
+    404: grpc.StatusCode.UNIMPLEMENTED,
+    429: grpc.StatusCode.UNAVAILABLE,
+    502: grpc.StatusCode.UNAVAILABLE,
+    503: grpc.StatusCode.UNAVAILABLE,
+    504: grpc.StatusCode.UNAVAILABLE,
+}
+_RESET_TO_GRPC: Final = {
+    ErrorCode.REFUSED_STREAM: grpc.StatusCode.UNAVAILABLE,
+    ErrorCode.CANCEL: grpc.StatusCode.CANCELLED,
+    ErrorCode.ENHANCE_YOUR_CALM: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    ErrorCode.INADEQUATE_SECURITY: grpc.StatusCode.PERMISSION_DENIED,
+}
+_USER_AGENT: Final = f"turnout/{__version__}"
+_INITIAL_BACKOFF_S: Final = 0.2
+#: How long a released call waits for the worker's status before it is cancelled.
+_RELEASE_GRACE_S: Final = 2.0
+
+
+class NativeCall:
+    """One unary-request, streamed-response gRPC call; ``read()`` until it returns None."""
+
+    __slots__ = (
+        "_body",
+        "_channel",
+        "_connecting",
+        "_connection",
+        "_deadline_at",
+        "_ended",
+        "_error",
+        "_got_headers",
+        "_max_message",
+        "_messages",
+        "_method",
+        "_partial",
+        "_path",
+        "_response_type",
+        "_stream_id",
+        "_timer",
+        "_waiter",
+    )
+
+    def __init__(
+        self,
+        channel: NativeChannel,
+        method: str,
+        path: str,
+        request: Message,
+        *,
+        response_type: MessageType,
+        timeout: float | None,
+    ) -> None:
+        self._channel = channel
+        self._method = method
+        self._path = path
+        self._response_type = response_type
+        raw = request.SerializeToString()
+        self._body = b"\x00" + len(raw).to_bytes(4, "big") + raw
+        loop = asyncio.get_running_loop()
+        self._deadline_at = None if timeout is None else loop.time() + timeout
+        self._max_message = channel.settings.max_message_bytes
+        self._messages: deque[bytes] = deque()
+        self._partial = b""
+        self._error: WorkerCallError | None = None
+        self._ended = False
+        self._connecting: asyncio.Task[None] | None = None
+        self._got_headers = False
+        self._connection: Http2Connection | None = None
+        self._stream_id = 0
+        self._timer: asyncio.TimerHandle | None = None
+        self._waiter: asyncio.Future[None] | None = None
+
+    # -- Call protocol -------------------------------------------------------------------------
+
+    async def read(self) -> Any:
+        """The next response message; None once the worker ended the call with OK (or after
+        ``cancel()``). Raises ``WorkerCallError`` for any other end."""
+        while True:
+            if self._messages:
+                return self._response_type.FromString(self._messages.popleft())
+            if self._error is not None:
+                raise self._error
+            if self._ended:
+                return None
+            if self._connecting is not None:
+                await self._connecting
+                continue
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await waiter
+            finally:
+                self._waiter = None
+
+    def cancel(self) -> None:
+        """Stop now: the stream is reset and ``read()`` returns None."""
+        if self.done():
+            return
+        self._ended = True
+        self._messages.clear()
+        if self._connecting is not None:
+            self._connecting.cancel()
+        self._release(ErrorCode.CANCEL)
+        self._wake()
+
+    def release(self) -> None:
+        """Leave the stream open for the worker's status, but cancel it if that takes long."""
+        if self.done():
+            return
+        self._cancel_timer()
+        self._timer = asyncio.get_running_loop().call_later(_RELEASE_GRACE_S, self.cancel)
+
+    def done(self) -> bool:
+        """True once the call ended (worker status, failure or cancel)."""
+        return self._ended or self._error is not None
+
+    # -- start ---------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Send the request now on a ready connection, or connect first in a task."""
+        connection = self._channel.ready_connection()
+        if connection is not None:
+            self._open(connection)
+        else:
+            self._connecting = asyncio.get_running_loop().create_task(self._connect_and_open())
+
+    async def _connect_and_open(self) -> None:
+        try:
+            if self._deadline_at is None:
+                connection = await self._channel.connection()
+            else:
+                async with asyncio.timeout_at(self._deadline_at):
+                    connection = await self._channel.connection()
+        except TimeoutError:
+            self._fail(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while connecting")
+        except WorkerCallError as exc:
+            if not self.done():
+                self._error = exc
+        else:
+            if not self.done():
+                self._open(connection)
+        finally:
+            self._connecting = None
+
+    def _open(self, connection: Http2Connection) -> None:
+        loop = asyncio.get_running_loop()
+        deadline_at = self._deadline_at
+        remaining = None if deadline_at is None else deadline_at - loop.time()
+        try:
+            self._stream_id = connection.open_stream(
+                self, self._channel.request_headers(self._path, remaining), self._body
+            )
+        except ConnectionError as exc:
+            self._fail(grpc.StatusCode.UNAVAILABLE, str(exc))
+            return
+        self._connection = connection
+        if deadline_at is not None:
+            self._timer = loop.call_at(deadline_at, self._expire)
+
+    def _expire(self) -> None:
+        self._timer = None
+        self._fail(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
+
+    # -- StreamHandler -------------------------------------------------------------------------
+
+    def on_headers(self, headers: list[tuple[str, str]], end_stream: bool) -> None:
+        """Response headers, then trailers carrying the gRPC status."""
+        fields = dict(headers)
+        if not self._got_headers:
+            self._got_headers = True
+            status = fields.get(":status", "")
+            if status != "200":
+                code = _HTTP_TO_GRPC.get(int(status) if status.isdigit() else 0)
+                self._fail(code or grpc.StatusCode.UNKNOWN, f"worker answered HTTP {status}")
+                return
+            if not fields.get("content-type", "").startswith("application/grpc"):
+                self._fail(grpc.StatusCode.UNKNOWN, "worker answered without a gRPC body")
+                return
+        if not end_stream:
+            return
+        raw_status = fields.get("grpc-status")
+        if raw_status is None or not raw_status.isdigit():
+            self._fail(grpc.StatusCode.UNKNOWN, "worker ended the call without a gRPC status")
+            return
+        code = _STATUS_BY_NUMBER.get(int(raw_status), grpc.StatusCode.UNKNOWN)
+        if code is grpc.StatusCode.OK:
+            if self._partial:
+                self._fail(grpc.StatusCode.INTERNAL, "worker ended the call mid-message")
+                return
+            self._finish()
+        else:
+            self._fail(code, unquote(fields.get("grpc-message", "")))
+
+    def on_data(self, data: bytes, end_stream: bool) -> None:
+        """Split the body into length-prefixed gRPC messages."""
+        if self._partial:
+            data = self._partial + data
+            self._partial = b""
+        size = len(data)
+        pos = 0
+        while size - pos >= 5:
+            length = int.from_bytes(data[pos + 1 : pos + 5], "big")
+            if data[pos]:
+                self._fail(grpc.StatusCode.INTERNAL, "worker sent a compressed message")
+                return
+            if length > self._max_message:
+                self._fail(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"response of {length} bytes exceeds the limit of {self._max_message}",
+                )
+                return
+            end = pos + 5 + length
+            if end > size:
+                break
+            self._messages.append(data[pos + 5 : end])
+            pos = end
+        if pos < size:
+            self._partial = data[pos:]
+        if end_stream:
+            self._fail(grpc.StatusCode.INTERNAL, "worker ended the call without trailers")
+        else:
+            self._wake()
+
+    def on_reset(self, error_code: int) -> None:
+        """The worker reset the stream."""
+        self._connection = None
+        code = _RESET_TO_GRPC.get(error_code, grpc.StatusCode.INTERNAL)
+        self._fail(code, f"worker reset the stream (HTTP/2 error {error_code})")
+
+    def on_closed(self, reason: str, refused: bool) -> None:
+        """The connection went away under the call."""
+        self._connection = None
+        self._fail(grpc.StatusCode.UNAVAILABLE, reason)
+
+    # -- ending --------------------------------------------------------------------------------
+
+    def _finish(self) -> None:
+        self._ended = True
+        self._connection = None
+        self._cancel_timer()
+        self._wake()
+
+    def _fail(self, code: grpc.StatusCode, message: str) -> None:
+        if self.done():
+            return
+        self._error = WorkerCallError(
+            code, message, worker=self._channel.worker, method=self._method
+        )
+        self._release(ErrorCode.CANCEL)
+        self._wake()
+
+    def _release(self, error_code: int) -> None:
+        """Reset the stream if it is still open on the connection; stop the deadline timer."""
+        self._cancel_timer()
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            connection.reset_stream(self._stream_id, error_code)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _wake(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+
+class NativeChannel:
+    """Connections to one worker (``host:port``), opened on demand and reopened after loss."""
+
+    def __init__(self, target: str, *, tls: bool, settings: ClientSettings, worker: str) -> None:
+        self.target = target
+        self.settings = settings
+        self.worker = worker
+        host, _, port = target.rpartition(":")
+        self._host = host.strip("[]")
+        self._port = int(port)
+        self._tls = tls
+        self._scheme = "https" if tls else "http"
+        self._connections: list[Http2Connection] = []
+        self._connecting: asyncio.Task[Http2Connection] | None = None
+        self._backoff = _INITIAL_BACKOFF_S
+        self._retry_at = 0.0
+        self._last_error: WorkerCallError | None = None
+        self._closed = False
+
+    def call(
+        self,
+        method: str,
+        path: str,
+        request: Message,
+        response_type: MessageType,
+        timeout: float | None,
+    ) -> NativeCall:
+        """Start a call: the request goes out now (or as soon as a connection is up)."""
+        call = NativeCall(self, method, path, request, response_type=response_type, timeout=timeout)
+        call.start()
+        return call
+
+    def ready_connection(self) -> Http2Connection | None:
+        """A connection that takes new streams right now, if there is one."""
+        for connection in self._connections:
+            if connection.usable:
+                return connection
+        return None
+
+    def request_headers(self, path: str, timeout: float | None) -> list[tuple[str, str]]:
+        """The HTTP/2 request headers of a gRPC call."""
+        headers = [
+            (":method", "POST"),
+            (":scheme", self._scheme),
+            (":path", path),
+            (":authority", self.target),
+            ("te", "trailers"),
+            ("content-type", "application/grpc"),
+            ("user-agent", _USER_AGENT),
+        ]
+        if timeout is not None:
+            headers.append(("grpc-timeout", _timeout_header(timeout)))
+        return headers
+
+    async def connection(self) -> Http2Connection:
+        """A connection that takes new streams, connecting if there is none."""
+        connection = self.ready_connection()
+        if connection is not None:
+            return connection
+        if self._closed:
+            raise WorkerCallError(
+                grpc.StatusCode.UNAVAILABLE, "client is closed", worker=self.worker
+            )
+        if self._connecting is None:
+            self._connecting = asyncio.get_running_loop().create_task(self._connect())
+        return await asyncio.shield(self._connecting)
+
+    async def wait_ready(self, within: float) -> None:
+        """Connect (retrying) until ``within`` seconds have passed; ``WorkerCallError`` then."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while True:
+            try:
+                async with asyncio.timeout_at(deadline):
+                    await self.connection()
+                return
+            except TimeoutError:
+                break
+            except WorkerCallError:
+                if self._closed:
+                    raise
+                pause = max(self._retry_at - loop.time(), 0.05)
+                if loop.time() + pause >= deadline:
+                    break
+                await asyncio.sleep(pause)
+        raise WorkerCallError(
+            grpc.StatusCode.UNAVAILABLE, f"not reachable within {within:g}s", worker=self.worker
+        )
+
+    async def close(self) -> None:
+        """Close every connection; calls still open end with UNAVAILABLE."""
+        self._closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+        connections, self._connections = self._connections, []
+        for connection in connections:
+            connection.close()
+
+    async def _connect(self) -> Http2Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            if loop.time() < self._retry_at and self._last_error is not None:
+                raise self._last_error
+            settings = self.settings
+            conn_settings = ConnectionSettings(
+                keepalive_time_s=settings.keepalive_time_s,
+                keepalive_timeout_s=settings.keepalive_timeout_s,
+            )
+            ssl_context = _ssl_context() if self._tls else None
+            try:
+                async with asyncio.timeout(settings.connect_timeout_s):
+                    _, connection = await loop.create_connection(
+                        lambda: Http2Connection(conn_settings, on_lost=self._forget),
+                        self._host,
+                        self._port,
+                        ssl=ssl_context,
+                        server_hostname=self._host if ssl_context else None,
+                    )
+            except (OSError, TimeoutError) as exc:
+                reason = str(exc) or type(exc).__name__
+                self._last_error = WorkerCallError(
+                    grpc.StatusCode.UNAVAILABLE, f"cannot connect: {reason}", worker=self.worker
+                )
+                self._retry_at = loop.time() + self._backoff
+                self._backoff = min(self._backoff * 2, settings.max_reconnect_backoff_s)
+                raise self._last_error from None
+            if self._closed:
+                connection.close()
+                raise WorkerCallError(
+                    grpc.StatusCode.UNAVAILABLE, "client is closed", worker=self.worker
+                )
+            self._backoff = _INITIAL_BACKOFF_S
+            self._last_error = None
+            self._connections.append(connection)
+            return connection
+        finally:
+            self._connecting = None
+
+    def _forget(self, connection: Http2Connection) -> None:
+        if connection in self._connections:
+            self._connections.remove(connection)
+
+
+def _timeout_header(seconds: float) -> str:
+    """``grpc-timeout`` value: at most 8 digits and a unit."""
+    millis = max(math.ceil(seconds * 1000), 1)
+    if millis < 100_000_000:
+        return f"{millis}m"
+    return f"{min(math.ceil(seconds), 99_999_999)}S"
+
+
+def _ssl_context() -> ssl.SSLContext:
+    context = ssl.create_default_context()
+    context.set_alpn_protocols(["h2"])
+    return context
