@@ -18,6 +18,7 @@ from turnout.workers.settings import (
     HealthSettings,
     LoadMonitorSettings,
     RetrySettings,
+    WireSettings,
     WorkerSpec,
     WorkersSettings,
 )
@@ -115,6 +116,7 @@ class Config(_Section):
     circuit_breaker: BreakerSettings = msgspec.field(default_factory=BreakerSettings)
     retry: RetrySettings = msgspec.field(default_factory=RetrySettings)
     load_monitor: LoadMonitorSettings = msgspec.field(default_factory=LoadMonitorSettings)
+    wire: WireSettings = msgspec.field(default_factory=WireSettings)
     #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.
     drain_timeout_s: float = 600.0
 
@@ -126,6 +128,7 @@ class Config(_Section):
             circuit_breaker=self.circuit_breaker,
             retry=self.retry,
             load_monitor=self.load_monitor,
+            wire=self.wire,
             drain_timeout_s=self.drain_timeout_s,
         )
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
@@ -13,7 +14,7 @@ from turnout.errors import ConfigError
 from turnout.workers.connection import WorkerConnection
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
 from turnout.workers.health import HealthState
-from turnout.workers.settings import WorkerSpec, WorkersSettings
+from turnout.workers.settings import WireSettings, WorkerSpec, WorkersSettings
 from turnout.workers.worker import Worker, default_worker_id
 
 log = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ class WorkerRegistry:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.settings = settings or WorkersSettings()
-        self._connect = connect or _default_connect
+        self._connect = connect or functools.partial(_default_connect, wire=self.settings.wire)
         self._clock = clock
         self._workers: dict[str, Worker] = {}
         self._by_model: dict[str, list[Worker]] = {}
@@ -311,7 +312,7 @@ class WorkerRegistry:
                     worker.set_reported_load(result)
 
 
-def _default_connect(url: str) -> WorkerConnection:
-    from turnout.workers.wire_adapter import WireConnection
+def _default_connect(url: str, wire: WireSettings) -> WorkerConnection:
+    from turnout.workers.wire_adapter import WireConnection, client_settings
 
-    return WireConnection(url)
+    return WireConnection(url, client_settings(wire))

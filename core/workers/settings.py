@@ -6,7 +6,7 @@ The lead embeds :class:`WorkersSettings` in the main configuration. Per-worker o
 
 from __future__ import annotations
 
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
@@ -107,6 +107,22 @@ class WorkerSpec(_Section):
     circuit_breaker: BreakerOverride | None = None
 
 
+class WireSettings(_Section):
+    """How turnout talks gRPC to its workers."""
+
+    #: ``native``: turnout's own HTTP/2 client (about 4x less router CPU per streamed token);
+    #: ``grpcio``: ``grpc.aio``, the reference implementation, as a fallback.
+    transport: Literal["native", "grpcio"] = "native"
+    #: A PING after this much silence from a worker while requests wait on it …
+    keepalive_time_s: Positive = 30.0
+    #: … and the connection counts as dead when the PING is not answered within this.
+    keepalive_timeout_s: Positive = 10.0
+    #: Bound of one connection attempt (TCP, and TLS for ``grpcs://``).
+    connect_timeout_s: Positive = 5.0
+    #: Upper bound of the reconnect back-off after failed attempts.
+    max_reconnect_backoff_s: Positive = 5.0
+
+
 class WorkersSettings(_Section):
     """Everything the worker layer needs; defaults match the SGLang router."""
 
@@ -115,6 +131,7 @@ class WorkersSettings(_Section):
     circuit_breaker: BreakerSettings = msgspec.field(default_factory=BreakerSettings)
     retry: RetrySettings = msgspec.field(default_factory=RetrySettings)
     load_monitor: LoadMonitorSettings = msgspec.field(default_factory=LoadMonitorSettings)
+    wire: WireSettings = msgspec.field(default_factory=WireSettings)
     #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.
     drain_timeout_s: NonNegative = 600.0
 

@@ -11,6 +11,7 @@ from google.protobuf import json_format
 
 from turnout.wire import ClientSettings, GenerateStream, WorkerCallError, WorkerClient, pb
 from turnout.workers.connection import Failure
+from turnout.workers.settings import WireSettings
 
 #: ``server_args`` keys copied into a worker's labels.
 SERVER_ARG_LABELS = ("tp_size", "dp_size", "max_running_requests", "context_length")
@@ -66,6 +67,17 @@ class WireConnection:
     async def close(self) -> None:
         """Close the channel."""
         await self.client.close()
+
+
+def client_settings(wire: WireSettings) -> ClientSettings:
+    """The wire client's settings from the ``wire`` configuration section."""
+    return ClientSettings(
+        transport=wire.transport,
+        keepalive_time_s=wire.keepalive_time_s,
+        keepalive_timeout_s=wire.keepalive_timeout_s,
+        connect_timeout_s=wire.connect_timeout_s,
+        max_reconnect_backoff_s=wire.max_reconnect_backoff_s,
+    )
 
 
 def classify(exc: BaseException) -> Failure | None:
