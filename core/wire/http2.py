@@ -232,6 +232,8 @@ class Http2Connection(asyncio.Protocol):
                 if end > size:
                     break
                 stream_id &= _LAST_STREAM_ID
+                if kind == DATA and self._header_stream:
+                    raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
                 if kind == DATA:
                     self._on_data(stream_id, flags, view[pos + 9 : end])
                 else:
