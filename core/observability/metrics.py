@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import time
 import traceback
-from collections.abc import AsyncIterator, Callable, Iterable
-from typing import Any, Self
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -191,8 +191,8 @@ class Metrics:
 class RequestMeter:
     """Times one worker stream: time to first token, inter-token latency, tokens in and out.
 
-    Per chunk it does one subtraction and one histogram observation; labelled children are
-    looked up once per request.
+    Per batch of worker messages it does one subtraction and one histogram observation;
+    labelled children are looked up once per request.
     """
 
     __slots__ = (
@@ -220,36 +220,39 @@ class RequestMeter:
         self._prompt_tokens = 0
         self._done = False
 
-    def response(self, response: Any) -> None:
-        """Observe one ``GenerateResponse`` from the worker."""
-        kind = response.WhichOneof("response")
-        if kind == "chunk":
-            chunk = response.chunk
-            now = time.perf_counter()
-            count = len(chunk.token_ids)
-            last = self._last
-            if last is None:
-                record = self._record
-                if record is not None:
-                    ttft = now - record.started
-                    record.ttft_s = ttft
-                    self._ttft.observe(ttft)
-            elif count:
-                self._itl.observe((now - last) / count)
-            self._last = now
-            self._streamed += count
-            self._prompt_tokens = max(self._prompt_tokens, chunk.prompt_tokens)
-        elif kind == "complete":
-            done = response.complete
-            if self._last is None and done.output_ids:
-                # A one-message answer (the worker did not stream): its tokens arrive now.
-                self._last = time.perf_counter()
-                record = self._record
-                if record is not None:
-                    record.ttft_s = self._last - record.started
-                    self._ttft.observe(record.ttft_s)
-            self._completed += done.completion_tokens
-            self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
+    def batch(self, responses: Sequence[Any]) -> None:
+        """Observe the ``GenerateResponse`` messages that arrived together from the worker.
+
+        Inter-token latency is one observation per batch: the time since the previous batch
+        divided by the tokens that came in this one.
+        """
+        streamed = whole = 0
+        for response in responses:
+            kind = response.WhichOneof("response")
+            if kind == "chunk":
+                chunk = response.chunk
+                streamed += len(chunk.token_ids)
+                self._prompt_tokens = max(self._prompt_tokens, chunk.prompt_tokens)
+            elif kind == "complete":
+                done = response.complete
+                if not self._streamed and not streamed:
+                    whole = len(done.output_ids)  # a one-message answer: its tokens come now
+                self._completed += done.completion_tokens
+                self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
+        if not (streamed or whole):
+            return
+        now = time.perf_counter()
+        last = self._last
+        if last is None:
+            record = self._record
+            if record is not None:
+                ttft = now - record.started
+                record.ttft_s = ttft
+                self._ttft.observe(ttft)
+        elif streamed:
+            self._itl.observe((now - last) / streamed)
+        self._last = now
+        self._streamed += streamed
 
     def finish(self) -> None:
         """Add the request's tokens to the counters (idempotent)."""
@@ -266,17 +269,16 @@ class RequestMeter:
 
 
 class MeteredSession:
-    """A worker session that reports every response to a :class:`RequestMeter`.
+    """A worker session that reports every batch of responses to a :class:`RequestMeter`.
 
     Same surface as the dispatcher's ``GenerateSession`` as far as the pipeline uses it.
     """
 
-    __slots__ = ("_inner", "_iter", "_meter")
+    __slots__ = ("_inner", "_meter")
 
     def __init__(self, inner: Any, meter: RequestMeter) -> None:
         self._inner = inner
         self._meter = meter
-        self._iter: AsyncIterator[Any] | None = None
 
     @property
     def worker(self) -> Any:
@@ -289,19 +291,14 @@ class MeteredSession:
         attempts: int = self._inner.attempts
         return attempts
 
-    def __aiter__(self) -> Self:
-        return self
-
-    async def __anext__(self) -> Any:
-        if self._iter is None:
-            self._iter = self._inner.__aiter__()
-        try:
-            response = await self._iter.__anext__()
-        except StopAsyncIteration:
+    async def next_batch(self) -> list[Any]:
+        """The next responses from the worker (empty once the stream ended)."""
+        batch: list[Any] = await self._inner.next_batch()
+        if batch:
+            self._meter.batch(batch)
+        else:
             self._meter.finish()
-            raise
-        self._meter.response(response)
-        return response
+        return batch
 
     async def aclose(self) -> None:
         """Close the worker stream (aborting it if unfinished) and book the tokens."""

@@ -11,6 +11,7 @@ from turnout.routing.types import RoutingRequest
 from turnout.server.chat_emit import ChatFolder, ChatStream
 from turnout.server.context import RequestContext, Services
 from turnout.server.errors import ApiError, bad_request
+from turnout.server.events import Event
 from turnout.server.forced_call import ForcedCallParser
 from turnout.server.pipeline import (
     generate_request,
@@ -178,16 +179,20 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
             services,
         )
     folder = ChatFolder(ctx.request_id, model_id, ctx.created, request.n)
-    async for event in events:
-        folder.add(event)
+    async for batch in events:
+        for event in batch:
+            folder.add(event)
     return answer_json(folder.response())
 
 
 async def _sse_chunks(
-    stream: ChatStream, n: int, events: AsyncIterator[Any]
-) -> AsyncIterator[dict[str, Any]]:
-    for chunk in stream.role_chunks(n):
-        yield chunk
-    async for event in events:
-        for chunk in stream.chunks(event):
-            yield chunk
+    stream: ChatStream, n: int, events: AsyncIterator[list[Event]]
+) -> AsyncIterator[list[dict[str, Any]]]:
+    """Chunk objects per batch of events; the role chunks go out with the first batch."""
+    chunks = stream.role_chunks(n)
+    async for batch in events:
+        for event in batch:
+            chunks.extend(stream.chunks(event))
+        if chunks:
+            yield chunks
+            chunks = []

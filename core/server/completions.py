@@ -111,8 +111,9 @@ async def handle_completion(services: Services, body: bytes, ctx: RequestContext
     if request.stream:
         return answer_stream(builder.stream(streams), services)
     for prompt_index, events in enumerate(streams):
-        async for event in events:
-            builder.fold(prompt_index, event)
+        async for batch in events:
+            for event in batch:
+                builder.fold(prompt_index, event)
     return answer_json(builder.response())
 
 
@@ -213,30 +214,41 @@ class _CompletionBuilder:
             choices.append(choice)
         return self._base | {"choices": choices, "usage": usage_dict(self._usage)}
 
-    async def stream(self, streams: list[AsyncIterator[Event]]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(
+        self, streams: list[AsyncIterator[list[Event]]]
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """Chunk objects per batch of events, prompt after prompt."""
         for prompt_index, events in enumerate(streams):
+            chunks: list[dict[str, Any]] = []
             if self._echo:
                 for choice in range(self._n):
                     index = self._index(prompt_index, choice)
-                    yield self._chunk(index, self._texts[prompt_index], None, None)
-            async for event in events:
-                if isinstance(event, ChoiceDelta):
-                    if event.content or event.logprobs:
-                        lps = None
-                        if self._logprobs:
-                            lps = _openai_logprobs(event.logprobs or [], 0)
-                        index = self._index(prompt_index, event.index)
-                        yield self._chunk(index, event.content, lps, None)
-                elif isinstance(event, ChoiceEnd):
-                    index = self._index(prompt_index, event.index)
-                    chunk = self._chunk(index, "", None, event.finish_reason)
-                    if event.matched_stop is not None:
-                        chunk["choices"][0]["matched_stop"] = event.matched_stop
-                    yield chunk
-                else:
-                    self._add_usage(event)
+                    chunks.append(self._chunk(index, self._texts[prompt_index], None, None))
+            async for batch in events:
+                for event in batch:
+                    chunk = self._event_chunk(prompt_index, event)
+                    if chunk is not None:
+                        chunks.append(chunk)
+                if chunks:
+                    yield chunks
+                    chunks = []
         if self._include_usage:
-            yield self._base | {"choices": [], "usage": usage_dict(self._usage)}
+            yield [self._base | {"choices": [], "usage": usage_dict(self._usage)}]
+
+    def _event_chunk(self, prompt_index: int, event: Event) -> dict[str, Any] | None:
+        if isinstance(event, ChoiceDelta):
+            if not (event.content or event.logprobs):
+                return None
+            lps = _openai_logprobs(event.logprobs or [], 0) if self._logprobs else None
+            return self._chunk(self._index(prompt_index, event.index), event.content, lps, None)
+        if isinstance(event, ChoiceEnd):
+            index = self._index(prompt_index, event.index)
+            chunk = self._chunk(index, "", None, event.finish_reason)
+            if event.matched_stop is not None:
+                chunk["choices"][0]["matched_stop"] = event.matched_stop
+            return chunk
+        self._add_usage(event)
+        return None
 
     def _chunk(
         self, index: int, text: str, logprobs: dict[str, Any] | None, finish: str | None

@@ -92,7 +92,7 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
     if not id_lists or any(not ids for ids in id_lists):
         raise bad_request("the prompt must not be empty", "text")
     base_rid = request.rid or ctx.worker_request_id
-    streams: list[AsyncIterator[Event]] = []
+    streams: list[AsyncIterator[list[Event]]] = []
     worker_streams, interval = worker_streaming(request.stream, bool(sampling.stop))
     async with closed_on_failure() as sessions:
         for i, (text, ids) in enumerate(zip(texts, id_lists, strict=True)):
@@ -124,8 +124,9 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
     if request.stream:
         return answer_stream(shaper.stream(streams), services)
     for prompt_index, events in enumerate(streams):
-        async for event in events:
-            shaper.fold(prompt_index, event)
+        async for group in events:
+            for event in group:
+                shaper.fold(prompt_index, event)
     results = shaper.results()
     return answer_json(results if batch or sampling.n > 1 else results[0])
 
@@ -183,21 +184,29 @@ class _GenerateShaper:
             for i in range(self._count)
         ]  # fmt: skip
 
-    async def stream(self, streams: list[AsyncIterator[Event]]) -> AsyncIterator[dict[str, Any]]:
-        """SGLang streaming: each chunk carries the text and ids accumulated so far."""
+    async def stream(
+        self, streams: list[AsyncIterator[list[Event]]]
+    ) -> AsyncIterator[list[dict[str, Any]]]:
+        """SGLang streaming: each chunk carries the text and ids accumulated so far (one chunk
+        per choice touched by a batch of events)."""
         for prompt_index, events in enumerate(streams):
             pending_usage: list[int] = []
-            async for event in events:
-                i = self.fold(prompt_index, event)
-                if isinstance(event, ChoiceEnd):
-                    pending_usage.append(event.index)
-                    continue
-                if i is None:
-                    # Usage arrives after the ends: now every final chunk has its counts.
-                    for choice in pending_usage:
-                        yield self._chunk(prompt_index * self._n + choice, final=True)
-                    continue
-                yield self._chunk(i, final=False)
+            async for batch in events:
+                touched: dict[int, None] = {}
+                finals: list[int] = []
+                for event in batch:
+                    i = self.fold(prompt_index, event)
+                    if isinstance(event, ChoiceEnd):
+                        pending_usage.append(event.index)
+                    elif i is None:
+                        # Usage arrives after the ends: now every final chunk has its counts.
+                        finals.extend(prompt_index * self._n + c for c in pending_usage)
+                    else:
+                        touched[i] = None
+                chunks = [self._chunk(i, final=False) for i in touched if i not in finals]
+                chunks.extend(self._chunk(i, final=True) for i in finals)
+                if chunks:
+                    yield chunks
 
     def _chunk(self, i: int, final: bool) -> dict[str, Any]:
         return {

@@ -155,8 +155,8 @@ async def health_generate(
         session = await services.open_stream(model_id, RoutingRequest(model_id, ids), grpc_request)
         try:
             async with asyncio.timeout(30):
-                async for response in session:
-                    if response.WhichOneof("response") == "complete":
+                while batch := await session.next_batch():
+                    if any(r.WhichOneof("response") == "complete" for r in batch):
                         break
         except TimeoutError:
             raise ApiError(504, f"health generation for {model_id!r} timed out") from None

@@ -26,8 +26,8 @@ from turnout.workers.errors import DispatchError
 class GenerateSession(Protocol):
     """A started Generate stream on one worker (the first response already arrived)."""
 
-    def __aiter__(self) -> AsyncIterator[pb.GenerateResponse]:
-        """All responses, the first one included."""
+    async def next_batch(self) -> list[pb.GenerateResponse]:
+        """The responses that arrived together (the first ones included); [] at the end."""
         ...
 
     async def aclose(self) -> None:
@@ -185,69 +185,143 @@ def output_options(request: SamplingFields, **extra: Any) -> OutputOptions:
 
 async def stream_events(
     session: GenerateSession, processors: list[ChoiceProcessor], *, worker_streams: bool = True
-) -> AsyncIterator[Event]:
-    """Drive the worker stream through the processors; ends with a :class:`Usage` event.
+) -> AsyncIterator[list[Event]]:
+    """Drive the worker stream through the processors: one list of events per batch of worker
+    responses that arrived together; the last list ends with a :class:`Usage` event.
 
+    Consecutive chunks of one choice in a batch are processed as one (one detokenizer and
+    parser step, one delta), so a router that falls behind catches up in fewer, larger steps.
     When turnout itself ended every choice (stop strings), the stream is closed early, which
     cancels the call and aborts the request on the worker.
     """
-    remaining = len(processors)
-    prompt_tokens = cached_tokens = 0
-    completion: dict[int, int] = {}
+    driver = _Driver(processors, worker_streams)
     try:
-        async for response in session:
-            kind = response.WhichOneof("response")
-            if kind == "chunk":
-                chunk = response.chunk
-                prompt_tokens = max(prompt_tokens, chunk.prompt_tokens)
-                cached_tokens = max(cached_tokens, chunk.cached_tokens)
-                processor = _processor(processors, chunk.index)
-                if processor.done:
-                    continue
-                logprobs = chunk.output_logprobs if chunk.HasField("output_logprobs") else None
-                delta = processor.push(chunk.token_ids, logprobs)
-                if delta is not None:
-                    yield delta
-                if processor.stopped_early:
-                    for event in _ending(processor, "stop", None, None, completion):
-                        yield event
-                    remaining -= 1
-            elif kind == "complete":
-                done = response.complete
-                prompt_tokens = max(prompt_tokens, done.prompt_tokens)
-                cached_tokens = max(cached_tokens, done.cached_tokens)
-                processor = _processor(processors, done.index)
-                if processor.done:
-                    continue
-                if not worker_streams:  # the whole output comes in this one message
-                    logprobs = done.output_logprobs if done.HasField("output_logprobs") else None
-                    delta = processor.push(done.output_ids, logprobs)
-                    if delta is not None:
-                        yield delta
-                which = done.WhichOneof("matched_stop")
-                matched: str | int | None = getattr(done, which) if which else None
-                reason = done.finish_reason or "stop"
-                for event in _ending(
-                    processor, reason, matched, done.completion_tokens or None, completion
-                ):
-                    yield event
-                remaining -= 1
-            if remaining == 0:
+        while True:
+            batch = await session.next_batch()
+            if not batch:
                 break
+            events = driver.take(batch)
+            if driver.remaining == 0:
+                events.append(driver.usage())
+                yield events
+                return
+            if events:
+                yield events
     except WorkerCallError as exc:
         raise ApiError(exc.http_status, f"worker error: {exc.message}") from None
     except DispatchError as exc:
         raise ApiError(exc.status, exc.message, code=exc.code) from None
     finally:
         await session.aclose()
-    if remaining:
-        raise ApiError(502, "the worker ended the stream before every choice completed")
-    yield Usage(
-        prompt_tokens=prompt_tokens,
-        completion_tokens=sum(completion.values()),
-        cached_tokens=cached_tokens,
-        reasoning_tokens=sum(round(p.reasoning_tokens) for p in processors),
+    raise ApiError(502, "the worker ended the stream before every choice completed")
+
+
+class _Driver:
+    """The state of one worker stream between batches: choices left, token counts."""
+
+    __slots__ = (
+        "cached_tokens",
+        "completion",
+        "processors",
+        "prompt_tokens",
+        "remaining",
+        "worker_streams",
     )
+
+    def __init__(self, processors: list[ChoiceProcessor], worker_streams: bool) -> None:
+        self.processors = processors
+        self.worker_streams = worker_streams
+        self.remaining = len(processors)
+        self.prompt_tokens = 0
+        self.cached_tokens = 0
+        self.completion: dict[int, int] = {}
+
+    def take(self, batch: list[pb.GenerateResponse]) -> list[Event]:
+        """Events for one batch of responses."""
+        events: list[Event] = []
+        run_index = -1
+        run_ids: Sequence[int] | list[int] = ()
+        run_logprobs: list[Any] = []
+        for response in batch:
+            if self.remaining == 0:
+                break
+            kind = response.WhichOneof("response")
+            if kind == "chunk":
+                chunk = response.chunk
+                self.prompt_tokens = max(self.prompt_tokens, chunk.prompt_tokens)
+                self.cached_tokens = max(self.cached_tokens, chunk.cached_tokens)
+                if chunk.index == run_index:
+                    if not isinstance(run_ids, list):
+                        run_ids = list(run_ids)
+                    run_ids.extend(chunk.token_ids)
+                else:
+                    if run_index >= 0:
+                        self._push(run_index, run_ids, run_logprobs, events)
+                        run_logprobs = []
+                    run_index, run_ids = chunk.index, chunk.token_ids
+                if chunk.HasField("output_logprobs"):
+                    run_logprobs.append(chunk.output_logprobs)
+            elif kind == "complete":
+                if run_index >= 0:
+                    self._push(run_index, run_ids, run_logprobs, events)
+                    run_index, run_logprobs = -1, []
+                self._complete(response.complete, events)
+        if run_index >= 0 and self.remaining:
+            self._push(run_index, run_ids, run_logprobs, events)
+        return events
+
+    def usage(self) -> Usage:
+        """The stream's usage (once every choice ended)."""
+        return Usage(
+            prompt_tokens=self.prompt_tokens,
+            completion_tokens=sum(self.completion.values()),
+            cached_tokens=self.cached_tokens,
+            reasoning_tokens=sum(round(p.reasoning_tokens) for p in self.processors),
+        )
+
+    def _push(
+        self, index: int, token_ids: Sequence[int], logprobs: list[Any], events: list[Event]
+    ) -> None:
+        processor = _processor(self.processors, index)
+        if processor.done:
+            return
+        delta = processor.push(token_ids, _joined_logprobs(logprobs))
+        if delta is not None:
+            events.append(delta)
+        if processor.stopped_early:
+            events.extend(_ending(processor, "stop", None, None, self.completion))
+            self.remaining -= 1
+
+    def _complete(self, done: pb.GenerateComplete, events: list[Event]) -> None:
+        self.prompt_tokens = max(self.prompt_tokens, done.prompt_tokens)
+        self.cached_tokens = max(self.cached_tokens, done.cached_tokens)
+        processor = _processor(self.processors, done.index)
+        if processor.done:
+            return
+        if not self.worker_streams:  # the whole output comes in this one message
+            logprobs = done.output_logprobs if done.HasField("output_logprobs") else None
+            delta = processor.push(done.output_ids, logprobs)
+            if delta is not None:
+                events.append(delta)
+        which = done.WhichOneof("matched_stop")
+        matched: str | int | None = getattr(done, which) if which else None
+        reason = done.finish_reason or "stop"
+        events.extend(
+            _ending(processor, reason, matched, done.completion_tokens or None, self.completion)
+        )
+        self.remaining -= 1
+
+
+def _joined_logprobs(parts: list[Any]) -> Any:
+    """One ``OutputLogProbs`` for the chunks of a run (their repeated fields concatenated)."""
+    if not parts:
+        return None
+    if len(parts) == 1:
+        return parts[0]
+    joined = type(parts[0])()
+    for part in parts:
+        joined.MergeFrom(part)
+    return joined
 
 
 @contextlib.asynccontextmanager

@@ -8,14 +8,13 @@ from typing import Any
 
 import msgspec
 from litestar import Response
-from litestar.response import Stream
 
 from turnout.observability.metrics import note_failure
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
-from turnout.server.sse import DONE, sse, sse_error, with_keepalive
+from turnout.server.sse import DONE, EventStream, sse_batch, sse_error
 
-Answer = Response[bytes] | Stream
+Answer = Response[bytes] | EventStream
 _encode = msgspec.json.Encoder().encode
 log = logging.getLogger("turnout.server")
 
@@ -30,26 +29,22 @@ def answer_error(error: ApiError) -> Response[bytes]:
     return Response(error.to_json(), status_code=error.status, media_type="application/json")
 
 
-async def sse_body(payloads: AsyncIterator[Any]) -> AsyncIterator[bytes]:
-    """Frame payloads as SSE; an error after the stream started becomes an error event; always
-    ends with ``[DONE]``."""
+async def sse_body(batches: AsyncIterator[list[Any]]) -> AsyncIterator[bytes]:
+    """Frame each batch of payloads as one piece of SSE; an error after the stream started
+    becomes an error event (the response's tail, ``[DONE]``, follows in every case)."""
     try:
-        async for payload in payloads:
-            yield sse(payload)
+        async for payloads in batches:
+            yield sse_batch(payloads)
     except ApiError as exc:
         yield sse_error(exc)
     except Exception as exc:  # a stream must end cleanly whatever broke
         log.exception("stream failed")
         note_failure(exc)
         yield sse_error(ApiError(500, f"internal error: {type(exc).__name__}"))
-    yield DONE
 
 
-def answer_stream(payloads: AsyncIterator[Any], services: Services) -> Stream:
-    """An SSE response with keep-alive comments while the stream is idle."""
-    interval = services.config.server.keepalive_interval_s
-    return Stream(
-        with_keepalive(sse_body(payloads), interval),
-        media_type="text/event-stream",
-        headers={"cache-control": "no-cache", "x-accel-buffering": "no"},
+def answer_stream(batches: AsyncIterator[list[Any]], services: Services) -> EventStream:
+    """An SSE response: one piece per batch of payloads, keep-alive comments while idle."""
+    return EventStream(
+        sse_body(batches), tail=DONE, keepalive_s=services.config.server.keepalive_interval_s
     )

@@ -1,18 +1,25 @@
-"""Server-sent events framing, the error event, and keep-alive comments for idle streams."""
+"""Server-sent events: framing, the error event, and the streaming response that sends them with
+keep-alive comments while a stream is idle."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Iterable
+from typing import Any, ClassVar, Final
 
 import msgspec
+from litestar import Request, Response
+from litestar.datastructures import Cookie
+from litestar.response.base import ASGIResponse
+from litestar.types import Receive, Send
 
 from turnout.server.errors import ApiError
 
-DONE = b"data: [DONE]\n\n"
-KEEPALIVE = b": keep-alive\n\n"
+__all__ = ["DONE", "KEEPALIVE", "EventStream", "sse", "sse_batch", "sse_error"]
+
+DONE: Final = b"data: [DONE]\n\n"
+KEEPALIVE: Final = b": keep-alive\n\n"
 _encode = msgspec.json.Encoder().encode
 
 
@@ -21,71 +28,157 @@ def sse(payload: Any) -> bytes:
     return b"data: " + _encode(payload) + b"\n\n"
 
 
+def sse_batch(payloads: Iterable[Any]) -> bytes:
+    """Several ``data:`` events as one piece of the body (one write)."""
+    return b"".join([b"data: " + _encode(payload) + b"\n\n" for payload in payloads])
+
+
 def sse_error(error: ApiError) -> bytes:
     """The error event sent when a stream fails after it started."""
     return b"data: " + error.to_json() + b"\n\n"
 
 
-_END = object()
+class EventStream(Response[bytes]):
+    """A ``text/event-stream`` response: ``body`` pieces as they come, then ``tail``.
 
-
-async def with_keepalive(source: AsyncIterator[bytes], interval: float) -> AsyncIterator[bytes]:
-    """Forward ``source``; when it is silent for ``interval`` seconds, send a comment line.
-
-    A pump task moves items into a queue, so waiting with a timeout never cancels a read of the
-    source itself (which would break a gRPC stream mid-message).
+    The body is sent from the request's own task, one ASGI message per piece (a piece carries
+    every event that was ready together). When no piece came for ``keepalive_s`` seconds, a
+    comment line is sent so that proxies keep the connection open. A client that disconnects is
+    noticed by the generation gate, which cancels the request's task: the body is then closed,
+    which aborts the request on its worker.
     """
-    if interval <= 0:
-        async for item in source:
-            yield item
-        return
-    queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=64)
 
-    async def pump() -> None:
+    __slots__ = ("_body", "_keepalive_s", "_tail")
+
+    def __init__(
+        self,
+        body: AsyncIterator[bytes],
+        *,
+        tail: bytes = b"",
+        keepalive_s: float = 0.0,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(
+            b"",
+            media_type="text/event-stream",
+            headers={"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})},
+        )
+        self._body = body
+        self._tail = tail
+        self._keepalive_s = keepalive_s
+
+    def to_asgi_response(
+        self,
+        app: Any,
+        request: Request[Any, Any, Any],
+        *,
+        cookies: Iterable[Cookie] | None = None,
+        encoded_headers: Iterable[tuple[bytes, bytes]] | None = None,
+        headers: dict[str, str] | None = None,
+        **_: Any,
+    ) -> ASGIResponse:
+        """The ASGI side of the response (called by Litestar)."""
+        merged = {**headers, **self.headers} if headers else dict(self.headers)
+        return _EventStreamAsgi(
+            self._body,
+            self._tail,
+            self._keepalive_s,
+            headers=merged,
+            cookies=[*self.cookies, *(cookies or ())],
+            encoded_headers=encoded_headers,
+            media_type="text/event-stream",
+            status_code=self.status_code or 200,
+        )
+
+
+class _EventStreamAsgi(ASGIResponse):
+    __slots__ = ("_body", "_keepalive_s", "_tail")
+
+    _should_set_content_length: ClassVar[bool] = False
+
+    def __init__(
+        self, body: AsyncIterator[bytes], tail: bytes, keepalive_s: float, **kwargs: Any
+    ) -> None:
+        super().__init__(content_length=0, **kwargs)
+        self._body = body
+        self._tail = tail
+        self._keepalive_s = keepalive_s
+
+    async def send_body(self, send: Send, receive: Receive) -> None:
+        body = self._body
+        idle = _KeepAlive(send, self._keepalive_s) if self._keepalive_s > 0 else None
         try:
-            async for item in source:
-                await queue.put(item)
-        except BaseException as exc:
-            await queue.put(exc)
-            if isinstance(exc, asyncio.CancelledError):
-                raise
-            return
-        await queue.put(_END)
-
-    task = asyncio.create_task(pump())
-    try:
-        while True:
-            try:
-                item = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                try:
-                    async with asyncio.timeout(interval):
-                        item = await queue.get()
-                except TimeoutError:
-                    yield KEEPALIVE
-                    continue
-            # Send everything already waiting as one write (fewer ASGI messages and syscalls).
-            batch: list[bytes] = []
-            while True:
-                if item is _END:
-                    if batch:
-                        yield b"".join(batch)
-                    return
-                if isinstance(item, BaseException):
-                    if batch:
-                        yield b"".join(batch)
-                    raise item
-                batch.append(item)
-                try:
-                    item = queue.get_nowait()
-                except asyncio.QueueEmpty:
-                    break
-            yield b"".join(batch)
-    finally:
-        task.cancel()
-        with contextlib.suppress(BaseException):
-            await task
-        aclose = getattr(source, "aclose", None)
-        if aclose is not None:
-            with contextlib.suppress(BaseException):
+            async for piece in body:
+                if idle is not None:
+                    await idle.before_send()
+                await send({"type": "http.response.body", "body": piece, "more_body": True})
+                if idle is not None:
+                    idle.sent()
+            if idle is not None:
+                await idle.before_send()
+            await send({"type": "http.response.body", "body": self._tail, "more_body": False})
+        finally:
+            if idle is not None:
+                await idle.stop()
+            aclose = getattr(body, "aclose", None)
+            if aclose is not None:
                 await aclose()
+
+
+class _KeepAlive:
+    """Sends a comment when the body was silent for ``interval`` seconds.
+
+    One timer per stream, re-armed only when it fires (nothing per piece but a clock read). The
+    comment is sent from a small task while the body waits for its source; a piece that becomes
+    ready meanwhile waits for that send to finish, so the two never interleave.
+    """
+
+    __slots__ = ("_busy", "_interval", "_last", "_loop", "_send", "_task", "_timer")
+
+    def __init__(self, send: Send, interval: float) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._send = send
+        self._interval = interval
+        self._last = self._loop.time()
+        self._busy = False
+        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = self._loop.call_at(
+            self._last + interval, self._check
+        )
+
+    async def before_send(self) -> None:
+        """Called before each piece: wait for a keep-alive comment still being sent."""
+        self._busy = True
+        task = self._task
+        if task is not None and not task.done():
+            await task
+
+    def sent(self) -> None:
+        """Called after each piece."""
+        self._busy = False
+        self._last = self._loop.time()
+
+    async def stop(self) -> None:
+        """Stop the timer; cancel a comment still being sent."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        task = self._task
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    def _check(self) -> None:
+        now = self._loop.time()
+        due = self._last + self._interval
+        if now >= due and not self._busy and (self._task is None or self._task.done()):
+            self._last = now
+            self._task = self._loop.create_task(self._comment())
+            due = now + self._interval
+        self._timer = self._loop.call_at(due if due > now else now + self._interval, self._check)
+
+    async def _comment(self) -> None:
+        # A failed send means the client is gone; the gate notices that on its own.
+        with contextlib.suppress(Exception):
+            await self._send({"type": "http.response.body", "body": KEEPALIVE, "more_body": True})

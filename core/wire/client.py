@@ -98,29 +98,59 @@ class GenerateStream:
             raise StopAsyncIteration
         try:
             response = await self._call.read()
-        except asyncio.CancelledError:
-            if self._interrupted_by_close():
+        except BaseException as exc:
+            if self._read_failed(exc):
                 raise StopAsyncIteration from None
-            self._abandon("request cancelled")
-            raise
-        except WorkerCallError as exc:
-            self._closed = True
-            if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED:
-                # Our deadline, not the worker's decision: it may still be generating.
-                self._client._schedule_abort(self.request_id, "deadline exceeded")
-            self._finished = True
             raise
         if response is None:
-            if not self._closed:
-                self._finished = self._closed = True
+            self._ended()
             raise StopAsyncIteration
+        self._count(response)
         message: pb.GenerateResponse = response
+        return message
+
+    async def next_batch(self) -> list[pb.GenerateResponse]:
+        """Every response that arrived since the last read (waiting for one if none did);
+        an empty list once the stream ended. Errors as for iteration."""
+        if self._closed:
+            return []
+        try:
+            batch: list[pb.GenerateResponse] = await self._call.read_batch()
+        except BaseException as exc:
+            if self._read_failed(exc):
+                return []
+            raise
+        if not batch:
+            self._ended()
+            return batch
+        for response in batch:
+            self._count(response)
+        return batch
+
+    def _count(self, message: pb.GenerateResponse) -> None:
         self.responses += 1
         if message.HasField("complete"):
             self._completes_left -= 1
             if self._completes_left <= 0:
                 self._finished = True
-        return message
+
+    def _ended(self) -> None:
+        if not self._closed:
+            self._finished = self._closed = True
+
+    def _read_failed(self, exc: BaseException) -> bool:
+        """Bookkeeping for a read that raised ``exc``; True when it only means "closed"."""
+        if isinstance(exc, asyncio.CancelledError):
+            if self._interrupted_by_close():
+                return True
+            self._abandon("request cancelled")
+        elif isinstance(exc, WorkerCallError):
+            self._closed = True
+            if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED:
+                # Our deadline, not the worker's decision: it may still be generating.
+                self._client._schedule_abort(self.request_id, "deadline exceeded")
+            self._finished = True
+        return False
 
     def _interrupted_by_close(self) -> bool:
         """True when cancel()/aclose() from elsewhere (not a task cancellation) ended a read."""

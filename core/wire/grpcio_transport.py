@@ -50,6 +50,12 @@ class GrpcioCall:
             ) from None
         return None if response is _EOF else response
 
+    async def read_batch(self) -> list[Any]:
+        """The next response as a batch of one (grpc.aio hands messages over one by one);
+        [] at the end or after ``cancel()``."""
+        response = await self.read()
+        return [] if response is None else [response]
+
     def cancel(self) -> None:
         """Cancel the call."""
         self._call.cancel()

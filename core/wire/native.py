@@ -107,13 +107,31 @@ class NativeCall:
     async def read(self) -> Any:
         """The next response message; None once the worker ended the call with OK (or after
         ``cancel()``). Raises ``WorkerCallError`` for any other end."""
+        if self._messages or await self._wait():
+            return self._response_type.FromString(self._messages.popleft())
+        return None
+
+    async def read_batch(self) -> list[Any]:
+        """Every message already received (at least one, waiting if needed); [] once the
+        worker ended the call with OK (or after ``cancel()``). Raises ``WorkerCallError`` for
+        any other end, after the messages received before it were read."""
+        messages = self._messages
+        if messages or await self._wait():
+            parse = self._response_type.FromString
+            batch = [parse(data) for data in messages]
+            messages.clear()
+            return batch
+        return []
+
+    async def _wait(self) -> bool:
+        """Wait until a message is queued (True) or the call ended with OK (False)."""
         while True:
             if self._messages:
-                return self._response_type.FromString(self._messages.popleft())
+                return True
             if self._error is not None:
                 raise self._error
             if self._ended:
-                return None
+                return False
             if self._connecting is not None:
                 await self._connecting
                 continue

@@ -89,6 +89,11 @@ class Call(Protocol):
         """The next response; None when the call ended with OK or was cancelled."""
         ...
 
+    async def read_batch(self) -> list[Any]:
+        """Every response that arrived and was not read yet (waiting for one if there is
+        none); an empty list when the call ended with OK or was cancelled."""
+        ...
+
     def cancel(self) -> None:
         """Stop the call now (the worker sees it cancelled)."""
 

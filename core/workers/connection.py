@@ -8,15 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol, Self
+from typing import Any, Protocol
 
 
 class ResponseStream(Protocol):
-    """A started ``Generate`` call: async iterator of responses; ``aclose()`` cancels it."""
+    """A started ``Generate`` call, read in batches; ``aclose()`` cancels it."""
 
-    def __aiter__(self) -> Self: ...
-
-    async def __anext__(self) -> Any: ...
+    async def next_batch(self) -> list[Any]:
+        """Every response that arrived since the last call (waiting for one if none did); an
+        empty list once the stream ended."""
+        ...
 
     async def aclose(self) -> None:
         """Cancel the call (the worker aborts the request)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
@@ -141,27 +142,27 @@ class Dispatcher:
             stream: ResponseStream | None = None
             try:
                 stream = worker.connection.generate(request, remaining)
-                first = await stream.__anext__()
-            except StopAsyncIteration:
-                message = f"{worker.url}: Generate ended without a response"
-                failure: Failure | None = Failure(True, 502, message, True)
-                exc: BaseException = RuntimeError(message)
+                first = await stream.next_batch()
             except asyncio.CancelledError:
                 worker.release()
                 if stream is not None:
                     await stream.aclose()
                 raise
             except Exception as error:
-                failure = worker.connection.classify(error)
+                failure: Failure | None = worker.connection.classify(error)
                 if failure is None:
                     worker.release()
                     if stream is not None:
                         await stream.aclose()
                     raise
-                exc = error
+                exc: BaseException = error
             else:
-                worker.health.traffic_ok()
-                return GenerateSession(self, worker, stream, first, route, routing, attempt)
+                if first:
+                    worker.health.traffic_ok()
+                    return GenerateSession(self, worker, stream, first, route, routing, attempt)
+                message = f"{worker.url}: Generate ended without a response"
+                failure = Failure(True, 502, message, True)
+                exc = RuntimeError(message)
 
             # The attempt failed before the client saw anything.
             worker.release()
@@ -233,22 +234,23 @@ class Dispatcher:
 
 
 class GenerateSession:
-    """The responses of one request on one worker (the first one included).
+    """The responses of one request on one worker (the first ones included).
 
-    Counts as in flight on ``worker`` until it ends or :meth:`aclose` is called; records the
-    outcome into the worker's circuit breaker. Errors after the first response raise
-    :class:`WorkerRequestError` (they are not retried: the client has seen output).
+    Read it batch by batch (:meth:`next_batch`: every response that arrived together) or
+    response by response (``async for``). Counts as in flight on ``worker`` until it ends or
+    :meth:`aclose` is called; records the outcome into the worker's circuit breaker. Errors
+    after the first response raise :class:`WorkerRequestError` (they are not retried: the client
+    has seen output).
     """
 
     __slots__ = (
         "_dispatcher",
         "_done",
-        "_first",
+        "_pending",
         "_route",
         "_routing",
         "_stream",
         "attempts",
-        "responses",
         "worker",
     )
 
@@ -257,7 +259,7 @@ class GenerateSession:
         dispatcher: Dispatcher,
         worker: Worker,
         stream: ResponseStream,
-        first: Any,
+        first: list[Any],
         route: _Route,
         routing: RoutingRequest,
         attempts: int,
@@ -265,14 +267,14 @@ class GenerateSession:
         self._dispatcher = dispatcher
         self.worker = worker
         self._stream = stream
-        self._first: Any = first
+        #: Responses received but not handed out yet (the first batch, to begin with).
+        self._pending: deque[Any] = deque(first)
         self._route = route
         self._routing = routing
         self._done = False
         #: Attempts it took to get the first response (1 = no retry).
         self.attempts = attempts
-        #: Responses handed out so far.
-        self.responses = 0
+        self._check_finished()
 
     @property
     def done(self) -> bool:
@@ -283,20 +285,28 @@ class GenerateSession:
         return self
 
     async def __anext__(self) -> Any:
-        first = self._first
-        if first is not None:
-            self._first = None
-            self.responses += 1
-            if getattr(self._stream, "finished", False):
-                self._finish(None)
-            return first
+        pending = self._pending
+        if not pending:
+            pending.extend(await self._receive())
+            if not pending:
+                raise StopAsyncIteration
+        return pending.popleft()
+
+    async def next_batch(self) -> list[Any]:
+        """The responses not handed out yet, waiting for some if there are none; an empty
+        list once the stream ended."""
+        pending = self._pending
+        if pending:
+            batch = list(pending)
+            pending.clear()
+            return batch
+        return await self._receive()
+
+    async def _receive(self) -> list[Any]:
         if self._done:
-            raise StopAsyncIteration
+            return []
         try:
-            response = await self._stream.__anext__()
-        except StopAsyncIteration:
-            self._finish(None)
-            raise
+            batch: list[Any] = await self._stream.next_batch()
         except asyncio.CancelledError:
             await self.aclose()
             raise
@@ -313,12 +323,17 @@ class GenerateSession:
                 worker_id=self.worker.id,
                 attempts=self.attempts,
             ) from exc
+        if not batch:
+            self._finish(None)
+            return batch
         self.worker.health.traffic_ok()
-        self.responses += 1
+        self._check_finished()
+        return batch
+
+    def _check_finished(self) -> None:
         if getattr(self._stream, "finished", False):
             # Every choice completed: the worker is done even if nobody reads the stream's end.
             self._finish(None)
-        return response
 
     async def aclose(self) -> None:
         """Stop: cancel the gRPC call (the worker aborts the request) and release the worker."""
@@ -341,7 +356,6 @@ class GenerateSession:
         if self._done:
             return
         self._done = True
-        self._first = None
         worker = self.worker
         worker.release()
         if failure is None:
