@@ -85,11 +85,18 @@ class ChoiceProcessor:
         self._token_text = token_text
         self._keep_token_ids = keep_token_ids
         self.tokens = 0
-        self.reasoning_tokens = 0.0
+        #: Characters of reasoning and of normal text released so far (for the token estimate).
+        self._reasoning_chars = 0
+        self._normal_chars = 0
         self.calls = 0
         #: Set when turnout itself matched a stop string: the worker must be told to stop.
         self.matched_stop: str | None = None
         self.done = False
+
+    @property
+    def watches_stops(self) -> bool:
+        """True when this choice has stop strings to match."""
+        return self._stops is not None
 
     @property
     def stopped_early(self) -> bool:
@@ -115,15 +122,23 @@ class ChoiceProcessor:
                 text, matched = self._stops.push(text)
                 if matched is not None:
                     self.matched_stop = matched
-            self._route(text, delta, len(token_ids))
+            self._route(text, delta)
         if self.matched_stop is not None:
             self._flush(delta)
         return None if delta.is_empty() else delta
 
     def finish(
-        self, finish_reason: str, matched: str | int | None, completion_tokens: int | None = None
+        self,
+        finish_reason: str,
+        matched: str | int | None,
+        completion_tokens: int | None = None,
+        reasoning_tokens: int = 0,
     ) -> tuple[ChoiceDelta | None, ChoiceEnd]:
-        """End of this choice: flush everything held and describe how it ended."""
+        """End of this choice: flush everything held and describe how it ended.
+
+        ``reasoning_tokens`` is the worker's count (SGLang counts them when asked with
+        ``require_reasoning``); when it has none, turnout estimates it from the text.
+        """
         delta = ChoiceDelta(self.index)
         if not self.done and self.matched_stop is None:
             text = self._decoder.finish()
@@ -133,7 +148,7 @@ class ChoiceProcessor:
                     self.matched_stop = hit
                 else:
                     text += self._stops.finish()
-            self._route(text, delta, 0)
+            self._route(text, delta)
             self._flush(delta)
         if self.matched_stop is not None:
             finish_reason, matched = "stop", self.matched_stop
@@ -141,8 +156,17 @@ class ChoiceProcessor:
             finish_reason = "tool_calls"
         self.done = True
         tokens = self.tokens if completion_tokens is None else completion_tokens
-        end = ChoiceEnd(self.index, finish_reason, matched, tokens, round(self.reasoning_tokens))
+        reasoning = reasoning_tokens or self._estimated_reasoning_tokens(tokens)
+        end = ChoiceEnd(self.index, finish_reason, matched, tokens, reasoning)
         return (None if delta.is_empty() else delta), end
+
+    def _estimated_reasoning_tokens(self, tokens: int) -> int:
+        """The tokens' share of reasoning by characters: the same however the output was
+        chunked (the parsers release the same text whatever the chunking)."""
+        reasoning, normal = self._reasoning_chars, self._normal_chars
+        if not reasoning:
+            return 0
+        return round(tokens * reasoning / (reasoning + normal))
 
     def _parser_failed(self, which: str, exc: Exception) -> None:
         # A broken (third-party) parser must not break the answer: log it once, count it, and
@@ -154,7 +178,7 @@ class ChoiceProcessor:
         else:
             self._tool_parser = None
 
-    def _route(self, text: str, delta: ChoiceDelta, token_count: int) -> None:
+    def _route(self, text: str, delta: ChoiceDelta) -> None:
         if not text:
             return
         normal = text
@@ -167,9 +191,8 @@ class ChoiceProcessor:
                 return
             delta.reasoning += step.reasoning_text
             normal = step.normal_text
-            if step.reasoning_text and token_count:
-                share = len(step.reasoning_text) / (len(step.reasoning_text) + len(normal))
-                self.reasoning_tokens += token_count * share
+            self._reasoning_chars += len(step.reasoning_text)
+        self._normal_chars += len(normal)
         self._content(normal, delta)
 
     def _content(self, text: str, delta: ChoiceDelta) -> None:
@@ -195,6 +218,8 @@ class ChoiceProcessor:
                 self._parser_failed("reasoning", exc)
             else:
                 delta.reasoning += step.reasoning_text
+                self._reasoning_chars += len(step.reasoning_text)
+                self._normal_chars += len(step.normal_text)
                 self._content(step.normal_text, delta)
         if self._tool_parser is not None:
             try:

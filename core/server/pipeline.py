@@ -11,7 +11,7 @@ from typing import Any, Protocol
 from turnout.routing.types import RoutingRequest
 from turnout.server.choice import CallIds, ChoiceProcessor
 from turnout.server.errors import ApiError
-from turnout.server.events import Event, Usage
+from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, Usage
 from turnout.server.models import ModelRuntime
 from turnout.server.protocol import SamplingFields, stop_strings
 from turnout.tokenizer.stops import StopStringMatcher
@@ -191,6 +191,8 @@ async def stream_events(
 
     Consecutive chunks of one choice in a batch are processed as one (one detokenizer and
     parser step, one delta), so a router that falls behind catches up in fewer, larger steps.
+    A choice with stop strings takes its chunks one by one: a stop ends it at the chunk that
+    completed it, so its tokens and logprobs do not depend on how chunks were batched.
     When turnout itself ended every choice (stop strings), the stream is closed early, which
     cancels the call and aborts the request on the worker.
     """
@@ -222,8 +224,10 @@ class _Driver:
     __slots__ = (
         "cached_tokens",
         "completion",
+        "mergeable",
         "processors",
         "prompt_tokens",
+        "reasoning",
         "remaining",
         "worker_streams",
     )
@@ -235,6 +239,8 @@ class _Driver:
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion: dict[int, int] = {}
+        self.reasoning: dict[int, int] = {}
+        self.mergeable = [not p.watches_stops for p in processors]
 
     def take(self, batch: list[pb.GenerateResponse]) -> list[Event]:
         """Events for one batch of responses."""
@@ -250,7 +256,7 @@ class _Driver:
                 chunk = response.chunk
                 self.prompt_tokens = max(self.prompt_tokens, chunk.prompt_tokens)
                 self.cached_tokens = max(self.cached_tokens, chunk.cached_tokens)
-                if chunk.index == run_index:
+                if chunk.index == run_index and self.mergeable[run_index]:
                     if not isinstance(run_ids, list):
                         run_ids = list(run_ids)
                     run_ids.extend(chunk.token_ids)
@@ -259,6 +265,7 @@ class _Driver:
                         self._push(run_index, run_ids, run_logprobs, events)
                         run_logprobs = []
                     run_index, run_ids = chunk.index, chunk.token_ids
+                    _processor(self.processors, run_index)  # a bad index fails here
                 if chunk.HasField("output_logprobs"):
                     run_logprobs.append(chunk.output_logprobs)
             elif kind == "complete":
@@ -276,7 +283,7 @@ class _Driver:
             prompt_tokens=self.prompt_tokens,
             completion_tokens=sum(self.completion.values()),
             cached_tokens=self.cached_tokens,
-            reasoning_tokens=sum(round(p.reasoning_tokens) for p in self.processors),
+            reasoning_tokens=sum(self.reasoning.values()),
         )
 
     def _push(
@@ -289,8 +296,8 @@ class _Driver:
         if delta is not None:
             events.append(delta)
         if processor.stopped_early:
-            events.extend(_ending(processor, "stop", None, None, self.completion))
-            self.remaining -= 1
+            tail, end = processor.finish("stop", None)
+            self._ended(tail, end, events)
 
     def _complete(self, done: pb.GenerateComplete, events: list[Event]) -> None:
         self.prompt_tokens = max(self.prompt_tokens, done.prompt_tokens)
@@ -306,9 +313,17 @@ class _Driver:
         which = done.WhichOneof("matched_stop")
         matched: str | int | None = getattr(done, which) if which else None
         reason = done.finish_reason or "stop"
-        events.extend(
-            _ending(processor, reason, matched, done.completion_tokens or None, self.completion)
+        tail, end = processor.finish(
+            reason, matched, done.completion_tokens or None, done.reasoning_tokens
         )
+        self._ended(tail, end, events)
+
+    def _ended(self, tail: ChoiceDelta | None, end: ChoiceEnd, events: list[Event]) -> None:
+        if tail is not None:
+            events.append(tail)
+        events.append(end)
+        self.completion[end.index] = end.completion_tokens
+        self.reasoning[end.index] = end.reasoning_tokens
         self.remaining -= 1
 
 
@@ -335,19 +350,6 @@ async def closed_on_failure() -> AsyncIterator[list[GenerateSession]]:
         for session in sessions:
             await session.aclose()
         raise
-
-
-def _ending(
-    processor: ChoiceProcessor,
-    reason: str,
-    matched: str | int | None,
-    tokens: int | None,
-    completion: dict[int, int],
-) -> list[Event]:
-    """Finish one choice: its last delta (if any) and its end event."""
-    tail, end = processor.finish(reason, matched, tokens)
-    completion[end.index] = end.completion_tokens
-    return [end] if tail is None else [tail, end]
 
 
 def _processor(processors: list[ChoiceProcessor], index: int) -> ChoiceProcessor:

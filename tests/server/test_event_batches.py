@@ -1,0 +1,189 @@
+"""``stream_events`` reads the worker in batches: however messages are grouped, the answer is the
+same as reading them one by one; runs of one choice are pushed as one step."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import turnout
+from turnout.demo_model import path as demo_path
+from turnout.server.chat_emit import ChatFolder
+from turnout.server.choice import CallIds, ChoiceProcessor
+from turnout.server.errors import ApiError
+from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, Usage
+from turnout.server.pipeline import stream_events
+from turnout.tokenizer import ModelTokenizer
+from turnout.tokenizer.stops import StopStringMatcher
+from turnout.wire import pb
+
+TOKENIZER = ModelTokenizer.from_dir(demo_path())
+PLUGINS = turnout.load_plugins()
+EOS = next(iter(TOKENIZER.eos_token_ids))
+
+words = st.sampled_from(["hello", " world", "é", "🎉", "\n", " {", "}", "<", "think", "STOP", "x"])
+prose = st.lists(words, max_size=8).map("".join)
+
+
+@st.composite
+def outputs(draw: st.DrawFn) -> str:
+    text = ""
+    if draw(st.booleans()):
+        text += "<think>" + draw(prose) + "</think>"
+    text += draw(prose)
+    if draw(st.booleans()):
+        call = {"name": "get_weather", "arguments": {"city": draw(prose)}}
+        text += "<tool_call>\n" + json.dumps(call, ensure_ascii=False) + "\n</tool_call>"
+    return text
+
+
+class ScriptedSession:
+    """A worker session handing out pre-grouped batches of real ``GenerateResponse``s."""
+
+    def __init__(self, batches: list[list[pb.GenerateResponse]]) -> None:
+        self._batches = list(batches)
+        self.closed = False
+        self.reads = 0
+
+    async def next_batch(self) -> list[pb.GenerateResponse]:
+        self.reads += 1
+        return self._batches.pop(0) if self._batches else []
+
+    async def aclose(self) -> None:
+        self.closed = True
+
+
+def processor(index: int, stops: list[str]) -> ChoiceProcessor:
+    return ChoiceProcessor(
+        index,
+        decoder=TOKENIZER.incremental_detokenizer(skip_special_tokens=False),
+        stops=StopStringMatcher(stops) if stops else None,
+        reasoning=PLUGINS.reasoning_parsers.create("qwen3"),
+        tool_parser=PLUGINS.tool_parsers.create("qwen"),
+        call_ids=CallIds("kimi"),  # deterministic ids
+        hidden_stop_ids=TOKENIZER.eos_token_ids,
+        token_text=lambda token_id: TOKENIZER.decode([token_id], skip_special_tokens=False),
+    )
+
+
+def messages(outputs: list[list[int]], sizes: list[int]) -> list[pb.GenerateResponse]:
+    """Chunks of every choice, interleaved, ``sizes`` tokens at a time, then the completes."""
+    pieces: list[list[pb.GenerateResponse]] = []
+    for index, ids in enumerate(outputs):
+        cycle = itertools.cycle(sizes or [1])
+        chunks: list[pb.GenerateResponse] = []
+        pos = 0
+        while pos < len(ids):
+            size = next(cycle)
+            part = ids[pos : pos + size]
+            logprobs = pb.OutputLogProbs(token_logprobs=[-0.5] * len(part), token_ids=list(part))
+            chunks.append(
+                pb.GenerateResponse(
+                    chunk=pb.GenerateStreamChunk(
+                        token_ids=part, index=index, prompt_tokens=7, output_logprobs=logprobs
+                    )
+                )
+            )
+            pos += size
+        pieces.append(chunks)
+    interleaved = [m for group in itertools.zip_longest(*pieces) for m in group if m is not None]
+    completes = [
+        pb.GenerateResponse(
+            complete=pb.GenerateComplete(
+                output_ids=ids, finish_reason="stop", index=index, completion_tokens=len(ids)
+            )
+        )
+        for index, ids in enumerate(outputs)
+    ]
+    return interleaved + completes
+
+
+def grouped(items: list[pb.GenerateResponse], cuts: list[int]) -> list[list[pb.GenerateResponse]]:
+    bounds = sorted({c % (len(items) + 1) for c in cuts} | {0, len(items)})
+    return [items[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+async def fold(
+    batches: list[list[pb.GenerateResponse]], n: int, stops: list[str]
+) -> tuple[dict[str, object], list[list[Event]]]:
+    session = ScriptedSession(batches)
+    folder = ChatFolder("id", "m", 0, n)
+    seen: list[list[Event]] = []
+    async for batch in stream_events(session, [processor(i, stops) for i in range(n)]):
+        seen.append(batch)
+        for event in batch:
+            folder.add(event)
+    assert session.closed
+    return folder.response(), seen
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(outputs(), min_size=1, max_size=2),
+    st.lists(st.integers(1, 4), max_size=4),
+    st.lists(st.integers(0, 200), max_size=10),
+    st.sampled_from([[], ["STOP"]]),
+)
+async def test_any_grouping_of_messages_gives_the_one_by_one_answer(
+    texts: list[str], sizes: list[int], cuts: list[int], stops: list[str]
+) -> None:
+    outputs = [[*TOKENIZER.encode(t, add_special_tokens=False), EOS] for t in texts]
+    items = messages(outputs, sizes)
+    one_by_one, _ = await fold([[m] for m in items], len(texts), stops)
+    batched, _ = await fold(grouped(items, cuts), len(texts), stops)
+    assert batched == one_by_one
+
+
+async def test_a_run_of_one_choice_is_one_delta_with_every_logprob() -> None:
+    ids = TOKENIZER.encode("hello world, hello router", add_special_tokens=False)
+    items = messages([[*ids, EOS]], [1])
+    _, seen = await fold([items], 1, [])
+    assert len(seen) == 1  # one batch in, one batch of events out
+    deltas = [e for e in seen[0] if isinstance(e, ChoiceDelta)]
+    assert len(deltas) == 1
+    assert deltas[0].content == "hello world, hello router"
+    assert [lp.token_id for lp in deltas[0].logprobs or []] == [*ids, EOS]
+    assert isinstance(seen[0][-2], ChoiceEnd)
+    usage = seen[0][-1]
+    assert isinstance(usage, Usage)
+    assert (usage.prompt_tokens, usage.completion_tokens) == (7, len(ids) + 1)
+
+
+async def test_a_stop_inside_a_batch_ends_the_stream_there() -> None:
+    ids = TOKENIZER.encode("alpha beta STOP gamma delta", add_special_tokens=False)
+    items = messages([[*ids, EOS]], [1])
+    session = ScriptedSession([items[:3], items[3:], [items[-1]]])
+    events = [e async for batch in stream_events(session, [processor(0, ["STOP"])]) for e in batch]
+    text = "".join(e.content for e in events if isinstance(e, ChoiceDelta))
+    assert text == "alpha beta "
+    ends = [e for e in events if isinstance(e, ChoiceEnd)]
+    assert [(e.finish_reason, e.matched_stop) for e in ends] == [("stop", "STOP")]
+    assert isinstance(events[-1], Usage)
+    assert session.closed
+    assert session.reads == 2  # the batch after the stop was never asked for
+
+
+async def test_a_stream_that_ends_early_is_a_502() -> None:
+    ids = TOKENIZER.encode("cut short", add_special_tokens=False)
+    items = messages([ids], [1])[:-1]  # no complete
+    session = ScriptedSession([items])
+    with pytest.raises(ApiError) as info:
+        async for _ in stream_events(session, [processor(0, [])]):
+            pass
+    assert info.value.status == 502
+    assert session.closed
+
+
+async def test_a_choice_index_beyond_n_is_a_502() -> None:
+    chunk = pb.GenerateResponse(chunk=pb.GenerateStreamChunk(token_ids=[5], index=3))
+    session = ScriptedSession([[chunk, chunk]])
+    with pytest.raises(ApiError) as info:
+        async for _ in stream_events(session, [processor(0, [])]):
+            pass
+    assert info.value.status == 502
+    assert "index 3" in info.value.message
+    assert session.closed
