@@ -142,6 +142,38 @@ async def read_until_error(
 # -- framing ---------------------------------------------------------------------------------
 
 
+async def test_next_batch_hands_over_everything_that_arrived_together() -> None:
+    async with ScriptedServer() as server, client_for(server) as client:
+        stream = client.generate(gen_request())
+        request = await server.next_request()
+        request.send_headers()
+        request.send_data(grpc_message(ANSWER_BYTES[0]) + grpc_message(ANSWER_BYTES[1]))
+        await wait_until(lambda: len(stream._call._messages) == 2)  # type: ignore[attr-defined]
+        assert await stream.next_batch() == ANSWER[:2]
+        request.send_data(grpc_message(ANSWER_BYTES[2]))
+        assert await stream.next_batch() == ANSWER[2:]
+        assert stream.finished  # the one choice completed
+        request.send_trailers()
+        assert await stream.next_batch() == []
+        assert stream.responses == 3
+
+
+async def test_next_batch_delivers_messages_before_the_error_that_followed_them() -> None:
+    async def handler(request: Request) -> None:
+        request.send_headers()
+        request.send_data(grpc_message(ANSWER_BYTES[0]) + grpc_message(ANSWER_BYTES[1]))
+        request.send_trailers(14, "worker%20draining")
+
+    async with ScriptedServer(handler) as server, client_for(server) as client:
+        stream = client.generate(gen_request())
+        await wait_until(stream._call.done)  # type: ignore[attr-defined]
+        assert await stream.next_batch() == ANSWER[:2]
+        with pytest.raises(WorkerCallError) as info:
+            await stream.next_batch()
+        assert info.value.code == grpc.StatusCode.UNAVAILABLE
+        assert await stream.next_batch() == []  # closed after the error
+
+
 @pytest.mark.parametrize("piece", [1, 3, 7])
 async def test_messages_split_across_many_data_frames(piece: int) -> None:
     async def handler(request: Request) -> None:
