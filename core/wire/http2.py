@@ -269,9 +269,9 @@ class Http2Connection(asyncio.Protocol):
         while rest:
             piece, rest = rest[:limit], rest[limit:]
             frames.append(_frame(CONTINUATION, 0 if rest else END_HEADERS, stream_id, piece))
-        transport.write(b"".join(frames))
         self._outgoing[stream_id] = _Outgoing(body, end=True)
-        self._flush(stream_id)
+        # Header block and as much of the body as the windows allow: one write (one syscall).
+        self._flush(stream_id, frames)
         return stream_id
 
     def reset_stream(self, stream_id: int, error_code: int = ErrorCode.CANCEL) -> None:
@@ -291,14 +291,18 @@ class Http2Connection(asyncio.Protocol):
             transport.close()
         self._shut("connection closed by the client")
 
-    def _flush(self, stream_id: int) -> None:
-        """Send as much of a stream's pending body as both send windows allow."""
+    def _flush(self, stream_id: int, frames: list[bytes] | None = None) -> None:
+        """Send as much of a stream's pending body as both send windows allow, after
+        ``frames`` (written in the same call)."""
         pending = self._outgoing.get(stream_id)
         transport = self._transport
+        if frames is None:
+            frames = []
         if pending is None or transport is None:
+            if frames and transport is not None:
+                transport.write(b"".join(frames))
             return
         data = pending.data
-        frames: list[bytes] = []
         if not data and pending.end:
             frames.append(_frame(DATA, END_STREAM, stream_id, b""))
         while data:
