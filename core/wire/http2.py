@@ -6,7 +6,8 @@ transport costs a few µs, and several frames that arrive together are handled i
 
 Scope: client side only, no server push, no priorities, no compression. Received data is
 credited back to the peer as soon as it arrives (the router buffers a few tokens per stream, not
-bulk data), so flow control only ever limits what we send. HPACK comes from the ``hpack`` package.
+bulk data), so flow control only ever limits what we send. HPACK comes from the ``hpack`` package
+(``turnout.wire.header_codec``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from collections.abc import Callable
 from typing import Final, Protocol, cast
 
 import hpack
+
+from turnout.wire.header_codec import HeaderDecoder, HeaderEncoder, Headers
 
 __all__ = [
     "ConnectionSettings",
@@ -79,7 +82,7 @@ class ErrorCode:
 class StreamHandler(Protocol):
     """What a connection reports about one stream (implemented by the gRPC call)."""
 
-    def on_headers(self, headers: list[tuple[str, str]], end_stream: bool) -> None:
+    def on_headers(self, headers: Headers, end_stream: bool) -> None:
         """A complete header block (response headers, or trailers when ``end_stream``)."""
 
     def on_data(self, data: bytes, end_stream: bool) -> None:
@@ -139,8 +142,8 @@ class Http2Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._buffer = bytearray()
-        self._encoder = hpack.Encoder()
-        self._decoder = hpack.Decoder()
+        self._encoder = HeaderEncoder()
+        self._decoder = HeaderDecoder()
         self._streams: dict[int, StreamHandler] = {}
         self._next_stream_id = 1
         self._closed_reason = ""
@@ -405,7 +408,7 @@ class Http2Connection(asyncio.Protocol):
         self._header_stream = 0
         try:
             # Always decode, even for a stream we reset: HPACK state is per connection.
-            headers = [(str(k), str(v)) for k, v in self._decoder.decode(block)]
+            headers = self._decoder.decode(block)
         except hpack.HPACKError as exc:
             raise _ProtocolError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from None
         handler = self._streams.get(stream_id)
@@ -423,9 +426,8 @@ class Http2Connection(asyncio.Protocol):
             raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad SETTINGS length")
         for offset in range(0, len(payload), 6):
             key, value = _SETTING.unpack_from(payload, offset)
-            if key == HEADER_TABLE_SIZE:
-                self._encoder.header_table_size = value
-            elif key == MAX_CONCURRENT_STREAMS:
+            # HEADER_TABLE_SIZE needs nothing: our encoder keeps its dynamic table empty.
+            if key == MAX_CONCURRENT_STREAMS:
                 self._peer_max_streams = value
             elif key == INITIAL_WINDOW_SIZE:
                 if value > MAX_WINDOW:

@@ -20,6 +20,7 @@ import grpc
 
 from turnout import __version__
 from turnout.wire.errors import WorkerCallError
+from turnout.wire.header_codec import Headers
 from turnout.wire.http2 import ConnectionSettings, ErrorCode, Http2Connection
 from turnout.wire.transport import ClientSettings, Message, MessageType
 
@@ -212,7 +213,7 @@ class NativeCall:
 
     # -- StreamHandler -------------------------------------------------------------------------
 
-    def on_headers(self, headers: list[tuple[str, str]], end_stream: bool) -> None:
+    def on_headers(self, headers: Headers, end_stream: bool) -> None:
         """Response headers, then trailers carrying the gRPC status."""
         fields = dict(headers)
         if not self._got_headers:
