@@ -54,6 +54,7 @@ class Record:
     first: float | None
     tokens: int
     error: str | None
+    events: int = 0
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -112,6 +113,7 @@ def _direct_sender(urls: list[str], pool: PromptPool, max_tokens: int) -> Callab
             try:
                 async with client.generate(request) as stream:
                     async for response in stream:
+                        outcome.events += 1
                         if response.HasField("chunk"):
                             if outcome.first_token_at is None and response.chunk.token_ids:
                                 outcome.first_token_at = time.perf_counter()
@@ -165,6 +167,7 @@ async def run_load(
                     outcome.first_token_at,
                     outcome.tokens,
                     outcome.error,
+                    outcome.events,
                 )
             )
 
@@ -216,6 +219,7 @@ def summarize(records: list[Record], window_start: float, window_end: float) -> 
         "error_samples": samples,
         "output_tokens": tokens,
         "tokens_per_request": round(tokens / len(good), 2) if good else None,
+        "events_per_request": round(sum(r.events for r in good) / len(good), 2) if good else None,
         "requests_per_s": round(len(good) / seconds, 3) if seconds > 0 else None,
         "output_tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
         "latency_ms": summarize_ms([r.end - r.start for r in good]),

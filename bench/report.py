@@ -14,6 +14,7 @@ _COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("p99 ms", ("latency_ms", "p99"), "{:.1f}"),
     ("ttft50", ("ttft_ms", "p50"), "{:.1f}"),
     ("ttft99", ("ttft_ms", "p99"), "{:.1f}"),
+    ("ev/req", ("events_per_request",), "{:.1f}"),
     ("cpu ms/req", ("router_cpu", "ms_per_request"), "{:.3f}"),
     ("cpu µs/tok", ("router_cpu", "us_per_token"), "{:.2f}"),
     ("cores", ("router_cpu", "cores"), "{:.2f}"),

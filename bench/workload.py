@@ -164,6 +164,8 @@ class Outcome:
     tokens: int = 0
     first_token_at: float | None = None
     error: str | None = None
+    #: Events that carried output (SSE ``data:`` events, or the worker's messages for direct).
+    events: int = 0
 
 
 def _completion_tokens(value: Any) -> int | None:
@@ -204,7 +206,7 @@ def read_json_answer(status: int, body: bytes) -> Outcome:
     tokens = _completion_tokens(value)
     if tokens is None:
         return Outcome(error="answer has no usage/meta_info.completion_tokens")
-    return Outcome(tokens=tokens)
+    return Outcome(tokens=tokens, events=1)
 
 
 def _has_output(event: Any) -> bool:
@@ -268,4 +270,5 @@ async def read_sse_answer(pieces: AsyncIterator[bytes]) -> Outcome:
     elif not done:
         outcome.error = "stream ended without [DONE]"
     outcome.tokens = tokens
+    outcome.events = content_events
     return outcome

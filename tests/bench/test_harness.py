@@ -34,6 +34,8 @@ def _check_measurement(data: dict[str, Any], *, max_tokens: int, router: bool) -
     assert data["errors"] == 0, data["error_samples"]
     assert data["requests"] > 0
     assert data["tokens_per_request"] == max_tokens
+    # Between one event per request and one per token (plus the finish and usage chunks).
+    assert 1 <= data["events_per_request"] <= max_tokens + 2
     assert data["requests_per_s"] > 0
     assert data["latency_ms"]["p50"] <= data["latency_ms"]["p99"]
     assert data["workers_cpu_s"] > 0

@@ -4,41 +4,18 @@ same as reading them one by one; runs of one choice are pushed as one step."""
 from __future__ import annotations
 
 import itertools
-import json
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import turnout
-from turnout.demo_model import path as demo_path
 from turnout.server.chat_emit import ChatFolder
-from turnout.server.choice import CallIds, ChoiceProcessor
 from turnout.server.errors import ApiError
 from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, Usage
 from turnout.server.pipeline import stream_events
-from turnout.tokenizer import ModelTokenizer
-from turnout.tokenizer.stops import StopStringMatcher
 from turnout.wire import pb
 
-TOKENIZER = ModelTokenizer.from_dir(demo_path())
-PLUGINS = turnout.load_plugins()
-EOS = next(iter(TOKENIZER.eos_token_ids))
-
-words = st.sampled_from(["hello", " world", "é", "🎉", "\n", " {", "}", "<", "think", "STOP", "x"])
-prose = st.lists(words, max_size=8).map("".join)
-
-
-@st.composite
-def outputs(draw: st.DrawFn) -> str:
-    text = ""
-    if draw(st.booleans()):
-        text += "<think>" + draw(prose) + "</think>"
-    text += draw(prose)
-    if draw(st.booleans()):
-        call = {"name": "get_weather", "arguments": {"city": draw(prose)}}
-        text += "<tool_call>\n" + json.dumps(call, ensure_ascii=False) + "\n</tool_call>"
-    return text
+from .outputs import EOS, TOKENIZER, output_ids, outputs, processor
 
 
 class ScriptedSession:
@@ -55,19 +32,6 @@ class ScriptedSession:
 
     async def aclose(self) -> None:
         self.closed = True
-
-
-def processor(index: int, stops: list[str]) -> ChoiceProcessor:
-    return ChoiceProcessor(
-        index,
-        decoder=TOKENIZER.incremental_detokenizer(skip_special_tokens=False),
-        stops=StopStringMatcher(stops) if stops else None,
-        reasoning=PLUGINS.reasoning_parsers.create("qwen3"),
-        tool_parser=PLUGINS.tool_parsers.create("qwen"),
-        call_ids=CallIds("kimi"),  # deterministic ids
-        hidden_stop_ids=TOKENIZER.eos_token_ids,
-        token_text=lambda token_id: TOKENIZER.decode([token_id], skip_special_tokens=False),
-    )
 
 
 def messages(outputs: list[list[int]], sizes: list[int]) -> list[pb.GenerateResponse]:
@@ -131,8 +95,7 @@ async def fold(
 async def test_any_grouping_of_messages_gives_the_one_by_one_answer(
     texts: list[str], sizes: list[int], cuts: list[int], stops: list[str]
 ) -> None:
-    outputs = [[*TOKENIZER.encode(t, add_special_tokens=False), EOS] for t in texts]
-    items = messages(outputs, sizes)
+    items = messages([output_ids(t) for t in texts], sizes)
     one_by_one, _ = await fold([[m] for m in items], len(texts), stops)
     batched, _ = await fold(grouped(items, cuts), len(texts), stops)
     assert batched == one_by_one
