@@ -164,6 +164,7 @@ class _Progress:
     sse: bool = False
     complete: bool = False
     gone: bool = False
+    running: bool = False
 
 
 def gate_middleware(ops: OpsState) -> Callable[[ASGIApp], ASGIApp]:
@@ -236,7 +237,11 @@ class _Gate:
     async def _run(
         self, scope: dict[str, Any], watch: ClientWatch, send: Any, record: RequestRecord | None
     ) -> None:
+        """Run the app in this task, under the request timeout; a client that leaves cancels
+        it (which closes its worker stream and so aborts the request on the worker)."""
         progress = _Progress()
+        task = asyncio.current_task()
+        assert task is not None
 
         async def tracked_send(message: dict[str, Any]) -> None:
             kind = message["type"]
@@ -248,33 +253,36 @@ class _Gate:
                 progress.complete = True
             await send(message)
 
-        inner = asyncio.ensure_future(self.app(scope, watch.receive, tracked_send))
-
         def client_left() -> None:
-            if not progress.complete and not inner.done():
+            if progress.running and not progress.complete and not progress.gone:
                 progress.gone = True
-                inner.cancel()
+                task.cancel()
 
-        watch.on_disconnect.append(client_left)
-        if watch.gone.is_set():
-            client_left()
         timeout = self.ops.server.request_timeout_s
+        progress.running = True
+        watch.on_disconnect.append(client_left)
         try:
-            done, _ = await asyncio.wait({inner}, timeout=timeout if timeout > 0 else None)
-        finally:
-            if not inner.done():  # timed out, or this task was cancelled (server shutdown)
-                inner.cancel()
-                await asyncio.wait({inner})
-        if progress.gone:
-            if record is not None:
-                record.outcome = "client_gone"
-            _settle(inner)
-            return
-        if not done:
-            _settle(inner)
+            if watch.gone.is_set():
+                client_left()
+            async with asyncio.timeout(timeout if timeout > 0 else None):
+                await self.app(scope, watch.receive, tracked_send)
+        except TimeoutError:
             await self._timed_out(progress, send, record, timeout)
-            return
-        inner.result()
+        except asyncio.CancelledError:
+            if not progress.gone:
+                raise
+            self._client_gone(task, record)
+        finally:
+            progress.running = False
+            watch.on_disconnect.remove(client_left)
+
+    @staticmethod
+    def _client_gone(task: asyncio.Task[Any], record: RequestRecord | None) -> None:
+        """Swallow our own cancellation of ``task``; re-raise if somebody else cancelled too."""
+        if record is not None:
+            record.outcome = "client_gone"
+        if task.uncancel() > 0:
+            raise asyncio.CancelledError
 
     async def _timed_out(
         self, progress: _Progress, send: Any, record: RequestRecord | None, limit_s: float
@@ -289,9 +297,3 @@ class _Gate:
         body = sse_error(error) + DONE if progress.sse else b""
         with contextlib.suppress(Exception):
             await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-def _settle(task: asyncio.Future[Any]) -> None:
-    """Retrieve a finished task's outcome so that nothing is reported as never retrieved."""
-    if not task.cancelled():
-        task.exception()
