@@ -156,9 +156,10 @@ class AdmissionGate:
 class ClientWatch:
     """Sole reader of the ASGI ``receive`` of one request.
 
-    Buffers the body for the app (so the request can wait for a permit while its body
-    arrives), keeps reading afterwards to notice a disconnect at once, and calls
-    ``on_disconnect`` when the client leaves. Hand :meth:`receive` to the app.
+    :meth:`start` reads the body in the request's task (no wait when it is already there, as it
+    nearly always is) and buffers it for the app; a background task then keeps reading to
+    notice a disconnect at once, and calls ``on_disconnect`` when the client leaves. Hand
+    :meth:`receive` to the app.
     """
 
     def __init__(self, receive: Any, max_body_bytes: int) -> None:
@@ -167,22 +168,35 @@ class ClientWatch:
         self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.gone = asyncio.Event()
         self.on_disconnect: list[Any] = []
-        self._task = asyncio.ensure_future(self._pump())
+        self._task: asyncio.Future[None] | None = None
 
-    async def _pump(self) -> None:
+    async def start(self) -> None:
+        """Read the body, then watch for a disconnect in the background."""
         size = 0
         while True:
             message = await self._raw()
-            if message["type"] == "http.disconnect":
-                self.gone.set()
-                for callback in self.on_disconnect:
-                    callback()
-                await self._queue.put(message)
+            if not self._keep(message):
                 return
-            await self._queue.put(message)
             size += len(message.get("body", b""))
             if size > self._max:
-                return  # the app answers 413; stop buffering an oversized body
+                return  # the app answers 413; stop reading an oversized body
+            if not message.get("more_body", False):
+                break
+        self._task = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        while self._keep(await self._raw()):
+            pass
+
+    def _keep(self, message: dict[str, Any]) -> bool:
+        """Queue ``message`` for the app; False once the client has gone."""
+        self._queue.put_nowait(message)
+        if message["type"] != "http.disconnect":
+            return True
+        self.gone.set()
+        for callback in self.on_disconnect:
+            callback()
+        return False
 
     async def receive(self) -> dict[str, Any]:
         """The next message for the app."""
@@ -192,6 +206,8 @@ class ClientWatch:
 
     async def close(self) -> None:
         """Stop reading."""
-        self._task.cancel()
-        with contextlib.suppress(BaseException):
-            await self._task
+        task = self._task
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task

@@ -215,6 +215,7 @@ class _Gate:
             )
         watch = ClientWatch(receive, server.max_body_bytes)
         try:
+            await watch.start()
             try:
                 permit = await ops.gate.acquire(watch.gone)
             except ClientGone:
