@@ -164,7 +164,6 @@ class _Progress:
     sse: bool = False
     complete: bool = False
     gone: bool = False
-    running: bool = False
 
 
 def gate_middleware(ops: OpsState) -> Callable[[ASGIApp], ASGIApp]:
@@ -254,13 +253,12 @@ class _Gate:
                 progress.complete = True
             await send(message)
 
-        def client_left() -> None:
-            if progress.running and not progress.complete and not progress.gone:
+        def client_left() -> None:  # registered only while the app runs
+            if not progress.complete and not progress.gone:
                 progress.gone = True
                 task.cancel()
 
         timeout = self.ops.server.request_timeout_s
-        progress.running = True
         watch.on_disconnect.append(client_left)
         try:
             if watch.gone.is_set():
@@ -274,7 +272,6 @@ class _Gate:
                 raise
             self._client_gone(task, record)
         finally:
-            progress.running = False
             watch.on_disconnect.remove(client_left)
 
     @staticmethod

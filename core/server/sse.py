@@ -16,16 +16,11 @@ from litestar.types import Receive, Send
 
 from turnout.server.errors import ApiError
 
-__all__ = ["DONE", "KEEPALIVE", "EventStream", "sse", "sse_batch", "sse_error"]
+__all__ = ["DONE", "KEEPALIVE", "EventStream", "sse_batch", "sse_error"]
 
 DONE: Final = b"data: [DONE]\n\n"
 KEEPALIVE: Final = b": keep-alive\n\n"
 _encode = msgspec.json.Encoder().encode
-
-
-def sse(payload: Any) -> bytes:
-    """One ``data:`` event carrying ``payload`` as JSON."""
-    return b"data: " + _encode(payload) + b"\n\n"
 
 
 def sse_batch(payloads: Iterable[Any]) -> bytes:

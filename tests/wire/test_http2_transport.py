@@ -117,6 +117,18 @@ def start_call(
     return channel.call(method, method_path(method), request, response_type, timeout)
 
 
+async def answered_once(
+    server: ScriptedServer, channel: NativeChannel, index: int
+) -> tuple[NativeCall, Request]:
+    """A Generate call whose request got headers and ``ANSWER[index]``, read by the client."""
+    call = start_call(channel)
+    request = await server.next_request()
+    request.send_headers()
+    request.send_data(grpc_message(ANSWER_BYTES[index]))
+    assert await call.read() == ANSWER[index]
+    return call, request
+
+
 async def read_all(stream: GenerateStream) -> list[pb.GenerateResponse]:
     """Every response of a stream that must end with OK (bounded: no hang)."""
     async with asyncio.timeout(5):
@@ -643,11 +655,7 @@ async def test_deadline_exceeded_against_a_server_that_never_answers() -> None:
 
 async def test_cancel_resets_the_stream() -> None:
     async with ScriptedServer() as server, channel_for(server) as channel:
-        call = start_call(channel)
-        request = await server.next_request()
-        request.send_headers()
-        request.send_data(grpc_message(ANSWER_BYTES[0]))
-        assert await call.read() == ANSWER[0]
+        call, request = await answered_once(server, channel, 0)
 
         call.cancel()
         assert call.done()
@@ -678,11 +686,7 @@ async def test_generate_stream_close_resets_and_aborts() -> None:
 async def test_release_waits_for_the_trailers(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native_module, "_RELEASE_GRACE_S", 0.2)
     async with ScriptedServer() as server, channel_for(server) as channel:
-        call = start_call(channel)
-        request = await server.next_request()
-        request.send_headers()
-        request.send_data(grpc_message(ANSWER_BYTES[2]))
-        assert await call.read() == ANSWER[2]
+        call, request = await answered_once(server, channel, 2)
 
         call.release()
         await asyncio.sleep(0.05)
@@ -698,11 +702,7 @@ async def test_release_waits_for_the_trailers(monkeypatch: pytest.MonkeyPatch) -
 async def test_release_cancels_after_the_grace(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(native_module, "_RELEASE_GRACE_S", 0.2)
     async with ScriptedServer() as server, channel_for(server) as channel:
-        call = start_call(channel)
-        request = await server.next_request()
-        request.send_headers()
-        request.send_data(grpc_message(ANSWER_BYTES[2]))
-        assert await call.read() == ANSWER[2]
+        call, request = await answered_once(server, channel, 2)
 
         loop = asyncio.get_running_loop()
         released = loop.time()
