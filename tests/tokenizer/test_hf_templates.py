@@ -40,6 +40,7 @@ SPECIAL_TOKENS: dict[str, dict[str, str]] = {
     "meta-llama-Llama-3.1-8B-Instruct": LLAMA3,
     "Qwen-Qwen2.5-7B-Instruct": QWEN,
     "Qwen-Qwen3-0.6B": QWEN,
+    "Qwen-Qwen2-VL-7B-Instruct": QWEN,
     "deepseek-ai-DeepSeek-V3.1": DEEPSEEK,
     "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B": DEEPSEEK,
     "moonshotai-Kimi-K2": {"bos_token": "[BOS]", "eos_token": "[EOS]", "unk_token": "[UNK]"},
