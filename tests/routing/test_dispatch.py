@@ -57,6 +57,17 @@ async def test_round_robin_over_real_workers(workers, registry_for) -> None:
     assert registry.has_ready_worker("m")
 
 
+@pytest.mark.parametrize("n", [2, 3])
+async def test_one_pick_per_request_exact_sequence(workers, registry_for, n: int) -> None:
+    fleet = await workers(n)
+    registry = await registry_for(fleet)
+    ids = [w.id for w in registry.workers_for("m")]  # the candidates' order
+    for policy in (RoundRobinPolicy, LeastLoadPolicy):
+        dispatcher = Dispatcher(registry, default_policy=policy)
+        picks = [(await run_one(dispatcher, rid=f"s{i}"))[0] for i in range(2 * n + 1)]
+        assert picks == [ids[i % n] for i in range(2 * n + 1)], policy
+
+
 async def test_starts_with_no_worker_up_and_picks_them_up_later(registry_for) -> None:
     late = TestWorker()
     registry = await registry_for([late], wait=False)

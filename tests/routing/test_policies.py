@@ -12,6 +12,7 @@ from turnout.plugins.policies.cache_aware import CacheAwarePolicy
 from turnout.plugins.policies.hashing import ConsistentHashingPolicy, PrefixHashPolicy
 from turnout.plugins.policies.load import LeastLoadPolicy, PowerOfTwoPolicy
 from turnout.plugins.policies.manual import ManualPolicy
+from turnout.plugins.policies.simple import RandomPolicy, RoundRobinPolicy
 from turnout.routing.types import Candidate, RoutingRequest
 
 from ._cands import Cand, fleet
@@ -50,6 +51,50 @@ def test_round_robin_is_exact() -> None:
     workers = fleet(5)
     counts = Counter(policy.select(req(), workers).id for _ in range(500))
     assert counts == {w.id: 100 for w in workers}
+
+
+# Policies whose choice for a request without a prompt or routing key is "the next worker in
+# turn" (round robin itself, or the round-robin tie-break of an idle fleet's least load).
+IN_TURN = (
+    "round_robin",
+    "least_load",
+    "cache_aware",
+    "prefix_hash",
+    "consistent_hashing",
+    "manual",
+)
+
+
+@pytest.mark.parametrize("name", IN_TURN)
+@pytest.mark.parametrize("n", [2, 3])
+def test_exact_pick_sequence_with_few_workers(name: str, n: int) -> None:
+    # With 2-3 workers a policy that advances its turn twice per request (or skips one) is
+    # visibly wrong; with 5 workers a double step still spreads evenly and hides it.
+    policy = turnout.load_plugins().policies.create(name)
+    workers = fleet(n)
+    changed = getattr(policy, "on_workers_changed", None)
+    if changed is not None:
+        changed([w.id for w in workers])
+    picks = [policy.select(req(), workers).id for _ in range(2 * n + 1)]
+    assert picks == [f"w{i % n}" for i in range(2 * n + 1)]
+
+
+def test_round_robin_sequence_follows_the_candidate_list() -> None:
+    policy = RoundRobinPolicy()
+    three = fleet(3)
+    assert [policy.select(req(), three).id for _ in range(4)] == ["w0", "w1", "w2", "w0"]
+    # One worker left rotation: the turn goes on over the remaining two.
+    two = [three[0], three[2]]
+    assert [policy.select(req(), two).id for _ in range(4)] == ["w0", "w2", "w0", "w2"]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_seeded_random_draws_once_per_pick(n: int) -> None:
+    policy = RandomPolicy(seed=11)
+    draws = random.Random(11)
+    workers = fleet(n)
+    expected = [f"w{draws.randrange(n)}" for _ in range(40)]
+    assert [policy.select(req(), workers).id for _ in range(40)] == expected
 
 
 def test_least_load_takes_minimum_and_rotates_ties() -> None:
