@@ -1,8 +1,8 @@
 """Apply a new configuration to a running router without dropping requests.
 
-Policies, parsers and per-model settings are swapped for new requests (in-flight requests keep
-the objects they started with); workers that left the config are drained, new ones are added.
-Server settings that need a new socket (host, port) only change on restart.
+Policies, parsers, per-model settings and the API keys are swapped for new requests (in-flight
+requests keep the objects they started with); workers that left the config are drained, new ones
+are added. Other server settings (host, port, limits, timeouts) only change on restart.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from turnout.config import Config
 from turnout.errors import StartupError
 from turnout.plugin_choice import validate_plugin_names
 from turnout.server.context import Services
+from turnout.server.auth import KeyRing
 from turnout.server.errors import ApiError
 from turnout.server.models import ModelTable
 from turnout.server.respond import answer_json
@@ -46,6 +47,10 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
 
     policies, default_policy = policies_for(new, services.plugins)
     dispatcher.set_policies(policies, default_policy)
+    keys = KeyRing.from_config(new.server)
+    ops = services.extras.get("ops")
+    if ops is not None:
+        ops.keys = keys  # key rotation: old keys stop working with the next request
     services.models = models
     services.config = new
 

@@ -1,13 +1,21 @@
-"""Helpers of the ops tests: scrape and parse /metrics, build requests."""
+"""Helpers of the ops tests: scrape and parse /metrics, build requests, run ``turnout serve``."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.server.harness import MODEL
+from tests.server.harness import MODEL, free_port
+from turnout.demo_model import path as demo_path
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -53,3 +61,54 @@ def chat(
 def sse_events(body: str) -> list[str]:
     """The ``data:`` payloads of an SSE body, in order."""
     return [line[len("data: ") :] for line in body.splitlines() if line.startswith("data: ")]
+
+
+class Serve:
+    """``python -m turnout serve`` with a config file (``server`` settings merged in), on a
+    free port, logging to ``self.log``."""
+
+    def __init__(self, tmp_path: Path, sim_url: str, server: dict[str, Any] | None = None) -> None:
+        self.config: dict[str, Any] = {
+            "server": {"port": free_port(), "log_json": True, **(server or {})},
+            "workers": [{"url": sim_url, "model": MODEL}],
+            "models": {MODEL: {"tokenizer_path": str(demo_path())}},
+            "health": {"interval_s": 0.5, "pending_interval_s": 0.1},
+        }
+        tmp_path.mkdir(parents=True, exist_ok=True)
+        self.path = tmp_path / "turnout.yaml"
+        self.write_config()
+        self.port: int = self.config["server"]["port"]
+        self.base_url = f"http://127.0.0.1:{self.port}"
+        self.log = tmp_path / "turnout.log"
+        self._log_file = self.log.open("w")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "turnout", "serve", "--config", str(self.path)],
+            stdout=self._log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+
+    def write_config(self) -> None:
+        self.path.write_text(yaml.safe_dump(self.config))
+
+    def wait_ready(self, limit_s: float = 30.0) -> None:
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            assert self.proc.poll() is None, self.log.read_text()
+            try:
+                if httpx.get(f"{self.base_url}/readiness", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError(f"not ready in time:\n{self.log.read_text()}")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log_file.close()
+
+
+#: The ``serve`` fixture: start ``turnout serve`` with extra ``server`` settings.
+StartServe = Callable[..., Serve]

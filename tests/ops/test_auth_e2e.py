@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import signal
+import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -12,7 +15,7 @@ from turnout.config import load_config
 from turnout.errors import ConfigError
 from turnout.server.auth import Access, KeyRing, access_of
 
-from .helpers import chat
+from .helpers import StartServe, chat
 
 ORIGIN = "https://app.example"
 
@@ -128,3 +131,39 @@ def test_keys_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: ob
     monkeypatch.delenv("TURNOUT_TEST_KEY")
     with pytest.raises(ConfigError, match="api_keys"):
         load_config(None, {"server.api_keys": ["${TURNOUT_TEST_KEY:-}"]})
+
+
+KEYS: dict[str, Any] = {"api_keys": ["old-key"], "admin_api_key": "old-admin"}
+
+
+def rotate(data: dict[str, Any]) -> dict[str, Any]:
+    data["server"].update(KEYS)
+    return data
+
+
+def test_reload_rotates_the_serving_and_admin_keys() -> None:
+    KEYS.update(api_keys=["old-key"], admin_api_key="old-admin")
+    with run_router(config={"server": dict(KEYS)}, sims=1, reload_data=rotate) as router:
+        url = f"{router.base_url}/v1/chat/completions"
+        assert httpx.post(url, json=chat(), headers=bearer("old-key"), timeout=20).is_success
+        KEYS.update(api_keys=["new-key"], admin_api_key="new-admin")
+        reload = f"{router.base_url}/admin/reload"
+        assert httpx.post(reload, headers=bearer("old-admin"), timeout=20).status_code == 200
+        assert_401(httpx.post(url, json=chat(), headers=bearer("old-key"), timeout=20))
+        assert_401(httpx.post(reload, headers=bearer("old-admin"), timeout=20))
+        assert httpx.post(url, json=chat(), headers=bearer("new-key"), timeout=20).is_success
+        assert httpx.post(reload, headers=bearer("new-admin"), timeout=20).status_code == 200
+
+
+def test_sighup_rotates_keys_in_turnout_serve(serve: StartServe) -> None:
+    server = serve({"api_keys": ["old-key"]})
+    models = f"{server.base_url}/v1/models"
+    assert httpx.get(models, headers=bearer("old-key"), timeout=10).status_code == 200
+    server.config["server"]["api_keys"] = ["new-key"]
+    server.write_config()
+    server.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 20
+    while httpx.get(models, headers=bearer("new-key"), timeout=10).status_code != 200:
+        assert time.monotonic() < deadline, server.log.read_text()
+        time.sleep(0.05)
+    assert_401(httpx.get(models, headers=bearer("old-key"), timeout=10))

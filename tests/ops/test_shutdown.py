@@ -4,82 +4,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
-import pytest
-import yaml
 
-from tests.server.harness import MODEL, free_port, run_router
-from turnout.demo_model import path as demo_path
+from tests.server.harness import run_router
 from turnout.server.shutdown import begin_drain_all
 from turnout.sim import SimProcess, get_records
 
-from .helpers import chat
+from .helpers import StartServe, chat
 
 CHAT = "/v1/chat/completions"
-
-
-@pytest.fixture(scope="module")
-def sim() -> Iterator[SimProcess]:
-    with SimProcess("--delay-ms", "30", "--served-model-name", MODEL) as running:
-        yield running
-
-
-class Serve:
-    """``python -m turnout serve`` with a config file, on a free port."""
-
-    def __init__(self, tmp_path: Path, sim_url: str, grace_s: float) -> None:
-        config = {
-            "server": {"port": free_port(), "shutdown_grace_s": grace_s, "log_json": True},
-            "workers": [{"url": sim_url, "model": MODEL}],
-            "models": {MODEL: {"tokenizer_path": str(demo_path())}},
-            "health": {"interval_s": 0.5, "pending_interval_s": 0.1},
-        }
-        path = tmp_path / "turnout.yaml"
-        path.write_text(yaml.safe_dump(config))
-        self.base_url = f"http://127.0.0.1:{config['server']['port']}"
-        self.log = tmp_path / "turnout.log"
-        self._log_file = self.log.open("w")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "turnout", "serve", "--config", str(path)],
-            stdout=self._log_file,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
-        )
-
-    def wait_ready(self, limit_s: float = 30.0) -> None:
-        deadline = time.monotonic() + limit_s
-        while time.monotonic() < deadline:
-            assert self.proc.poll() is None, self.log.read_text()
-            try:
-                if httpx.get(f"{self.base_url}/readiness", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-        raise AssertionError(f"not ready in time:\n{self.log.read_text()}")
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._log_file.close()
-
-
-@pytest.fixture
-def serve(tmp_path: Path) -> Iterator[list[Serve]]:
-    started: list[Serve] = []
-    yield started
-    for server in started:
-        server.close()
 
 
 class Streamer(threading.Thread):
@@ -110,11 +47,9 @@ class Streamer(threading.Thread):
 
 
 def test_sigterm_lets_active_streams_finish_and_refuses_new_work(
-    sim: SimProcess, serve: list[Serve], tmp_path: Path
+    serve: StartServe,
 ) -> None:
-    server = Serve(tmp_path, sim.url, grace_s=10)
-    serve.append(server)
-    server.wait_ready()
+    server = serve({"shutdown_grace_s": 10})
     streams = [Streamer(server.base_url, 30, f"drain-{i}") for i in range(2)]
     for stream in streams:
         stream.start()
@@ -144,11 +79,9 @@ def test_sigterm_lets_active_streams_finish_and_refuses_new_work(
 
 
 def test_streams_outliving_the_grace_period_are_aborted_on_the_worker(
-    sim: SimProcess, serve: list[Serve], tmp_path: Path
+    sim: SimProcess, serve: StartServe
 ) -> None:
-    server = Serve(tmp_path, sim.url, grace_s=1)
-    serve.append(server)
-    server.wait_ready()
+    server = serve({"shutdown_grace_s": 1})
     stream = Streamer(server.base_url, 1000, "outlives-grace")  # 30 s of tokens
     stream.start()
     assert stream.first.wait(10)
