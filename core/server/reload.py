@@ -18,8 +18,8 @@ from litestar import Request, Response, post
 from turnout.config import Config
 from turnout.errors import StartupError
 from turnout.plugin_choice import validate_plugin_names
-from turnout.server.context import Services
 from turnout.server.auth import KeyRing
+from turnout.server.context import Services
 from turnout.server.errors import ApiError
 from turnout.server.models import ModelTable
 from turnout.server.respond import answer_json
