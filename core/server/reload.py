@@ -21,6 +21,7 @@ from turnout.plugin_choice import validate_plugin_names
 from turnout.server.auth import KeyRing
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
+from turnout.server.middleware import OpsState
 from turnout.server.models import ModelTable
 from turnout.server.respond import answer_json
 from turnout.workers.dispatch import Dispatcher
@@ -49,7 +50,7 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
     dispatcher.set_policies(policies, default_policy)
     keys = KeyRing.from_config(new.server)
     ops = services.extras.get("ops")
-    if ops is not None:
+    if isinstance(ops, OpsState):
         ops.keys = keys  # key rotation: old keys stop working with the next request
     services.models = models
     services.config = new
