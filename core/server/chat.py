@@ -21,7 +21,7 @@ from turnout.server.pipeline import (
     stream_events,
     worker_streaming,
 )
-from turnout.server.protocol import ChatCompletionRequest, check_sampling, decode_body
+from turnout.server.protocol import ChatCompletionRequest, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
 from turnout.server.tool_choice import ToolPlan, plan_tools
 from turnout.tokenizer import ChatTemplateError
@@ -32,9 +32,6 @@ _THINKING_KEYS = ("enable_thinking", "thinking")
 
 
 def _check_chat(request: ChatCompletionRequest) -> None:
-    check_sampling(request)
-    if not request.messages:
-        raise bad_request("messages must not be empty", "messages")
     for i, message in enumerate(request.messages):
         if message.role not in _ROLES:
             raise bad_request(
@@ -51,13 +48,6 @@ def _check_chat(request: ChatCompletionRequest) -> None:
                     raise bad_request(
                         f"messages[{i}].content[{j}] needs a 'type'", f"messages[{i}].content"
                     )
-    if request.max_completion_tokens is not None and request.max_completion_tokens < 1:
-        raise bad_request("max_completion_tokens must be >= 1", "max_completion_tokens")
-    if request.top_logprobs is not None:
-        if not 0 <= request.top_logprobs <= 20:
-            raise bad_request("top_logprobs must be between 0 and 20", "top_logprobs")
-        if not request.logprobs:
-            raise bad_request("top_logprobs requires logprobs to be true", "top_logprobs")
 
 
 def _messages(request: ChatCompletionRequest) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from turnout.server.pipeline import (
     stream_events,
     worker_streaming,
 )
-from turnout.server.protocol import CompletionRequest, check_sampling, decode_body
+from turnout.server.protocol import CompletionRequest, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
 from turnout.wire.sampling import Constraint
 
@@ -66,9 +66,6 @@ def _openai_logprobs(entries: list[TokenLogprob], offset: int) -> dict[str, Any]
 async def handle_completion(services: Services, body: bytes, ctx: RequestContext) -> Answer:
     """Answer a text completion request; several prompts run as one request each."""
     request = decode_body(body, CompletionRequest)
-    check_sampling(request)
-    if request.logprobs is not None and not 0 <= request.logprobs <= 20:
-        raise bad_request("logprobs must be between 0 and 20", "logprobs")
     if request.suffix:
         raise bad_request("suffix is not supported", "suffix")
     model_id = services.models.resolve_name(request.model)

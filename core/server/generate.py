@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -21,42 +21,22 @@ from turnout.server.pipeline import (
     stream_events,
     worker_streaming,
 )
-from turnout.server.protocol import GenerateRequestBody, SamplingFields, check_sampling, decode_body
+from turnout.server.protocol import GenerateRequestBody, NativeSamplingParams, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
 from turnout.wire.sampling import Constraint, ConstraintKind
 
-#: SGLang sampling_params keys and the names of our shared sampling fields.
-_RENAMED = {"max_new_tokens": "max_tokens", "min_new_tokens": "min_tokens"}
-_CONSTRAINTS: dict[str, ConstraintKind] = {
-    "json_schema": "json_schema",
-    "structural_tag": "structural_tag",
-    "regex": "regex",
-    "ebnf": "ebnf",
-}
-_KNOWN = {field for field in SamplingFields.__struct_fields__ if field not in ("model", "stream")}
+_CONSTRAINTS: tuple[ConstraintKind, ...] = ("json_schema", "structural_tag", "regex", "ebnf")
 
 
-def _sampling(raw: dict[str, Any]) -> tuple[SamplingFields, Constraint | None]:
-    fields: dict[str, Any] = {}
-    constraints = []
-    for key, value in raw.items():
-        if key in _CONSTRAINTS:
-            if value is not None:
-                text = value if isinstance(value, str) else _json(value)
-                constraints.append(Constraint(_CONSTRAINTS[key], text))
-            continue
-        name = _RENAMED.get(key, key)
-        if name not in _KNOWN:
-            raise bad_request(f"unknown sampling parameter {key!r}", f"sampling_params.{key}")
-        fields[name] = value
-    if len(constraints) > 1:
+def _constraint(sampling: NativeSamplingParams) -> Constraint | None:
+    given = [(kind, getattr(sampling, kind)) for kind in _CONSTRAINTS]
+    given = [(kind, value) for kind, value in given if value is not None]
+    if len(given) > 1:
         raise bad_request("only one of json_schema, regex, ebnf, structural_tag", "sampling_params")
-    try:
-        sampling = msgspec.convert(fields, SamplingFields)
-    except msgspec.ValidationError as exc:
-        raise bad_request(f"sampling_params: {exc}", "sampling_params") from None
-    check_sampling(sampling)
-    return sampling, constraints[0] if constraints else None
+    if not given:
+        return None
+    kind, value = given[0]
+    return Constraint(kind, value if isinstance(value, str) else _json(value))
 
 
 def _json(value: Any) -> str:
@@ -66,13 +46,10 @@ def _json(value: Any) -> str:
 async def handle_generate(services: Services, body: bytes, ctx: RequestContext) -> Answer:
     """Answer one ``/generate`` request (a single prompt or a batch)."""
     request = decode_body(body, GenerateRequestBody)
-    if (request.text is None) == (request.input_ids is None):
-        raise bad_request("give exactly one of text and input_ids", "text")
     if request.logprob_start_len != -1:
         raise bad_request("input (prompt) logprobs are not supported", "logprob_start_len")
-    if not 0 <= request.top_logprobs_num <= 20:
-        raise bad_request("top_logprobs_num must be between 0 and 20", "top_logprobs_num")
-    sampling, constraint = _sampling(request.sampling_params)
+    sampling = request.sampling_params
+    constraint = _constraint(sampling)
     model_id = services.models.resolve_name(request.model)
     runtime = await services.models.runtime(model_id)
     tokenizer = runtime.tokenizer
@@ -84,10 +61,8 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
         texts = request.text if isinstance(request.text, list) else [request.text]
         id_lists = tokenizer.encode_batch(texts, add_special_tokens=False)
     else:
-        raw_ids = request.input_ids or []
-        id_lists = [list(x) for x in raw_ids] if batch else [list(raw_ids)]
-        if not all(isinstance(t, int) for ids in id_lists for t in ids):
-            raise bad_request("input_ids must be token ids or lists of token ids", "input_ids")
+        items = request.input_ids or []
+        id_lists = [x for x in items if isinstance(x, list)] if batch else [cast(list[int], items)]
         texts = ["" for _ in id_lists]
     if not id_lists or any(not ids for ids in id_lists):
         raise bad_request("the prompt must not be empty", "text")

@@ -370,13 +370,16 @@ def generate_request(
     stream: bool = True,
 ) -> pb.GenerateRequest:
     """The worker request; see :func:`worker_streaming` for ``stream``."""
-    return build_generate_request(
-        request_id=request_id,
-        input_ids=prompt_ids,
-        sampling_params=params,
-        original_text=prompt_text,
-        stream=stream,
-        return_logprob=logprobs,
-        top_logprobs_num=top_logprobs,
-        require_reasoning=require_reasoning,
-    )
+    try:
+        return build_generate_request(
+            request_id=request_id,
+            input_ids=prompt_ids,
+            sampling_params=params,
+            original_text=prompt_text,
+            stream=stream,
+            return_logprob=logprobs,
+            top_logprobs_num=top_logprobs,
+            require_reasoning=require_reasoning,
+        )
+    except InvalidSamplingParams as exc:
+        raise ApiError(400, str(exc), code="invalid_value") from None

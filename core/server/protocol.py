@@ -1,14 +1,56 @@
-"""Request types of the OpenAI and SGLang APIs, decoded and validated with msgspec."""
+"""Request types of the OpenAI and SGLang APIs, decoded and validated with msgspec.
+
+Every range a request field must respect is declared on the field (``msgspec.Meta``) or, for
+rules that span fields, in the type's ``__post_init__``, so decoding alone answers a bad request
+with a 400 naming the field. Where the APIs disagree, SGLang's own checks decide (``top_k=0``
+is refused, as SGLang does); ``turnout.wire.sampling`` keeps only what the wire format needs.
+"""
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+import re
+from typing import Annotated, Any, ClassVar, TypeVar
 
 import msgspec
+from msgspec import Meta
 
 from turnout.server.errors import ApiError, bad_request
 
 T = TypeVar("T")
+
+#: Largest value of the int32 fields of SGLang's protocol (older SGLang protos use int32 where
+#: ours says uint32, so every count and token id stays within int32).
+INT32_MAX = 2**31 - 1
+
+TokenId = Annotated[int, Meta(ge=0, le=INT32_MAX)]
+TokenCount = Annotated[int, Meta(ge=1, le=INT32_MAX)]
+NonEmptyText = Annotated[str, Meta(min_length=1)]
+#: ``logprobs`` / ``top_logprobs`` / ``top_logprobs_num``: OpenAI's and SGLang's range.
+TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
+Penalty = Annotated[float, Meta(ge=-2, le=2)]
+#: OpenAI ``stop``: one string or up to 16, none empty.
+Stop = NonEmptyText | Annotated[list[NonEmptyText], Meta(max_length=16)]
+
+#: ``chat_template_kwargs`` keys that turnout passes to the template itself.
+RESERVED_TEMPLATE_KWARGS = frozenset(
+    {
+        "messages",
+        "tools",
+        "documents",
+        "add_generation_prompt",
+        "continue_final_message",
+        "chat_template",
+    }
+)
+
+
+class InvalidField(ValueError):
+    """Raised by a request type's ``__post_init__``: ``param`` names the field (relative to the
+    object being decoded)."""
+
+    def __init__(self, param: str, message: str) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class StreamOptions(msgspec.Struct, kw_only=True):
@@ -30,42 +72,71 @@ class ChatMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
 
 
 class SamplingFields(msgspec.Struct, kw_only=True):
-    """Sampling fields shared by chat and text completions (OpenAI names + SGLang extras)."""
+    """Sampling fields shared by every generation endpoint (OpenAI names + SGLang extras)."""
 
-    model: str | None = None
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-    frequency_penalty: float | None = None
-    presence_penalty: float | None = None
-    repetition_penalty: float | None = None
-    max_tokens: int | None = None
-    min_tokens: int | None = None
-    n: int = 1
-    stream: bool = False
-    stream_options: StreamOptions | None = None
-    stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    temperature: Annotated[float, Meta(ge=0)] | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    #: -1 (off) or at least 1; 0 is refused in ``__post_init__``, like SGLang does.
+    top_k: Annotated[int, Meta(ge=-1, le=INT32_MAX)] | None = None
+    min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
+    repetition_penalty: Annotated[float, Meta(gt=0, le=2)] | None = None
+    max_tokens: TokenCount | None = None
+    min_tokens: Annotated[int, Meta(ge=0, le=INT32_MAX)] | None = None
+    n: Annotated[int, Meta(ge=1, le=128)] = 1
+    stop: Stop | None = None
+    stop_token_ids: list[TokenId] | None = None
     no_stop_trim: bool = False
     ignore_eos: bool = False
     skip_special_tokens: bool = True
     spaces_between_special_tokens: bool = True
-    seed: int | None = None
-    logit_bias: dict[str, float] | None = None
-    user: str | None = None
-    rid: str | None = None
+    seed: Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)] | None = None
+    #: Token id (as a string) → bias, in OpenAI's range.
+    logit_bias: dict[str, Annotated[float, Meta(ge=-100, le=100)]] | None = None
     regex: str | None = None
     ebnf: str | None = None
 
+    #: Wire names of ``min_tokens`` / ``max_tokens`` in this API (for error messages).
+    _names: ClassVar[tuple[str, str]] = ("min_tokens", "max_tokens")
 
-class ChatCompletionRequest(SamplingFields, kw_only=True):
+    def __post_init__(self) -> None:
+        if self.top_k == 0:
+            raise InvalidField("top_k", "top_k must be -1 (disabled) or >= 1, got 0")
+        if self.max_tokens is not None:
+            self._check_min_tokens(self.max_tokens, self._names[1])
+        for key in self.logit_bias or ():
+            if not (key.isascii() and key.isdigit() and len(key) <= 10 and int(key) <= INT32_MAX):
+                raise InvalidField(
+                    "logit_bias", f"logit_bias keys must be token ids, got {key[:40]!r}"
+                )
+
+    def _check_min_tokens(self, max_tokens: int, max_name: str) -> None:
+        min_name = self._names[0]
+        if self.min_tokens is not None and self.min_tokens > max_tokens:
+            raise InvalidField(
+                min_name,
+                f"{min_name} ({self.min_tokens}) must not exceed {max_name} ({max_tokens})",
+            )
+
+
+class OpenAIRequest(SamplingFields, kw_only=True):
+    """Fields of both OpenAI generation requests besides sampling."""
+
+    model: str | None = None
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    user: str | None = None
+    rid: str | None = None
+
+
+class ChatCompletionRequest(OpenAIRequest, kw_only=True):
     """``POST /v1/chat/completions``."""
 
-    messages: list[ChatMessage]
-    max_completion_tokens: int | None = None
+    messages: Annotated[list[ChatMessage], Meta(min_length=1)]
+    max_completion_tokens: TokenCount | None = None
     logprobs: bool = False
-    top_logprobs: int | None = None
+    top_logprobs: TopLogprobs | None = None
     response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
@@ -78,31 +149,80 @@ class ChatCompletionRequest(SamplingFields, kw_only=True):
     add_generation_prompt: bool = True
     documents: list[dict[str, Any]] | None = None
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.max_completion_tokens is not None:
+            self._check_min_tokens(self.max_completion_tokens, "max_completion_tokens")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise InvalidField("top_logprobs", "top_logprobs requires logprobs to be true")
+        reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(self.chat_template_kwargs or ()))
+        if reserved:
+            raise InvalidField(
+                f"chat_template_kwargs.{reserved[0]}",
+                f"chat_template_kwargs must not set {', '.join(reserved)}: "
+                "give them as request fields",
+            )
 
-class CompletionRequest(SamplingFields, kw_only=True):
+
+#: One ``/v1/completions`` prompt item: a string, a token id, or a list of token ids.
+PromptItem = str | TokenId | Annotated[list[TokenId], Meta(min_length=1)]
+
+
+class CompletionRequest(OpenAIRequest, kw_only=True):
     """``POST /v1/completions``."""
 
-    #: A string, a list of strings, token ids, or a list of token-id lists (checked later).
-    prompt: str | list[Any]
+    #: A string, a list of strings, token ids, or a list of token-id lists.
+    prompt: str | Annotated[list[PromptItem], Meta(min_length=1)]
     echo: bool = False
-    logprobs: int | None = None
+    logprobs: TopLogprobs | None = None
     suffix: str | None = None
     best_of: int | None = None
+
+
+class NativeSamplingParams(SamplingFields, kw_only=True, forbid_unknown_fields=True):
+    """``sampling_params`` of SGLang's ``/generate`` (SGLang's names and ranges)."""
+
+    max_tokens: Annotated[int, Meta(ge=0, le=INT32_MAX)] | None = msgspec.field(
+        default=None, name="max_new_tokens"
+    )
+    min_tokens: Annotated[int, Meta(ge=0, le=INT32_MAX)] | None = msgspec.field(
+        default=None, name="min_new_tokens"
+    )
+    #: A JSON schema (text or object) the output must match.
+    json_schema: str | dict[str, Any] | None = None
+    #: An xgrammar structural tag (text or object).
+    structural_tag: str | dict[str, Any] | None = None
+
+    _names: ClassVar[tuple[str, str]] = ("min_new_tokens", "max_new_tokens")
+
+
+#: ``/generate`` ``input_ids``: token ids, or a list of token-id lists.
+InputIds = Annotated[
+    list[TokenId | Annotated[list[TokenId], Meta(min_length=1)]], Meta(min_length=1)
+]
 
 
 class GenerateRequestBody(msgspec.Struct, kw_only=True):
     """SGLang's native ``POST /generate``."""
 
-    text: str | list[str] | None = None
-    #: Token ids, or a list of token-id lists (checked later).
-    input_ids: list[Any] | None = None
+    text: str | Annotated[list[str], Meta(min_length=1)] | None = None
+    input_ids: InputIds | None = None
     model: str | None = None
-    sampling_params: dict[str, Any] = msgspec.field(default_factory=dict)
+    sampling_params: NativeSamplingParams = msgspec.field(default_factory=NativeSamplingParams)
     stream: bool = False
     return_logprob: bool = False
-    top_logprobs_num: int = 0
-    logprob_start_len: int = -1
+    top_logprobs_num: TopLogprobs = 0
+    logprob_start_len: Annotated[int, Meta(ge=-1, le=INT32_MAX)] = -1
     rid: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.text is None) == (self.input_ids is None):
+            raise InvalidField("text", "give exactly one of text and input_ids")
+        ids = self.input_ids
+        if ids is not None and len({isinstance(item, list) for item in ids}) > 1:
+            raise InvalidField(
+                "input_ids", "input_ids must be token ids or a list of token-id lists, not both"
+            )
 
 
 def decode_body(body: bytes, kind: type[T]) -> T:
@@ -112,48 +232,44 @@ def decode_body(body: bytes, kind: type[T]) -> T:
     try:
         return msgspec.json.decode(body, type=kind)
     except msgspec.ValidationError as exc:
-        message = str(exc)
-        param = None
-        if " - at `$." in message:
-            message, _, path = message.partition(" - at `$.")
-            param = path.rstrip("`")
-            message = f"{param}: {message}"
-        raise ApiError(400, message, param=param, code="invalid_value") from None
+        raise _invalid(exc) from None
     except msgspec.DecodeError as exc:
         raise bad_request(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise nested_too_deeply() from None
 
 
-def check_sampling(request: SamplingFields) -> None:
-    """Range checks shared by every generation endpoint (400 with the parameter named)."""
-    if request.temperature is not None and request.temperature < 0:
-        raise bad_request("temperature must be >= 0", "temperature")
-    if request.top_p is not None and not 0 < request.top_p <= 1:
-        raise bad_request("top_p must be in (0, 1]", "top_p")
-    if request.top_k is not None and (request.top_k < -1 or request.top_k == 0):
-        raise bad_request("top_k must be -1 (disabled) or >= 1", "top_k")
-    if request.min_p is not None and not 0 <= request.min_p <= 1:
-        raise bad_request("min_p must be in [0, 1]", "min_p")
-    for name in ("frequency_penalty", "presence_penalty"):
-        value = getattr(request, name)
-        if value is not None and not -2 <= value <= 2:
-            raise bad_request(f"{name} must be in [-2, 2]", name)
-    if request.repetition_penalty is not None and not 0 < request.repetition_penalty <= 2:
-        raise bad_request("repetition_penalty must be in (0, 2]", "repetition_penalty")
-    if request.n < 1:
-        raise bad_request("n must be >= 1", "n")
-    if request.n > 128:
-        raise bad_request("n must be <= 128", "n")
-    if request.max_tokens is not None and request.max_tokens < 1:
-        raise bad_request("max_tokens must be >= 1", "max_tokens")
-    if request.min_tokens is not None and request.min_tokens < 0:
-        raise bad_request("min_tokens must be >= 0", "min_tokens")
-    stops = stop_strings(request.stop)
-    if len(stops) > 16:
-        raise bad_request("at most 16 stop sequences are allowed", "stop")
-    if any(not stop for stop in stops):
-        raise bad_request("stop sequences must not be empty", "stop")
-    if request.stop_token_ids is not None and any(t < 0 for t in request.stop_token_ids):
-        raise bad_request("stop_token_ids must be non-negative token ids", "stop_token_ids")
+def convert(data: Any, kind: type[T], path: str = "") -> T:
+    """``msgspec.convert`` with :func:`decode_body`'s errors; ``path`` prefixes field names."""
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as exc:
+        raise _invalid(exc, path) from None
+
+
+def nested_too_deeply() -> ApiError:
+    """The 400 for JSON nested deeper than the decoder follows."""
+    return ApiError(400, "request body is nested too deeply", code="nested_too_deeply")
+
+
+#: msgspec's messages about a field that it names in the message rather than in the path.
+_NAMED_FIELD = re.compile(r"Object (?:contains unknown|missing required) field `([^`]*)`")
+
+
+def _invalid(exc: msgspec.ValidationError, prefix: str = "") -> ApiError:
+    """A 400 naming the field from msgspec's ``… - at `$.a.b``` message (and an
+    :class:`InvalidField` raised in a ``__post_init__``)."""
+    message, _, path = str(exc).partition(" - at `$")
+    parts = [prefix, path.rstrip("`").lstrip(".")]
+    cause = exc.__cause__
+    if isinstance(cause, InvalidField):
+        parts.append(cause.param)
+    elif named := _NAMED_FIELD.fullmatch(message):
+        parts.append(named.group(1))
+    param = ".".join(p for p in parts if p).replace(".[", "[") or None
+    if param is not None and not isinstance(cause, InvalidField):
+        message = f"{param}: {message}"
+    return ApiError(400, message, param=param, code="invalid_value")
 
 
 def stop_strings(stop: str | list[str] | None) -> list[str]:

@@ -64,13 +64,32 @@ class Constraint:
         return _CONSTRAINT_FIELDS[self.kind]
 
 
+#: Ranges of the proto's scalar types. Older SGLang protos declare the counts and token ids
+#: int32 where ours says uint32, so those stay within int32 too.
+_INT32 = (-(2**31), 2**31 - 1)
+_COUNT = (0, 2**31 - 1)
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
 def _check(ok: bool, name: str, value: object, rule: str) -> None:
     if not ok:
         raise InvalidSamplingParams(f"{name} {rule}, got {value!r}")
 
 
-def _finite(value: float) -> bool:
-    return isinstance(value, int | float) and math.isfinite(value)
+def _check_int(name: str, value: int, bounds: tuple[int, int]) -> None:
+    low, high = bounds
+    _check(
+        isinstance(value, int) and low <= value <= high, name, value, f"must be in [{low}, {high}]"
+    )
+
+
+def _check_float(name: str, value: float) -> None:
+    _check(
+        isinstance(value, int | float) and math.isfinite(value) and abs(value) <= _FLOAT32_MAX,
+        name,
+        value,
+        "must be a finite float32",
+    )
 
 
 def build_sampling_params(
@@ -96,47 +115,43 @@ def build_sampling_params(
     stream_interval: int | None = None,
     custom_params: Mapping[str, Any] | None = None,
 ) -> pb.SamplingParams:
-    """A fully populated ``SamplingParams``; raises ``InvalidSamplingParams`` on bad values.
+    """A fully populated ``SamplingParams``; raises ``InvalidSamplingParams`` when a value cannot
+    be carried by the wire format.
 
-    ``max_new_tokens=None`` leaves the limit to the worker (the context length). ``top_k`` -1 (or
-    0) means no top-k. ``stop`` strings are passed through as given, but note that workers running
-    without a tokenizer (every SGLang gRPC worker) reject them: turnout matches stop strings itself
-    and normally sends only ``stop_token_ids``.
+    Only wire invariants are checked here (finite float32s, integers within their proto type,
+    ``n`` and ``stream_interval`` at least 1 because the worker reads 0 literally); what the
+    values mean (``top_p`` in (0, 1], ``top_k`` -1 or >= 1 …) is checked where requests are
+    decoded, and by the worker. ``max_new_tokens=None`` leaves the limit to the worker (the
+    context length). ``stop`` strings are passed through as given, but note that workers running
+    without a tokenizer (every SGLang gRPC worker) reject them: turnout matches stop strings
+    itself and normally sends only ``stop_token_ids``.
     """
-    _check(_finite(temperature) and temperature >= 0, "temperature", temperature, "must be >= 0")
-    _check(_finite(top_p) and 0 < top_p <= 1, "top_p", top_p, "must be in (0, 1]")
-    _check(top_k == -1 or top_k >= 0, "top_k", top_k, "must be -1 (off) or >= 0")
-    _check(_finite(min_p) and 0 <= min_p <= 1, "min_p", min_p, "must be in [0, 1]")
-    for name, value in (
-        ("frequency_penalty", frequency_penalty),
-        ("presence_penalty", presence_penalty),
-    ):
-        _check(_finite(value) and -2 <= value <= 2, name, value, "must be in [-2, 2]")
-    _check(
-        _finite(repetition_penalty) and 0 < repetition_penalty <= 2,
-        "repetition_penalty",
-        repetition_penalty,
-        "must be in (0, 2]",
-    )
-    _check(n >= 1, "n", n, "must be >= 1")
-    _check(min_new_tokens >= 0, "min_new_tokens", min_new_tokens, "must be >= 0")
+    floats = {
+        "temperature": temperature,
+        "top_p": top_p,
+        "min_p": min_p,
+        "frequency_penalty": frequency_penalty,
+        "presence_penalty": presence_penalty,
+        "repetition_penalty": repetition_penalty,
+    }
+    for name, value in floats.items():
+        _check_float(name, value)
+    for key, bias in (logit_bias or {}).items():
+        _check_float(f"logit_bias[{key!r}]", bias)
+    _check_int("top_k", top_k, _INT32)
+    _check_int("n", n, (1, _COUNT[1]))
+    _check_int("min_new_tokens", min_new_tokens, _COUNT)
     if max_new_tokens is not None:
-        _check(max_new_tokens >= 0, "max_new_tokens", max_new_tokens, "must be >= 0")
-        _check(
-            min_new_tokens <= max_new_tokens,
-            "min_new_tokens",
-            min_new_tokens,
-            f"must not exceed max_new_tokens ({max_new_tokens})",
-        )
-    bad_ids = [t for t in stop_token_ids if not 0 <= t < 2**32]
-    _check(not bad_ids, "stop_token_ids", bad_ids, "must be token ids (>= 0)")
+        _check_int("max_new_tokens", max_new_tokens, _COUNT)
+    bad_ids = [t for t in stop_token_ids if not (isinstance(t, int) and 0 <= t <= _COUNT[1])]
+    _check(not bad_ids, "stop_token_ids", bad_ids[:5], f"must be token ids in {list(_COUNT)}")
     if stream_interval is not None:
-        _check(stream_interval >= 1, "stream_interval", stream_interval, "must be >= 1")
+        _check_int("stream_interval", stream_interval, (1, _INT32[1]))
 
     params = pb.SamplingParams(
         temperature=temperature,
         top_p=top_p,
-        top_k=-1 if top_k == 0 else top_k,
+        top_k=top_k,
         min_p=min_p,
         frequency_penalty=frequency_penalty,
         presence_penalty=presence_penalty,
