@@ -31,6 +31,7 @@ from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import OpsMiddleware, OpsState, gate_middleware
 from turnout.server.models import ModelTable
 from turnout.server.pipeline import GenerateSession
+from turnout.server.protocol import nested_too_deeply
 from turnout.server.reload import admin_reload, install_sighup
 from turnout.server.respond import Answer, answer_error
 from turnout.server.shutdown import drain_hook
@@ -257,6 +258,7 @@ def create_app(
         exception_handlers={
             ApiError: _api_error,
             HTTPException: _http_error,
+            RecursionError: _nested_too_deeply,
             Exception: _internal_error,
         },
         dependencies={WORKER_REGISTRY: Provide(_provide_registry, sync_to_thread=False)},
@@ -295,7 +297,23 @@ def _api_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[bytes
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
-    return answer_error(ApiError(exc.status_code, str(exc.detail)))
+    """Litestar's own errors (404, 405, validation of parameters…) in the API's error shape."""
+    message, param = str(exc.detail), None
+    problems = exc.extra if isinstance(exc.extra, list) else []
+    first = problems[0] if problems and isinstance(problems[0], dict) else {}
+    if first.get("key"):
+        param = str(first["key"])
+        message = f"{param}: {first.get('message') or message}"
+    code = "invalid_value" if param is not None and exc.status_code == 400 else None
+    response = answer_error(ApiError(exc.status_code, message, param=param, code=code))
+    if exc.headers:
+        response.headers.update(exc.headers)
+    return response
+
+
+def _nested_too_deeply(request: Request[Any, Any, Any], exc: RecursionError) -> Response[bytes]:
+    """JSON nested deeper than Python recursion follows (the decoders raise RecursionError)."""
+    return answer_error(nested_too_deeply())
 
 
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from http import HTTPStatus
+
 import msgspec
 
 _TYPES = {
@@ -35,23 +37,34 @@ class ApiError(Exception):
         self.status = status
         self.message = message
         self.param = param
-        self.code = code
-        self.error_type = error_type or _TYPES.get(status, "api_error")
+        self.code = code or default_code(status)
+        self.error_type = error_type or _TYPES.get(
+            status, "invalid_request_error" if status < 500 else "api_error"
+        )
 
-    def body(self) -> dict[str, dict[str, str | int | None]]:
+    def body(self) -> dict[str, dict[str, str | None]]:
         """The OpenAI error object."""
         return {
             "error": {
                 "message": self.message,
                 "type": self.error_type,
                 "param": self.param,
-                "code": self.code if self.code is not None else self.status,
+                "code": self.code,
             }
         }
 
     def to_json(self) -> bytes:
         """The error body as JSON bytes."""
         return msgspec.json.encode(self.body())
+
+
+def default_code(status: int) -> str:
+    """The error ``code`` of a status when nothing more specific is known: its reason phrase in
+    snake case (``not_found``, ``method_not_allowed``…); always a string, as OpenAI's are."""
+    try:
+        return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
+    except ValueError:
+        return f"http_{status}"
 
 
 def bad_request(message: str, param: str | None = None) -> ApiError:

@@ -15,7 +15,15 @@ from litestar.types import ControllerRouterHandler
 from turnout.routing.types import RoutingRequest
 from turnout.server.context import Services, new_request_id
 from turnout.server.errors import ApiError, bad_request
+from turnout.server.protocol import (
+    DetokenizeRequest,
+    ParseFunctionCallRequest,
+    ParseReasoningRequest,
+    TokenizeRequest,
+    decode_body,
+)
 from turnout.server.respond import answer_json
+from turnout.tokenizer import ChatTemplateError
 from turnout.tool_calls.types import ToolParser
 from turnout.wire.sampling import build_generate_request, build_sampling_params
 from turnout.workers.registry import WorkerRegistry
@@ -31,16 +39,6 @@ def _registry(services: Services) -> WorkerRegistry:
     registry = services.extras["registry"]
     assert isinstance(registry, WorkerRegistry)
     return registry
-
-
-def _json(body: bytes) -> dict[str, Any]:
-    try:
-        data = msgspec.json.decode(body) if body else {}
-    except msgspec.DecodeError as exc:
-        raise bad_request(f"request body is not valid JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise bad_request("request body must be a JSON object")
-    return data
 
 
 def _ready_worker(services: Services, model: str) -> Worker:
@@ -169,56 +167,51 @@ async def health_generate(
 async def tokenize(request: Request[Any, Any, Any]) -> Any:
     """Token ids of a text, a list of texts, or chat messages."""
     services = _services(request)
-    data = _json(await request.body())
-    model = services.models.resolve_name(data.get("model"))
+    body = decode_body(await request.body(), TokenizeRequest)
+    model = services.models.resolve_name(body.model)
     tokenizer = (await services.models.runtime(model)).tokenizer
-    add_special = bool(data.get("add_special_tokens", True))
-    if "messages" in data:
-        text = tokenizer.apply_chat_template(data["messages"], data.get("tools"))
+    if body.messages is not None:
+        messages = [msgspec.to_builtins(message) for message in body.messages]
+        try:
+            text = tokenizer.apply_chat_template(messages, body.tools)
+        except ChatTemplateError as exc:
+            raise ApiError(400, f"chat template error: {exc}", code="chat_template_error") from None
         ids = tokenizer.encode(text, add_special_tokens=False)
         return answer_json({"tokens": ids, "count": len(ids), "prompt": text})
-    prompt = data.get("prompt", data.get("text"))
+    prompt = body.prompt if body.prompt is not None else body.text
     if isinstance(prompt, str):
-        ids = tokenizer.encode(prompt, add_special_tokens=add_special)
+        ids = tokenizer.encode(prompt, add_special_tokens=body.add_special_tokens)
         return answer_json({"tokens": ids, "count": len(ids), "max_model_len": None})
-    if isinstance(prompt, list) and all(isinstance(p, str) for p in prompt):
-        batch = tokenizer.encode_batch(prompt, add_special_tokens=add_special)
-        return answer_json({"tokens": batch, "count": [len(ids) for ids in batch]})
-    raise bad_request("give prompt (a string or list of strings) or messages", "prompt")
+    batch = tokenizer.encode_batch(prompt or [], add_special_tokens=body.add_special_tokens)
+    return answer_json({"tokens": batch, "count": [len(ids) for ids in batch]})
 
 
 @post("/v1/detokenize", status_code=200)
 async def detokenize(request: Request[Any, Any, Any]) -> Any:
     """Text of token ids (a list, or a list of lists)."""
     services = _services(request)
-    data = _json(await request.body())
-    model = services.models.resolve_name(data.get("model"))
+    body = decode_body(await request.body(), DetokenizeRequest)
+    model = services.models.resolve_name(body.model)
     tokenizer = (await services.models.runtime(model)).tokenizer
-    tokens = data.get("tokens")
-    skip = bool(data.get("skip_special_tokens", False))
     vocab = tokenizer.vocab_size
-    if isinstance(tokens, list) and all(isinstance(t, int) for t in tokens):
-        if any(not 0 <= t < vocab for t in tokens):
-            raise bad_request(f"token ids must be in [0, {vocab})", "tokens")
-        return answer_json({"text": tokenizer.decode(tokens, skip_special_tokens=skip)})
-    if isinstance(tokens, list) and all(
-        isinstance(row, list) and all(isinstance(t, int) and 0 <= t < vocab for t in row)
-        for row in tokens
-    ):
-        return answer_json({"text": tokenizer.decode_batch(tokens, skip_special_tokens=skip)})
-    raise bad_request("tokens must be token ids or a list of token-id lists", "tokens")
+    rows = [row if isinstance(row, list) else [row] for row in body.tokens]
+    if any(t >= vocab for row in rows for t in row):
+        raise bad_request(f"token ids must be in [0, {vocab})", "tokens")
+    skip = body.skip_special_tokens
+    if body.tokens and isinstance(body.tokens[0], list):
+        return answer_json({"text": tokenizer.decode_batch(rows, skip_special_tokens=skip)})
+    ids = [t for t in body.tokens if isinstance(t, int)]
+    return answer_json({"text": tokenizer.decode(ids, skip_special_tokens=skip)})
 
 
 @post("/parse/function_call", status_code=200)
 async def parse_function_call(request: Request[Any, Any, Any]) -> Any:
     """Run a tool parser (named, or the model's) over a text."""
     services = _services(request)
-    data = _json(await request.body())
-    text = data.get("text")
-    if not isinstance(text, str):
-        raise bad_request("text must be a string", "text")
-    parser: ToolParser = _plugin(services, "tool_parsers", data, "tool_call_parser")
-    result = parser.parse_complete(text, data.get("tools"))
+    body = decode_body(await request.body(), ParseFunctionCallRequest)
+    name = body.tool_call_parser or body.parser
+    parser: ToolParser = _plugin(services, "tool_parsers", name, body.model, "tool_call_parser")
+    result = parser.parse_complete(body.text, body.tools)
     calls = [{"name": call.name, "arguments": call.arguments} for call in result.calls]
     return answer_json({"normal_text": result.normal_text, "calls": calls})
 
@@ -227,24 +220,21 @@ async def parse_function_call(request: Request[Any, Any, Any]) -> Any:
 async def parse_reasoning(request: Request[Any, Any, Any]) -> Any:
     """Run a reasoning parser (named, or the model's) over a text."""
     services = _services(request)
-    data = _json(await request.body())
-    text = data.get("text")
-    if not isinstance(text, str):
-        raise bad_request("text must be a string", "text")
-    parser = _plugin(services, "reasoning_parsers", data, "reasoning_parser")
-    result = parser.parse_complete(text)
+    body = decode_body(await request.body(), ParseReasoningRequest)
+    name = body.reasoning_parser or body.parser
+    parser = _plugin(services, "reasoning_parsers", name, body.model, "reasoning_parser")
+    result = parser.parse_complete(body.text)
     return answer_json({"reasoning_text": result.reasoning_text, "normal_text": result.normal_text})
 
 
-def _plugin(services: Services, kind: str, data: dict[str, Any], key: str) -> Any:
+def _plugin(services: Services, kind: str, name: str | None, model: str | None, key: str) -> Any:
     registry = services.plugins.registry(kind)
-    name = data.get(key) or data.get("parser")
     if name is None:
-        model = services.models.resolve_name(data.get("model"))
-        name = services.models.choice(model, kind)
+        model_id = services.models.resolve_name(model)
+        name = services.models.choice(model_id, kind)
         if name is None:
-            raise bad_request(f"no {registry.kind} applies to model {model!r}; name one", key)
-    if not isinstance(name, str) or name not in registry:
+            raise bad_request(f"no {registry.kind} applies to model {model_id!r}; name one", key)
+    if name not in registry:
         raise bad_request(
             f"unknown {registry.kind} {name!r}; valid names: {', '.join(registry.names())}", key
         )

@@ -225,6 +225,60 @@ class GenerateRequestBody(msgspec.Struct, kw_only=True):
             )
 
 
+class TokenizeRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/tokenize``: a text, a list of texts, or chat messages (rendered first)."""
+
+    model: str | None = None
+    prompt: str | list[str] | None = None
+    #: Alias of ``prompt``.
+    text: str | list[str] | None = None
+    messages: Annotated[list[ChatMessage], Meta(min_length=1)] | None = None
+    tools: list[dict[str, Any]] | None = None
+    add_special_tokens: bool = True
+
+    def __post_init__(self) -> None:
+        given = [name for name in ("prompt", "text", "messages") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise InvalidField(
+                "prompt", "give one of prompt (a string or list of strings), text or messages"
+            )
+
+
+class DetokenizeRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/detokenize``: token ids, or a list of token-id lists."""
+
+    tokens: list[TokenId | list[TokenId]]
+    model: str | None = None
+    skip_special_tokens: bool = False
+
+    def __post_init__(self) -> None:
+        if len({isinstance(item, list) for item in self.tokens}) > 1:
+            raise InvalidField(
+                "tokens", "tokens must be token ids or a list of token-id lists, not both"
+            )
+
+
+class ParseFunctionCallRequest(msgspec.Struct, kw_only=True):
+    """``POST /parse/function_call``: run a tool parser over a text."""
+
+    text: str
+    tools: list[dict[str, Any]] | None = None
+    model: str | None = None
+    #: The parser (else ``parser``, else the model's).
+    tool_call_parser: str | None = None
+    parser: str | None = None
+
+
+class ParseReasoningRequest(msgspec.Struct, kw_only=True):
+    """``POST /parse/reasoning``: run a reasoning parser over a text."""
+
+    text: str
+    model: str | None = None
+    #: The parser (else ``parser``, else the model's).
+    reasoning_parser: str | None = None
+    parser: str | None = None
+
+
 def decode_body(body: bytes, kind: type[T]) -> T:
     """Decode and type-check a JSON body; errors become a 400 naming the field."""
     if not body:
