@@ -11,16 +11,23 @@ Rules, the same for one-shot (:meth:`~MarkerReasoningParser.parse_complete`) and
 (:meth:`~MarkerReasoningParser.parse_incremental`, then :meth:`~MarkerReasoningParser.finish`)
 input, whatever the chunking:
 
-- A start marker counts only at the beginning of the output, after optional whitespace (which
-  stays on the side the output starts on). It is removed and the output enters reasoning. A
-  start marker later in the text is ordinary text. Families whose outputs hold several reasoning
-  blocks (``reopens = True``, e.g. harmony) instead find start markers anywhere outside reasoning.
+- Output that starts outside reasoning is normal text until the first start marker, wherever
+  it is (``normal text <think>reasoning`` gives normal ``normal text `` and reasoning
+  ``reasoning``). The marker is removed and the output enters reasoning.
+- Output that starts inside reasoning (the prompt opened the block) is reasoning from its first
+  byte; a start marker at its beginning, after optional whitespace, is removed, and an end
+  marker without a start marker therefore ends reasoning that the prompt opened.
 - Inside reasoning, the first end marker is removed and ends reasoning; an interrupt marker (for
-  example a tool-section token) also ends reasoning but stays in the normal text, so that the
-  tool parser sees it.
+  example a tool-call or tool-section token) also ends reasoning but stays in the normal text,
+  so that the tool parser sees it. Start markers inside reasoning are ordinary reasoning text.
+- After reasoning ends the rest is normal text; a start marker there is ordinary text, unless
+  the family's outputs hold several reasoning blocks (``reopens = True``, e.g. harmony).
 - Without an end marker everything after the start is reasoning (a truncated output): nothing is
   lost, and whitespace is kept byte for byte.
-- Text that may still become a marker is held back and released as soon as it cannot.
+- Text that may still become a marker (a strict prefix of one at the end of a chunk) is held
+  back and released as soon as it cannot.
+
+docs/reasoning.md lists the choices per family and where SGLang and vLLM differ.
 """
 
 from __future__ import annotations
@@ -30,10 +37,10 @@ from typing import ClassVar
 from turnout.reasoning.types import ReasoningResult, ReasoningStep
 from turnout.tool_calls.markers import MarkerScanner
 
-_LEADING = 0  # before any text that is not whitespace: a start marker may follow
+_LEADING = 0  # started in reasoning, no text but whitespace yet: a start marker may follow
 _REASONING = 1  # inside reasoning: scanning for end and interrupt markers
-_NORMAL = 2  # reasoning is over (or never began): plain pass-through
-_SCANNING = 3  # normal text of a reopening family: scanning for start markers
+_NORMAL = 2  # reasoning is over: plain pass-through
+_SCANNING = 3  # normal text that may still open reasoning: scanning for start markers
 
 
 def _check_markers(owner: str, kind: str, markers: tuple[str, ...]) -> None:
@@ -113,8 +120,10 @@ class MarkerReasoningParser:
         self._held = ""
         self._scanner: MarkerScanner | None = None
         self._state = _LEADING
-        if self.reopens:
-            self._enter(_REASONING if self._reasoning_first else _SCANNING)
+        if not self._reasoning_first:
+            self._enter(_SCANNING)
+        elif self.reopens:
+            self._enter(_REASONING)
 
     @property
     def start_in_reasoning(self) -> bool:
@@ -124,9 +133,7 @@ class MarkerReasoningParser:
     @property
     def in_reasoning(self) -> bool:
         """Whether the text consumed so far ends inside reasoning."""
-        if self._state == _LEADING:
-            return self._reasoning_first
-        return self._state == _REASONING
+        return self._state in (_LEADING, _REASONING)
 
     def parse_complete(self, text: str) -> ReasoningResult:
         """Split a whole output at once; the streaming state of this instance is untouched."""
@@ -148,7 +155,7 @@ class MarkerReasoningParser:
                 normal.append(text)
                 break
             if state == _LEADING:
-                rest = self._leading(text, reasoning, normal)
+                rest = self._leading(text, reasoning)
                 if rest is None:
                     break
                 text = rest
@@ -172,18 +179,19 @@ class MarkerReasoningParser:
         """End of output: release held-back text to the side it was on."""
         if self._state == _LEADING:
             held, self._held = self._held, ""
-            return self._step(self._reasoning_first, held)
+            return ReasoningStep(held, "")
         if self._scanner is None:
             return ReasoningStep()
         return self._step(self._state == _REASONING, self._scanner.flush())
 
-    def _leading(self, delta: str, reasoning: list[str], normal: list[str]) -> str | None:
-        """Handle text before the first non-whitespace; return what the next state gets."""
+    def _leading(self, delta: str, reasoning: list[str]) -> str | None:
+        """Handle the first text of an output that starts in reasoning: remove a start marker
+        that comes before anything but whitespace. Return what the reasoning state gets."""
         text = self._held + delta
         self._held = ""
         body = text.lstrip()
         if len(body) != len(text):
-            (reasoning if self._reasoning_first else normal).append(text[: len(text) - len(body)])
+            reasoning.append(text[: len(text) - len(body)])
         for marker in self._starts:
             if body.startswith(marker):
                 self._enter(_REASONING)
@@ -192,7 +200,7 @@ class MarkerReasoningParser:
             if marker.startswith(body):
                 self._held = body  # may still become a start marker
                 return None
-        self._enter(_REASONING if self._reasoning_first else _NORMAL)
+        self._enter(_REASONING)
         return body
 
     def _enter(self, state: int) -> None:

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from turnout.reasoning.prompt import reasoning_open_at_prompt_end
 from turnout.routing.types import RoutingRequest
 from turnout.server.chat_emit import ChatFolder, ChatStream
 from turnout.server.context import RequestContext, Services
@@ -112,10 +113,9 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
         and request.separate_reasoning
         and thinking is not False
     )
-    start_in_reasoning = thinking
-    marker = runtime.reasoning_start_marker
-    if marker and prompt.rstrip().endswith(marker):
-        start_in_reasoning = True
+    start_in_reasoning = reasoning_open_at_prompt_end(
+        prompt, runtime.reasoning_start_marker, runtime.reasoning_end_markers, thinking
+    )
 
     tool_parser = None
     if plan.mode == "model":

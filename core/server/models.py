@@ -33,6 +33,8 @@ class ModelRuntime:
     #: Factory of the parser reading a constrained JSON array of calls (tool_choice=required).
     array_parser: Callable[[], ToolParser] | None = None
     reasoning_start_marker: str = ""
+    #: Markers that close reasoning, when the parser names them (``end_markers``).
+    reasoning_end_markers: tuple[str, ...] = ()
     parsers_need_special_tokens: bool = False
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
 
@@ -166,6 +168,7 @@ class ModelTable:
             runtime.reasoning_parser_name = choices.reasoning_parser
             runtime.reasoning_parser = rfactory
             runtime.reasoning_start_marker = str(getattr(rfactory, "start_marker", ""))
+            runtime.reasoning_end_markers = tuple(getattr(rfactory, "end_markers", ()))
             runtime.parsers_need_special_tokens |= bool(
                 getattr(rfactory, "needs_special_tokens", False)
             )

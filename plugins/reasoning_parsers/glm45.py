@@ -1,7 +1,12 @@
-"""GLM-4.5 / 4.6 / 4.7 / 5: `<think>` … `</think>`.
+"""GLM-4.5 / 4.6 / 4.7 / 5: `<think>` … `</think>`; thinking is on by default.
 
-With ``enable_thinking`` on (the default) the model writes ``<think>`` itself; off, the template
-adds an empty ``<think></think>`` to the prompt.
+GLM-4.5/4.6 write ``<think>`` themselves, GLM-4.7/5 templates open it in the prompt, and with
+``enable_thinking`` off the templates put an empty ``<think></think>`` into the prompt. The
+output is therefore taken to start in reasoning: a leading ``<think>`` is removed, and an
+``</think>`` without one ends reasoning the prompt opened (also when the parser is used on its
+own). The pipeline passes ``start_in_reasoning=False`` when the prompt ends with ``</think>``
+and turns the parser off when the request disables thinking. A ``<tool_call>`` inside
+unterminated reasoning ends it and stays in the normal text for the tool parser.
 """
 
 from __future__ import annotations
@@ -10,4 +15,7 @@ from turnout.reasoning.base import MarkerReasoningParser
 
 
 class Glm45ReasoningParser(MarkerReasoningParser):
-    """GLM-4.5 family: reasoning after a leading ``<think>``."""
+    """GLM-4.5 family: starts in reasoning; ``</think>`` or ``<tool_call>`` ends it."""
+
+    starts_in_reasoning = True
+    interrupt_markers = ("<tool_call>",)

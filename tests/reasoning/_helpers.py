@@ -69,15 +69,19 @@ def oracle_segments(
                 segments.append(("m", match.group()))
                 pos = match.end()
             in_reasoning = not in_reasoning
-    body = text.lstrip()
-    lead = text[: len(text) - len(body)]
-    start = next((m for m in starts if body.startswith(m)), None)
-    if start is None and not reasoning_first:
-        return [("n", text)]
-    segments.append(("r" if reasoning_first else "n", lead))
-    if start is not None:
-        segments.append(("m", start))
-        body = body[len(start) :]
+    if reasoning_first:
+        body = text.lstrip()
+        segments.append(("r", text[: len(text) - len(body)]))
+        start = next((m for m in starts if body.startswith(m)), None)
+        if start is not None:
+            segments.append(("m", start))
+            body = body[len(start) :]
+    else:
+        opened = _alternation(starts).search(text)
+        if opened is None:
+            return [("n", text)]
+        segments += [("n", text[: opened.start()]), ("m", opened.group())]
+        body = text[opened.end() :]
     match = stops.search(body)
     if match is None:
         segments.append(("r", body))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from turnout.reasoning import ReasoningResult
+from turnout.reasoning import ReasoningResult, ReasoningStep
 
 from ._helpers import make, stream
 
@@ -23,17 +23,32 @@ CASES: list[tuple[str, bool | None, str, str, str]] = [
     ("qwen3", None, "\n\n<think>\nplan\n</think>\n\nanswer", "\nplan\n", "\n\n\n\nanswer"),
     ("qwen3", None, "just an answer", "", "just an answer"),
     ("qwen3", None, "<think>never closed", "never closed", ""),
-    ("qwen3", None, "Use <think>tags</think> like this.", "", "Use <think>tags</think> like this."),
+    # A start marker after normal text still opens reasoning (SGLang streaming, smg).
+    ("qwen3", None, "normal text <think>reasoning", "reasoning", "normal text "),
+    ("qwen3", None, "Use <think>tags</think> like this.", "tags", "Use  like this."),
+    ("qwen3", None, "a<think>b</think>c<think>d</think>", "b", "ac<think>d</think>"),
     ("qwen3", None, "</think>stray", "", "</think>stray"),
     ("qwen3", True, "prompt opened it</think>answer", "prompt opened it", "answer"),
     ("qwen3", True, "  <think>r</think>a", "  r", "a"),
     ("qwen3", None, "<think>a<think>b</think>c</think>d", "a<think>b", "c</think>d"),
+    # Qwen3: a tool call inside unterminated reasoning ends it; the call stays in the text.
+    ("qwen3", None, "<think>I will call it.\n<tool_call>\n{}\n</tool_call>",
+     "I will call it.\n", "<tool_call>\n{}\n</tool_call>"),
+    ("qwen3", None, "<think>r</think>text<tool_call>{}", "r", "text<tool_call>{}"),
+    ("qwen3", None, "<tool_call>{}</tool_call>", "", "<tool_call>{}</tool_call>"),
     ("qwen3_thinking", None, "step 1, step 2\n</think>\n\n42", "step 1, step 2\n", "\n\n42"),
+    ("qwen3_thinking", None, "plan<tool_call>{}", "plan", "<tool_call>{}"),
     ("qwen3_thinking", False, "42", "", "42"),
     ("deepseek_v31", None, "no thinking here", "", "no thinking here"),
     ("deepseek_v31", True, "thinking</think>answer", "thinking", "answer"),
     ("glm45", None, "<think>Let me see.</think>\nSunny.", "Let me see.", "\nSunny."),
     ("glm45", None, "<think></think>Direct.", "", "Direct."),
+    # GLM-4.7/5 templates open <think> in the prompt: a lone </think> ends that reasoning.
+    ("glm45", None, "The user wants weather.</think>Sunny.", "The user wants weather.", "Sunny."),
+    ("glm45", None, "<tool_call>get_weather\n<arg_key>city</arg_key>",
+     "", "<tool_call>get_weather\n<arg_key>city</arg_key>"),
+    ("glm45", False, "Direct answer.", "", "Direct answer."),
+    ("glm45", False, "no prompt think</think>x", "", "no prompt think</think>x"),
     ("kimi", None, "◁think▷look at the image◁/think▷A cat.", "look at the image", "A cat."),
     ("kimi", None, "<think>not kimi markers</think>", "", "<think>not kimi markers</think>"),
     # Kimi-K2: the tool section ends reasoning and stays in the normal text.
@@ -42,6 +57,9 @@ CASES: list[tuple[str, bool | None, str, str, str]] = [
     ("kimi_k2", None, "<think>r</think>text<|tool_calls_section_begin|>y",
      "r", "text<|tool_calls_section_begin|>y"),
     ("kimi_k2", True, "<|tool_calls_section_begin|>z", "", "<|tool_calls_section_begin|>z"),
+    ("kimi_k2", None, "opened by the prompt</think>answer", "opened by the prompt", "answer"),
+    ("kimi_k2", False, "answer", "", "answer"),
+    ("deepseek_r1", None, "no start marker</think>answer", "no start marker", "answer"),
     ("step3", None, "reason</think>answer", "reason", "answer"),
     ("minimax", None, "I should greet.</think>\n\nHello!", "I should greet.", "\n\nHello!"),
     ("minimax_append_think", None, "I should greet.</think>\n\nHello!",
@@ -53,6 +71,7 @@ CASES: list[tuple[str, bool | None, str, str, str]] = [
     ("mistral", None, "[THINK]Reason.[/THINK]Answer.", "Reason.", "Answer."),
     ("mistral", None, "Answer only.", "", "Answer only."),
     ("mistral", True, "Reason.[/THINK]Answer.", "Reason.", "Answer."),
+    ("mistral", None, "Sure. [THINK]Reason.[/THINK]Answer.", "Reason.", "Sure. Answer."),
     ("cohere_cmd", None, "<|START_THINKING|>plan<|END_THINKING|>result", "plan", "result"),
     ("granite", None, "Here is my thought process:\nfoo\nHere is my response:\nbar",
      "\nfoo\n", "\nbar"),
@@ -161,6 +180,41 @@ def test_start_marker_is_held_only_while_it_can_still_match() -> None:
     step = parser.parse_incremental(">r")
     assert (step.reasoning_text, step.normal_text) == ("r", "")
     assert parser.finish().reasoning_text == ""
+
+
+@pytest.mark.parametrize(
+    ("name", "chunks", "reasoning", "normal"),
+    [
+        # Magistral: each marker is one control token, so it arrives as a chunk of its own.
+        ("mistral", ["[THINK]", "Reason", "ing.", "[/THINK]", "Answer."], "Reasoning.", "Answer."),
+        ("mistral", ["[THINK]Reasoning.", "[/THINK]", "Answer."], "Reasoning.", "Answer."),
+        ("mistral", ["[THINK]", "Reasoning.", "[/THINK]"], "Reasoning.", ""),
+        ("mistral", ["[THINK]", "Reasoning.", "[/", "THINK]", "Answer."], "Reasoning.", "Answer."),
+        ("qwen3", ["normal text ", "<think>", "reasoning"], "reasoning", "normal text "),
+        ("qwen3", ["normal text <th", "ink>reasoning"], "reasoning", "normal text "),
+        ("qwen3", ["<think>plan", "<tool_", "call>{}"], "plan", "<tool_call>{}"),
+        ("glm45", ["thinking", "</th", "ink>", "answer"], "thinking", "answer"),
+    ],
+)
+def test_streamed_chunks(name: str, chunks: list[str], reasoning: str, normal: str) -> None:
+    assert stream(make(name), chunks) == ReasoningResult(reasoning, normal)
+    assert make(name).parse_complete("".join(chunks)) == ReasoningResult(reasoning, normal)
+
+
+def test_marker_prefix_at_a_chunk_end_is_held_until_decided() -> None:
+    parser = make("qwen3")
+    step = parser.parse_incremental("normal text <thi")
+    assert (step.reasoning_text, step.normal_text) == ("", "normal text ")
+    step = parser.parse_incremental("nk>reasoning")
+    assert (step.reasoning_text, step.normal_text) == ("reasoning", "")
+
+    parser = make("qwen3")
+    assert parser.parse_incremental("a <thi").normal_text == "a "
+    assert parser.parse_incremental("s is html").normal_text == "<this is html"
+
+    parser = make("mistral")
+    assert parser.parse_incremental("[THINK]r[/TH") == ReasoningStep("r", "")
+    assert parser.finish() == ReasoningStep("[/TH", "")
 
 
 def test_granite_releases_a_false_response_phrase_as_reasoning() -> None:

@@ -78,7 +78,8 @@ def test_created_parsers_follow_the_protocol(name: str) -> None:
         ("zai-org/GLM-4.5-Air", "glm45"),
         ("zai-org/GLM-4.7", "glm45"),
         ("moonshotai/Kimi-K2-Thinking", "kimi_k2"),
-        ("moonshotai/Kimi-K2-Instruct-0905", "kimi_k2"),
+        ("moonshotai/Kimi-K2.5", "kimi_k2"),
+        ("moonshotai/Kimi-K2-Instruct-0905", None),  # does not think: no reasoning parser
         ("moonshotai/Kimi-VL-A3B-Thinking-2506", "kimi"),
         ("stepfun-ai/step3", "step3"),
         ("MiniMaxAI/MiniMax-M2", "minimax"),
