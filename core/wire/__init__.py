@@ -5,7 +5,14 @@ token.
 """
 
 from turnout.wire.client import ClientSettings, GenerateStream, WorkerClient, parse_worker_url
-from turnout.wire.errors import CLIENT_ERROR_CODES, GRPC_TO_HTTP, WorkerCallError, http_status_for
+from turnout.wire.errors import (
+    CLIENT_ERROR_CODES,
+    GRPC_TO_HTTP,
+    MalformedResponse,
+    StreamRefused,
+    WorkerCallError,
+    http_status_for,
+)
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.responses import matched_stop
 from turnout.wire.sampling import (
@@ -24,6 +31,8 @@ __all__ = [
     "ConstraintKind",
     "GenerateStream",
     "InvalidSamplingParams",
+    "MalformedResponse",
+    "StreamRefused",
     "WorkerCallError",
     "WorkerClient",
     "build_generate_request",

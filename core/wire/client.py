@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import grpc
 from google.protobuf.message import Message as ProtoMessage
 
-from turnout.wire.errors import WorkerCallError
+from turnout.wire.errors import MalformedResponse, WorkerCallError
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.transport import Call, Channel, ClientSettings, Message, MessageType, method_path
 
@@ -149,6 +149,9 @@ class GenerateStream:
             if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED:
                 # Our deadline, not the worker's decision: it may still be generating.
                 self._client._schedule_abort(self.request_id, "deadline exceeded")
+            elif isinstance(exc, MalformedResponse):
+                # We gave up on what the worker sent; it may still be generating.
+                self._client._schedule_abort(self.request_id, "malformed response")
             self._finished = True
         return False
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import Final
+from typing import ClassVar, Final
 
 import grpc
 
@@ -12,6 +12,8 @@ from turnout.errors import TurnoutError
 __all__ = [
     "CLIENT_ERROR_CODES",
     "GRPC_TO_HTTP",
+    "MalformedResponse",
+    "StreamRefused",
     "WorkerCallError",
     "http_status_for",
 ]
@@ -57,6 +59,9 @@ class WorkerCallError(TurnoutError):
     (``CLIENT_ERROR_CODES``). Circuit breakers count only worker faults.
     """
 
+    #: HTTP status of the whole class, when it does not follow from the gRPC status.
+    class_http_status: ClassVar[int | None] = None
+
     def __init__(
         self, code: grpc.StatusCode, message: str, *, worker: str = "", method: str = ""
     ) -> None:
@@ -64,7 +69,7 @@ class WorkerCallError(TurnoutError):
         self.message = message
         self.worker = worker
         self.method = method
-        self.http_status = http_status_for(code)
+        self.http_status = self.class_http_status or http_status_for(code)
         self.worker_fault = code not in CLIENT_ERROR_CODES
         where = " ".join(part for part in (worker, method) if part)
         super().__init__(f"{where + ': ' if where else ''}{code.name}: {message}")
@@ -82,3 +87,40 @@ class WorkerCallError(TurnoutError):
             worker=worker,
             method=method,
         )
+
+
+class MalformedResponse(WorkerCallError):
+    """The worker answered something that is not a valid gRPC response: a message that does not
+    parse as protobuf, a compressed or truncated message, a body without gRPC framing or status.
+
+    gRPC status as grpc's own client reports it (INTERNAL, or UNKNOWN for a body that is not
+    gRPC at all), HTTP 502 whatever it is: the worker, not the request and not the router, is
+    broken. It counts as a worker fault.
+    """
+
+    class_http_status = 502
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: grpc.StatusCode = grpc.StatusCode.INTERNAL,
+        worker: str = "",
+        method: str = "",
+    ) -> None:
+        super().__init__(code, message, worker=worker, method=method)
+
+
+class StreamRefused(WorkerCallError):
+    """The worker refused the call before processing any of it: its stream was above the
+    last-stream-id of a GOAWAY (a graceful connection shutdown), or reset with REFUSED_STREAM.
+
+    Nothing ran on the worker, so the same request may be sent again as it is, to the same
+    worker too: the transport opens a new connection for the next call (the refusing one takes no
+    new streams). gRPC status UNAVAILABLE (HTTP 503); not a worker fault (the worker closed a
+    connection in order, it did not break).
+    """
+
+    def __init__(self, message: str, *, worker: str = "", method: str = "") -> None:
+        super().__init__(grpc.StatusCode.UNAVAILABLE, message, worker=worker, method=method)
+        self.worker_fault = False

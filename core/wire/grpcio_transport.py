@@ -7,12 +7,13 @@ Kept beside the native transport as a reference implementation and a fallback
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Final
+from typing import Any, Final, cast
 
 import grpc
 import grpc.aio
+from google.protobuf.message import DecodeError
 
-from turnout.wire.errors import WorkerCallError
+from turnout.wire.errors import MalformedResponse, WorkerCallError
 from turnout.wire.transport import ClientSettings, Message, MessageType
 
 __all__ = ["GrpcioCall", "GrpcioChannel"]
@@ -25,19 +26,30 @@ def _serialize(message: Message) -> bytes:
 
 
 class GrpcioCall:
-    """A ``grpc.aio`` unary-stream call behind the ``Call`` protocol."""
+    """A ``grpc.aio`` unary-stream call behind the ``Call`` protocol.
 
-    __slots__ = ("_call", "_method", "_worker")
+    Responses are parsed here, not by grpc: grpc logs a message that does not parse and hands
+    over None, which would read as the end of the call.
+    """
 
-    def __init__(self, call: grpc.aio.UnaryStreamCall[Any, Any], method: str, worker: str) -> None:
+    __slots__ = ("_call", "_method", "_parse", "_worker")
+
+    def __init__(
+        self,
+        call: grpc.aio.UnaryStreamCall[Any, Any],
+        response_type: MessageType,
+        method: str,
+        worker: str,
+    ) -> None:
         self._call = call
+        self._parse = response_type.FromString
         self._method = method
         self._worker = worker
 
     async def read(self) -> Any:
         """The next response; None at the end or after ``cancel()``."""
         try:
-            response = await self._call.read()
+            raw = await self._call.read()
         except asyncio.CancelledError:
             if self._call.cancelled() and not _task_cancelling():
                 return None
@@ -48,7 +60,17 @@ class GrpcioCall:
             raise WorkerCallError.from_rpc_error(
                 exc, worker=self._worker, method=self._method
             ) from None
-        return None if response is _EOF else response
+        if raw is _EOF:
+            return None
+        try:
+            return self._parse(cast("bytes", raw))
+        except DecodeError as exc:
+            self._call.cancel()
+            raise MalformedResponse(
+                f"worker sent a message that is not valid protobuf: {exc}",
+                worker=self._worker,
+                method=self._method,
+            ) from None
 
     async def read_batch(self) -> list[Any]:
         """The next response as a batch of one (grpc.aio hands messages over one by one);
@@ -106,11 +128,12 @@ class GrpcioChannel:
         """Start a call (unary and server-streaming methods look the same on the wire)."""
         multi = self._callables.get(path)
         if multi is None:
+            # No response deserializer: GrpcioCall parses the raw bytes.
             multi = self._get_channel().unary_stream(
-                path, request_serializer=_serialize, response_deserializer=response_type.FromString
+                path, request_serializer=_serialize, response_deserializer=None
             )
             self._callables[path] = multi
-        return GrpcioCall(multi(request, timeout=timeout), method, self.worker)
+        return GrpcioCall(multi(request, timeout=timeout), response_type, method, self.worker)
 
     async def wait_ready(self, within: float) -> None:
         """Wait until the channel is connected."""

@@ -17,9 +17,10 @@ from typing import Any, Final
 from urllib.parse import unquote
 
 import grpc
+from google.protobuf.message import DecodeError
 
 from turnout import __version__
-from turnout.wire.errors import WorkerCallError
+from turnout.wire.errors import MalformedResponse, StreamRefused, WorkerCallError
 from turnout.wire.header_codec import Headers
 from turnout.wire.http2 import ConnectionSettings, ErrorCode, Http2Connection
 from turnout.wire.transport import ClientSettings, Message, MessageType
@@ -39,6 +40,7 @@ _HTTP_TO_GRPC: Final = {
     504: grpc.StatusCode.UNAVAILABLE,
 }
 _RESET_TO_GRPC: Final = {
+    # Refused after it answered something: not the safe "never processed" refusal.
     ErrorCode.REFUSED_STREAM: grpc.StatusCode.UNAVAILABLE,
     ErrorCode.CANCEL: grpc.StatusCode.CANCELLED,
     ErrorCode.ENHANCE_YOUR_CALM: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -93,7 +95,8 @@ class NativeCall:
         self._deadline_at = None if timeout is None else loop.time() + timeout
         self._max_message = channel.settings.max_message_bytes
         self._messages: deque[bytes] = deque()
-        self._partial = b""
+        #: Bytes of a message not complete yet (and of the ones after it in the same frame).
+        self._partial = bytearray()
         self._error: WorkerCallError | None = None
         self._ended = False
         self._connecting: asyncio.Task[None] | None = None
@@ -108,8 +111,13 @@ class NativeCall:
     async def read(self) -> Any:
         """The next response message; None once the worker ended the call with OK (or after
         ``cancel()``). Raises ``WorkerCallError`` for any other end."""
-        if self._messages or await self._wait():
-            return self._response_type.FromString(self._messages.popleft())
+        messages = self._messages
+        if messages or await self._wait():
+            data = messages.popleft()
+            try:
+                return self._response_type.FromString(data)
+            except DecodeError as exc:
+                raise self._malformed(exc) from None
         return None
 
     async def read_batch(self) -> list[Any]:
@@ -119,10 +127,42 @@ class NativeCall:
         messages = self._messages
         if messages or await self._wait():
             parse = self._response_type.FromString
-            batch = [parse(data) for data in messages]
+            try:
+                batch = [parse(data) for data in messages]
+            except DecodeError as exc:
+                return self._parse_until_malformed(exc)
             messages.clear()
             return batch
         return []
+
+    def _parse_until_malformed(self, exc: DecodeError) -> list[Any]:
+        """The messages of the queue before the first that does not parse; the call fails
+        with ``MalformedResponse`` (raised now if no message came before it)."""
+        parse = self._response_type.FromString
+        batch = []
+        for data in self._messages:
+            try:
+                batch.append(parse(data))
+            except DecodeError:
+                break
+        error = self._malformed(exc)
+        if not batch:
+            raise error
+        return batch
+
+    def _malformed(self, exc: DecodeError) -> WorkerCallError:
+        """Fail the call (even one that already ended): a message of the worker is not valid
+        protobuf. Returns the error to raise now."""
+        error = MalformedResponse(
+            f"worker sent a message that is not valid protobuf: {exc}",
+            worker=self._channel.worker,
+            method=self._method,
+        )
+        self._messages.clear()
+        if self._error is None:
+            self._error = error
+            self._release(ErrorCode.CANCEL)
+        return error
 
     async def _wait(self) -> bool:
         """Wait until a message is queued (True) or the call ended with OK (False)."""
@@ -224,35 +264,44 @@ class NativeCall:
                 self._fail(code or grpc.StatusCode.UNKNOWN, f"worker answered HTTP {status}")
                 return
             if not fields.get("content-type", "").startswith("application/grpc"):
-                self._fail(grpc.StatusCode.UNKNOWN, "worker answered without a gRPC body")
+                self._fail_malformed("worker answered without a gRPC body", grpc.StatusCode.UNKNOWN)
                 return
         if not end_stream:
             return
         raw_status = fields.get("grpc-status")
         if raw_status is None or not raw_status.isdigit():
-            self._fail(grpc.StatusCode.UNKNOWN, "worker ended the call without a gRPC status")
+            self._fail_malformed("worker ended the call without a gRPC status")
             return
         code = _STATUS_BY_NUMBER.get(int(raw_status), grpc.StatusCode.UNKNOWN)
         if code is grpc.StatusCode.OK:
             if self._partial:
-                self._fail(grpc.StatusCode.INTERNAL, "worker ended the call mid-message")
+                self._fail_malformed("worker ended the call mid-message")
                 return
             self._finish()
         else:
             self._fail(code, unquote(fields.get("grpc-message", "")))
 
     def on_data(self, data: bytes, end_stream: bool) -> None:
-        """Split the body into length-prefixed gRPC messages."""
-        if self._partial:
-            data = self._partial + data
-            self._partial = b""
-        size = len(data)
+        """Split the body into length-prefixed gRPC messages.
+
+        A message spread over many DATA frames is gathered in one growing buffer (linear in its
+        size); messages that arrive whole are sliced straight out of the frame.
+        """
+        partial = self._partial
+        view: bytes | bytearray
+        if partial:
+            partial += data
+            view = partial
+        else:
+            view = data
+        size = len(view)
         pos = 0
+        messages = self._messages
         while size - pos >= 5:
-            length = int.from_bytes(data[pos + 1 : pos + 5], "big")
-            if data[pos]:
-                self._fail(grpc.StatusCode.INTERNAL, "worker sent a compressed message")
+            if view[pos]:
+                self._fail_malformed("worker sent a compressed message")
                 return
+            length = int.from_bytes(view[pos + 1 : pos + 5], "big")
             if length > self._max_message:
                 self._fail(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -262,25 +311,41 @@ class NativeCall:
             end = pos + 5 + length
             if end > size:
                 break
-            self._messages.append(data[pos + 5 : end])
+            messages.append(bytes(view[pos + 5 : end]) if partial else data[pos + 5 : end])
             pos = end
-        if pos < size:
-            self._partial = data[pos:]
+        if partial:
+            del partial[:pos]
+        elif pos < size:
+            partial += memoryview(view)[pos:]
         if end_stream:
-            self._fail(grpc.StatusCode.INTERNAL, "worker ended the call without trailers")
-        else:
-            self._wake()
+            self._fail_malformed("worker ended the call without trailers")
+            return
+        self._wake()
 
     def on_reset(self, error_code: int) -> None:
         """The worker reset the stream."""
         self._connection = None
+        message = f"worker reset the stream (HTTP/2 error {error_code})"
+        if error_code == ErrorCode.REFUSED_STREAM and not self._got_headers:
+            self._fail_with(self._refused(message))
+            return
         code = _RESET_TO_GRPC.get(error_code, grpc.StatusCode.INTERNAL)
-        self._fail(code, f"worker reset the stream (HTTP/2 error {error_code})")
+        self._fail(code, message)
 
     def on_closed(self, reason: str, refused: bool) -> None:
-        """The connection went away under the call."""
+        """The connection went away under the call (``refused``: before the worker took it)."""
         self._connection = None
-        self._fail(grpc.StatusCode.UNAVAILABLE, reason)
+        if refused:
+            self._fail_with(self._refused(reason))
+        else:
+            self._fail(grpc.StatusCode.UNAVAILABLE, reason)
+
+    def _refused(self, reason: str) -> StreamRefused:
+        return StreamRefused(
+            f"{reason}; the worker did not process the call",
+            worker=self._channel.worker,
+            method=self._method,
+        )
 
     # -- ending --------------------------------------------------------------------------------
 
@@ -291,11 +356,25 @@ class NativeCall:
         self._wake()
 
     def _fail(self, code: grpc.StatusCode, message: str) -> None:
+        if not self.done():
+            self._fail_with(
+                WorkerCallError(code, message, worker=self._channel.worker, method=self._method)
+            )
+
+    def _fail_malformed(
+        self, message: str, code: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    ) -> None:
+        if not self.done():
+            self._fail_with(
+                MalformedResponse(
+                    message, code=code, worker=self._channel.worker, method=self._method
+                )
+            )
+
+    def _fail_with(self, error: WorkerCallError) -> None:
         if self.done():
             return
-        self._error = WorkerCallError(
-            code, message, worker=self._channel.worker, method=self._method
-        )
+        self._error = error
         self._release(ErrorCode.CANCEL)
         self._wake()
 
@@ -335,6 +414,17 @@ class NativeChannel:
         self._retry_at = 0.0
         self._last_error: WorkerCallError | None = None
         self._closed = False
+        # Shared by every connection to the worker: a keep-alive interval doubled after the
+        # worker's ENHANCE_YOUR_CALM ("too many pings") stays doubled across reconnects.
+        self._connection_settings = ConnectionSettings(
+            keepalive_time_s=settings.keepalive_time_s,
+            keepalive_timeout_s=settings.keepalive_timeout_s,
+        )
+
+    @property
+    def keepalive_time_s(self) -> float:
+        """The keep-alive interval in use (longer than configured once the worker asked)."""
+        return self._connection_settings.keepalive_time_s
 
     def call(
         self,
@@ -421,10 +511,7 @@ class NativeChannel:
             if loop.time() < self._retry_at and self._last_error is not None:
                 raise self._last_error
             settings = self.settings
-            conn_settings = ConnectionSettings(
-                keepalive_time_s=settings.keepalive_time_s,
-                keepalive_timeout_s=settings.keepalive_timeout_s,
-            )
+            conn_settings = self._connection_settings
             ssl_context = _ssl_context() if self._tls else None
             try:
                 async with asyncio.timeout(settings.connect_timeout_s):

@@ -9,11 +9,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 import pytest
 
-from turnout.wire import ClientSettings, GenerateStream, WorkerCallError, WorkerClient, pb
+from turnout.wire import (
+    ClientSettings,
+    GenerateStream,
+    MalformedResponse,
+    StreamRefused,
+    WorkerCallError,
+    WorkerClient,
+    pb,
+)
 from turnout.wire import native as native_module
 from turnout.wire.native import NativeCall, NativeChannel
 from turnout.wire.transport import method_path
@@ -90,18 +99,15 @@ async def answered_by_the_test(request: Request) -> None:
     """A handler leaving the answer to the test body (it takes the request from the server)."""
 
 
-def client_for(server: ScriptedServer, **settings: float) -> WorkerClient:
-    return WorkerClient(server.url, ClientSettings(**settings))  # type: ignore[arg-type]
+def client_for(server: ScriptedServer, **settings: Any) -> WorkerClient:
+    return WorkerClient(server.url, ClientSettings(**settings))
 
 
 @contextlib.asynccontextmanager
-async def channel_for(server: ScriptedServer, **settings: float) -> AsyncIterator[NativeChannel]:
+async def channel_for(server: ScriptedServer, **settings: Any) -> AsyncIterator[NativeChannel]:
     """A bare native channel to the scripted server, closed on exit."""
     channel = NativeChannel(
-        server.target,
-        tls=False,
-        settings=ClientSettings(**settings),  # type: ignore[arg-type]
-        worker=server.url,
+        server.target, tls=False, settings=ClientSettings(**settings), worker=server.url
     )
     try:
         yield channel
@@ -361,8 +367,9 @@ async def test_non_grpc_content_type() -> None:
     async with ScriptedServer(handler) as server, client_for(server) as client:
         got, err = await read_until_error(client.generate(gen_request()))
         assert got == []
+        assert isinstance(err, MalformedResponse)
         assert err.code == grpc.StatusCode.UNKNOWN
-        assert err.http_status == 500
+        assert err.http_status == 502
         assert err.worker_fault
 
 
@@ -379,7 +386,9 @@ async def test_data_end_stream_without_trailers(last_frame_empty: bool) -> None:
     async with ScriptedServer(handler) as server, client_for(server) as client:
         got, err = await read_until_error(client.generate(gen_request()))
         assert got == ANSWER[:1]  # what arrived before the bad end is still delivered
+        assert isinstance(err, MalformedResponse)
         assert err.code == grpc.StatusCode.INTERNAL
+        assert err.http_status == 502
         assert "trailers" in err.message
 
 
@@ -392,7 +401,9 @@ async def test_ok_trailers_after_truncated_message() -> None:
     async with ScriptedServer(handler) as server, client_for(server) as client:
         got, err = await read_until_error(client.generate(gen_request()))
         assert got == ANSWER[:1]
+        assert isinstance(err, MalformedResponse)
         assert err.code == grpc.StatusCode.INTERNAL
+        assert err.http_status == 502
 
 
 async def test_compressed_message_is_internal() -> None:
@@ -403,11 +414,70 @@ async def test_compressed_message_is_internal() -> None:
     async with ScriptedServer(handler) as server, client_for(server) as client:
         got, err = await read_until_error(client.generate(gen_request()))
         assert got == []
+        assert isinstance(err, MalformedResponse)
         assert err.code == grpc.StatusCode.INTERNAL
+        assert err.http_status == 502
         assert "compressed" in err.message
         # The client gave up on the stream: the server is told (no trailers were ever sent).
         request = server.requests[0]
         await wait_until(lambda: request.reset_code == CANCEL)
+
+
+NOT_PROTOBUF = b"\xff\xff\xff\xff"  # a truncated varint tag: no message parses from it
+
+
+@pytest.mark.parametrize("transport", ["native", "grpcio"])
+async def test_message_that_is_not_protobuf_is_a_502(transport: str) -> None:
+    async def handler(request: Request) -> None:
+        request.send_headers()
+        request.send_data(grpc_message(ANSWER_BYTES[0]))
+        request.send_data(grpc_message(NOT_PROTOBUF))
+        request.send_data(grpc_message(ANSWER_BYTES[1]))
+
+    async with (
+        ScriptedServer(handler) as server,
+        client_for(server, transport=transport) as client,
+    ):
+        stream = client.generate(gen_request())
+        got, err = await read_until_error(stream)
+        assert got == ANSWER[:1]  # the message before the bad one is delivered, none after
+        assert isinstance(err, MalformedResponse)
+        assert err.code == grpc.StatusCode.INTERNAL
+        assert err.http_status == 502
+        assert err.worker_fault
+        assert "not valid protobuf" in err.message
+        # The client gave up on the call: the worker is told, and the request aborted.
+        request = server.requests[0]
+        await wait_until(lambda: request.reset_code == CANCEL)
+        await wait_until(lambda: len(server.aborts) == 1)
+
+
+async def test_next_batch_stops_at_the_message_that_is_not_protobuf() -> None:
+    async def handler(request: Request) -> None:
+        request.send_headers()
+        # Together in one frame: one good message, a bad one, another good one.
+        request.send_data(
+            grpc_message(ANSWER_BYTES[0])
+            + grpc_message(NOT_PROTOBUF)
+            + grpc_message(ANSWER_BYTES[1])
+        )
+
+    async with ScriptedServer(handler) as server, client_for(server) as client:
+        stream = client.generate(gen_request())
+        await wait_until(lambda: len(stream._call._messages) == 3)  # type: ignore[attr-defined]
+        assert await stream.next_batch() == ANSWER[:1]
+        with pytest.raises(MalformedResponse):
+            await stream.next_batch()
+        assert await stream.next_batch() == []
+        await wait_until(lambda: server.requests[0].reset_code == CANCEL)
+
+
+async def test_unary_answer_that_is_not_protobuf() -> None:
+    async with ScriptedServer(answering(NOT_PROTOBUF)) as server, client_for(server) as client:
+        with pytest.raises(MalformedResponse) as info:
+            await client.health_check()
+        assert info.value.http_status == 502
+        assert info.value.method == "HealthCheck"
 
 
 async def test_message_over_the_size_limit() -> None:
@@ -485,8 +555,13 @@ async def test_goaway_fails_streams_above_last_stream_id() -> None:
         conn.goaway(last_stream_id=first.stream_id, debug=b"restarting")
         got, err = await read_until_error(above)
         assert got == []
+        # Refused, not failed: safe to send again, and not the worker's fault.
+        assert isinstance(err, StreamRefused)
         assert err.code == grpc.StatusCode.UNAVAILABLE
+        assert err.http_status == 503
+        assert not err.worker_fault
         assert "GOAWAY" in err.message
+        assert above.responses == 0
 
         # A call started now must not use the closing connection.
         later = client.generate(gen_request("later"))
@@ -503,6 +578,61 @@ async def test_goaway_fails_streams_above_last_stream_id() -> None:
         assert await read_all(later) == ANSWER
         assert second.reset_code is None  # refused streams are not reset
         assert len(server.connections) == 2
+
+
+async def test_rst_refused_stream_before_any_answer_is_a_refusal() -> None:
+    async def handler(request: Request) -> None:
+        if len(request.conn.server.requests) == 1:
+            request.reset(REFUSED_STREAM)
+        else:
+            request.reply(*ANSWER_BYTES)
+
+    async with ScriptedServer(handler) as server, client_for(server) as client:
+        stream = client.generate(gen_request())
+        got, err = await read_until_error(stream)
+        assert got == []
+        assert isinstance(err, StreamRefused)
+        assert not err.worker_fault
+        assert stream.responses == 0
+        # Sent again as it is, it is served.
+        assert await read_all(client.generate(gen_request())) == ANSWER
+
+
+async def test_refused_call_is_served_when_sent_again_on_a_new_connection() -> None:
+    async with ScriptedServer() as server, client_for(server) as client:
+        stream = client.generate(gen_request("first"))
+        request = await server.next_request()
+        request.conn.goaway(last_stream_id=0, debug=b"max connection age")
+        with pytest.raises(StreamRefused):
+            await read_all(stream)
+        again = client.generate(gen_request("first"))
+        retried = await server.next_request()
+        assert retried.conn is not request.conn
+        assert pb.GenerateRequest.FromString(retried.messages()[0]).request_id == "first"
+        retried.reply(*ANSWER_BYTES)
+        assert await read_all(again) == ANSWER
+        await asyncio.wait_for(request.conn.closed.wait(), 3)  # the refusing one is closed
+
+
+async def test_enhance_your_calm_doubles_keepalive_across_reconnects() -> None:
+    async with (
+        ScriptedServer(answering(HEALTHY)) as server,
+        channel_for(server, keepalive_time_s=3.0) as channel,
+    ):
+        await start_call(channel, "HealthCheck").read()
+        first = server.connections[0]
+        first.goaway(last_stream_id=1, error_code=ENHANCE_YOUR_CALM, debug=b"too_many_pings")
+        await asyncio.wait_for(first.closed.wait(), 3)
+
+        await start_call(channel, "HealthCheck").read()  # on a new connection
+        assert len(server.connections) == 2
+        [connection] = channel._connections
+        assert connection.settings.keepalive_time_s == 6.0
+        # A second complaint doubles it again.
+        server.connections[1].goaway(last_stream_id=3, error_code=ENHANCE_YOUR_CALM)
+        await asyncio.wait_for(server.connections[1].closed.wait(), 3)
+        await start_call(channel, "HealthCheck").read()
+        assert channel._connections[0].settings.keepalive_time_s == 12.0
 
 
 async def test_connection_dropped_mid_stream_then_reconnect() -> None:
