@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import string
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -14,6 +15,8 @@ from turnout.server.events import ChoiceDelta, ChoiceEnd, TokenLogprob, ToolCall
 from turnout.tool_calls.types import ToolCallDelta, ToolParser, Tools
 
 log = logging.getLogger("turnout.server")
+
+_ID_ALPHABET = string.ascii_letters + string.digits
 
 
 class TextDecoder(Protocol):
@@ -51,6 +54,8 @@ class CallIds:
         """An id for call ``index`` of this output."""
         if self._style == "kimi":
             return f"functions.{name}:{self._offset + index}"
+        if self._style == "mistral":
+            return "".join(secrets.choice(_ID_ALPHABET) for _ in range(9))
         return f"call_{secrets.token_hex(12)}"
 
 

@@ -1,10 +1,12 @@
 """Render OpenAI-style conversations through a model's Jinja chat template, like ``transformers``.
 
 :class:`ChatTemplate` wraps one compiled template. Before rendering, messages are brought into the
-shape Hugging Face templates expect: keys whose value is ``None`` are dropped, tool-call
-``arguments`` given as a JSON string become a dict, reasoning is offered under both
-``reasoning_content`` and ``thinking``, and content is converted to the template's
-:data:`ContentFormat` (parts joined into a string, or a string wrapped in a text part).
+shape Hugging Face templates expect: keys whose value is ``None`` are dropped, a null or
+missing ``content`` becomes ``""`` (as SGLang does; templates read it), tool-call ``arguments``
+given as a JSON string become a dict, reasoning is offered under both ``reasoning_content`` and
+``thinking``, and content is converted to the template's :data:`ContentFormat` (parts joined
+into a string, or a string wrapped in a text part). Templates that need otherwise get what they
+expect (see :class:`MessageShape`): arguments as JSON text, a null content beside tool calls.
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from typing import Any
 
 import jinja2
 
-from turnout.tokenizer.content_format import ContentFormat, detect_content_format
+from turnout.tokenizer.content_format import ContentFormat
 from turnout.tokenizer.errors import ChatTemplateError
+from turnout.tokenizer.message_shape import MessageShape, detect_message_shape
 from turnout.tokenizer.template_env import compile_template
 
 Message = Mapping[str, Any]
@@ -26,10 +29,11 @@ _RESERVED = frozenset({"messages", "tools", "documents", "add_generation_prompt"
 # Appended to the message being continued, then cut off again with everything after it. The
 # trailing space tells whether the template trimmed the message (then the cut is right-stripped).
 _CONTINUE_TAG = "<turnout-continue-final-message> "
+_DEFAULT_SHAPE = MessageShape()
 
 
 def _arguments_as_object(arguments: object) -> object:
-    """OpenAI sends arguments as JSON text; templates expect the decoded object."""
+    """OpenAI sends arguments as JSON text; most templates expect the decoded object."""
     if not isinstance(arguments, str):
         return arguments
     try:
@@ -39,15 +43,23 @@ def _arguments_as_object(arguments: object) -> object:
     return decoded if isinstance(decoded, dict) else arguments
 
 
-def _tool_calls(calls: object, index: int) -> object:
+def _arguments_as_text(arguments: object) -> object:
+    """For templates that concatenate arguments into the prompt: JSON text, as sent."""
+    if isinstance(arguments, Mapping):
+        return json.dumps(arguments, ensure_ascii=False)
+    return arguments
+
+
+def _tool_calls(calls: object, index: int, as_text: bool) -> object:
     if not isinstance(calls, list):
         raise ChatTemplateError(f"messages[{index}].tool_calls must be a list")
+    shape_arguments = _arguments_as_text if as_text else _arguments_as_object
     converted: list[object] = []
     for call in calls:
         if isinstance(call, Mapping) and isinstance(call.get("function"), Mapping):
             function = dict(call["function"])
             if "arguments" in function:
-                function["arguments"] = _arguments_as_object(function["arguments"])
+                function["arguments"] = shape_arguments(function["arguments"])
             converted.append({**call, "function": function})
         else:
             converted.append(call)
@@ -84,7 +96,9 @@ def _content(content: object, fmt: ContentFormat, index: int) -> object:
     return content
 
 
-def prepare_messages(messages: Sequence[Message], fmt: ContentFormat) -> list[dict[str, Any]]:
+def prepare_messages(
+    messages: Sequence[Message], shape: MessageShape = _DEFAULT_SHAPE
+) -> list[dict[str, Any]]:
     """Copy ``messages`` into the shape chat templates expect (see the module docstring).
 
     The caller's objects are not modified.
@@ -101,9 +115,13 @@ def prepare_messages(messages: Sequence[Message], fmt: ContentFormat) -> list[di
             raise ChatTemplateError(f"messages[{index}].role must be a string")
         out = {key: value for key, value in message.items() if value is not None}
         if "content" in out:
-            out["content"] = _content(out["content"], fmt, index)
+            out["content"] = _content(out["content"], shape.content_format, index)
+        elif out.get("tool_calls") and shape.null_content_with_calls:
+            out["content"] = None
+        else:
+            out["content"] = ""
         if "tool_calls" in out:
-            out["tool_calls"] = _tool_calls(out["tool_calls"], index)
+            out["tool_calls"] = _tool_calls(out["tool_calls"], index, shape.arguments_as_text)
         reasoning = next((out[key] for key in _REASONING_KEYS if key in out), None)
         if reasoning is not None:
             out = {"thinking": reasoning, **out, "reasoning_content": reasoning}
@@ -111,11 +129,17 @@ def prepare_messages(messages: Sequence[Message], fmt: ContentFormat) -> list[di
     return prepared
 
 
-def _mark_final_message(messages: list[dict[str, Any]], key: str, source: str) -> str:
-    """Append the continue tag to the text being continued; return that text."""
+def _mark_final_message(
+    messages: list[dict[str, Any]], key: str, source: str, sent: Message
+) -> str:
+    """Append the continue tag to the text being continued; return that text.
+
+    ``sent`` is the final message as the client sent it: a content it did not send (made
+    ``""`` for the template) is nothing to continue.
+    """
     final = messages[-1]
     value = final.get(key)
-    if value is None:
+    if value is None or sent.get(key) is None:
         raise ChatTemplateError(
             f"continue_final_message: the final message has no {key!r} to continue"
         )
@@ -156,9 +180,9 @@ def _cut_at_tag(rendered: str, final_text: str) -> str:
 
 
 class ChatTemplate:
-    """One compiled chat template and its detected content format."""
+    """One compiled chat template and the message shape it expects."""
 
-    __slots__ = ("_template", "content_format", "name", "source")
+    __slots__ = ("_template", "name", "shape", "source")
 
     def __init__(self, source: str, name: str = "default") -> None:
         """Compile ``source``; a syntax error raises :class:`ChatTemplateError`."""
@@ -170,7 +194,12 @@ class ChatTemplate:
             ) from exc
         self.source = source
         self.name = name
-        self.content_format: ContentFormat = detect_content_format(source)
+        self.shape = detect_message_shape(source)
+
+    @property
+    def content_format(self) -> ContentFormat:
+        """Whether the template takes content as a string or as parts."""
+        return self.shape.content_format
 
     def render(
         self,
@@ -200,11 +229,11 @@ class ChatTemplate:
             )
         if documents is not None and not all(isinstance(doc, Mapping) for doc in documents):
             raise ChatTemplateError("documents must be a list of objects")
-        prepared = prepare_messages(messages, self.content_format)
+        prepared = prepare_messages(messages, self.shape)
         final_text = None
         if continue_final_message:
             key = continue_final_message if isinstance(continue_final_message, str) else "content"
-            final_text = _mark_final_message(prepared, key, self.source)
+            final_text = _mark_final_message(prepared, key, self.source, messages[-1])
         variables: dict[str, Any] = dict(special_tokens or {})
         variables.update(template_kwargs)
         try:

@@ -21,21 +21,21 @@ from turnout.tokenizer.template_env import template_environment
 ContentFormat = Literal["string", "openai"]
 
 
-def _is_content_expr(node: nodes.Node, aliases: set[str]) -> bool:
-    """``x.content``, ``x['content']``, a variable set from one, or a filter applied to one."""
+def is_field_expr(node: nodes.Node, field: str, aliases: set[str]) -> bool:
+    """``x.field``, ``x['field']``, a variable set from one, or a filter applied to one."""
     if isinstance(node, nodes.Getattr):
-        return node.attr == "content"
+        return node.attr == field
     if isinstance(node, nodes.Getitem):
-        return isinstance(node.arg, nodes.Const) and node.arg.value == "content"
+        return isinstance(node.arg, nodes.Const) and node.arg.value == field
     if isinstance(node, nodes.Name):
         return node.name in aliases
     if isinstance(node, nodes.Filter) and node.node is not None:
-        return _is_content_expr(node.node, aliases)
+        return is_field_expr(node.node, field, aliases)
     return False
 
 
-def _content_aliases(tree: nodes.Template) -> set[str]:
-    """Names assigned from a content expression (``{% set content = message.content %}``)."""
+def field_aliases(tree: nodes.Template, field: str) -> set[str]:
+    """Names assigned from a ``field`` expression (``{% set content = message.content %}``)."""
     aliases: set[str] = set()
     assigns = list(tree.find_all(nodes.Assign))
     changed = True
@@ -46,11 +46,15 @@ def _content_aliases(tree: nodes.Template) -> set[str]:
             if (
                 isinstance(target, nodes.Name)
                 and target.name not in aliases
-                and _is_content_expr(assign.node, aliases)
+                and is_field_expr(assign.node, field, aliases)
             ):
                 aliases.add(target.name)
                 changed = True
     return aliases
+
+
+def _is_content_expr(node: nodes.Node, aliases: set[str]) -> bool:
+    return is_field_expr(node, "content", aliases)
 
 
 def _reads_parts(tree: nodes.Template, aliases: set[str]) -> Iterator[bool]:
@@ -72,13 +76,18 @@ def _accepts_string(tree: nodes.Template, aliases: set[str]) -> bool:
     )
 
 
+def content_format_of(tree: nodes.Template) -> ContentFormat:
+    """The content format of a parsed template."""
+    aliases = field_aliases(tree, "content")
+    if any(_reads_parts(tree, aliases)) and not _accepts_string(tree, aliases):
+        return "openai"
+    return "string"
+
+
 def detect_content_format(source: str) -> ContentFormat:
     """``"openai"`` when the template needs content parts, else ``"string"``."""
     try:
         tree = template_environment().parse(source)
     except jinja2.TemplateSyntaxError:
         return "string"
-    aliases = _content_aliases(tree)
-    if any(_reads_parts(tree, aliases)) and not _accepts_string(tree, aliases):
-        return "openai"
-    return "string"
+    return content_format_of(tree)

@@ -54,14 +54,15 @@ class ToolParseStep:
     calls: list[ToolCallDelta] = field(default_factory=list)
 
 
-CallIdStyle = Literal["openai", "kimi"]
+CallIdStyle = Literal["openai", "kimi", "mistral"]
 
 
 @runtime_checkable
 class ToolParser(Protocol):
     """What a tool-call parser plugin provides (see docs/plugins.md)."""
 
-    #: ``"openai"`` gives ids ``call_<24 hex>``; ``"kimi"`` gives ``functions.NAME:IDX``.
+    #: ``"openai"`` gives ids ``call_<24 hex>``; ``"kimi"`` gives ``functions.NAME:IDX``;
+    #: ``"mistral"`` gives 9 letters and digits (Mistral's templates refuse other ids).
     call_id_style: ClassVar[CallIdStyle]
     #: True when the format's markers are special tokens that must not be skipped in decoding.
     needs_special_tokens: ClassVar[bool]

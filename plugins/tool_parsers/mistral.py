@@ -5,6 +5,9 @@
 * ``[TOOL_CALLS]NAME[ARGS]{...}`` per call (tokenizers v11+), optionally
   ``[TOOL_CALLS]NAME[CALL_ID]ID[ARGS]{...}`` (the model's id is not used).
 
+Call ids given to clients are 9 letters and digits: Mistral's chat templates refuse any other id
+when the calls come back in the conversation.
+
 Choices (identical in streaming and one-shot):
 
 * Arguments may contain brackets and braces: the JSON is scanned outside strings, never with a
@@ -24,6 +27,7 @@ from typing import ClassVar
 
 from turnout.tool_calls.base import FAILED, OK
 from turnout.tool_calls.json_calls import NAME_CHARS, BlockCallsParser
+from turnout.tool_calls.types import CallIdStyle
 
 TOOL_CALLS = "[TOOL_CALLS]"
 ARGS = "[ARGS]"
@@ -34,6 +38,7 @@ _ID_CHARS = re.compile(r"[A-Za-z0-9_\-.:]*")
 class MistralToolParser(BlockCallsParser):
     """``[TOOL_CALLS]`` JSON arrays and compact ``NAME[ARGS]{json}`` calls."""
 
+    call_id_style: ClassVar[CallIdStyle] = "mistral"
     START_MARKERS: ClassVar[tuple[str, ...]] = (TOOL_CALLS,)
 
     def _other_block(self) -> Generator[None, None, None]:

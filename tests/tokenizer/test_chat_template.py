@@ -12,6 +12,7 @@ import pytest
 from tests.tokenizer.helpers import TEMPLATES
 from turnout.tokenizer import ChatTemplate, ChatTemplateError, detect_content_format
 from turnout.tokenizer.chat_template import prepare_messages
+from turnout.tokenizer.message_shape import MessageShape, detect_message_shape
 from turnout.tokenizer.template_env import compile_template
 
 USER = [{"role": "user", "content": "hi"}]
@@ -151,14 +152,88 @@ def test_prepare_messages_shapes_for_templates() -> None:
             ],
         },
     ]
-    prepared = prepare_messages(messages, "string")
+    prepared = prepare_messages(messages)
     assert prepared[0]["content"] == "a\nb"
-    assert "content" not in prepared[1]
+    assert prepared[1]["content"] == ""
     assert prepared[1]["thinking"] == prepared[1]["reasoning_content"] == "why"
     args = [call["function"]["arguments"] for call in prepared[1]["tool_calls"]]
     assert args == [{"x": 1}, "not json", "[1]"]
     assert messages[1]["tool_calls"][0]["function"]["arguments"] == '{"x": 1}'  # untouched
     assert messages[0]["content"][0] == {"type": "text", "text": "a"}
+
+
+def test_null_or_missing_content_becomes_empty_text() -> None:
+    """As SGLang does: templates read ``content`` of every message, beside tool calls too."""
+    call = {"id": "1", "type": "function", "function": {"name": "f", "arguments": '{"x": 1}'}}
+    messages = [
+        {"role": "user", "content": None},
+        {"role": "assistant", "tool_calls": [call]},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "1"},
+    ]
+    assert [m["content"] for m in prepare_messages(messages)] == ["", "", "", ""]
+    keeps_none = prepare_messages(messages, MessageShape(null_content_with_calls=True))
+    assert [m["content"] for m in keeps_none] == ["", None, None, ""]
+    source = "{% for m in messages %}{{ m.role }}:{{ m.content + '|' }}{% endfor %}"
+    rendered = ChatTemplate(source).render(messages[:2], add_generation_prompt=False)
+    assert rendered == "user:|assistant:|"
+
+
+def test_arguments_as_text_for_templates_that_concatenate_them() -> None:
+    calls = [
+        {"function": {"name": "f", "arguments": '{"x": "é"}'}},
+        {"function": {"name": "g", "arguments": {"y": 2}}},
+    ]
+    messages = [{"role": "assistant", "tool_calls": calls}]
+    prepared = prepare_messages(messages, MessageShape(arguments_as_text=True))
+    assert [c["function"]["arguments"] for c in prepared[0]["tool_calls"]] == [
+        '{"x": "é"}',
+        '{"y": 2}',
+    ]
+    source = (
+        "{% for m in messages %}{% for c in m.tool_calls %}"
+        "{{ c.function.name + '(' + c.function.arguments + ')' }}{% endfor %}{% endfor %}"
+    )
+    assert ChatTemplate(source).render(messages, add_generation_prompt=False) == (
+        'f({"x": "é"})g({"y": 2})'
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "as_text"),
+    [
+        ("{{ m.tool_calls[0].function.arguments | tojson }}", False),
+        ("{% for k, v in c.arguments | items %}{{ k }}{% endfor %}", False),
+        ("{{ '<sep>' + c['function']['arguments'] }}", True),
+        ("{{ c.arguments ~ '!' }}", True),
+        ("{% set a = c.function.arguments %}{{ 'x' + a }}", True),
+        ("{{ c.arguments }}", True),
+        ("{% if c.arguments is string %}{{ c.arguments }}{% else %}{{ c.arguments | tojson }}"
+         "{% endif %}", False),
+    ],
+)  # fmt: skip
+def test_arguments_shape_detection(source: str, as_text: bool) -> None:
+    assert detect_message_shape(source).arguments_as_text is as_text
+
+
+def test_null_content_branch_detection() -> None:
+    def branches(source: str) -> bool:
+        return detect_message_shape(source).null_content_with_calls
+
+    assert branches("{% if m['content'] is none %}{% endif %}")
+    assert branches("{% if m.content is not none %}{% endif %}")
+    assert not branches("{% if m.thinking is none %}{% endif %}")
+    assert detect_message_shape("{% broken") == MessageShape()
+
+
+@pytest.mark.skipif(not TEMPLATES.is_dir(), reason=f"shared fixtures not found at {TEMPLATES}")
+def test_hub_templates_message_shapes() -> None:
+    shapes = {p.stem: detect_message_shape(p.read_text()) for p in TEMPLATES.glob("*.jinja")}
+    as_text = {name for name, shape in shapes.items() if shape.arguments_as_text}
+    none_branch = {name for name, shape in shapes.items() if shape.null_content_with_calls}
+    deepseek = {"deepseek-ai-DeepSeek-V3.1", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"}
+    assert as_text == deepseek
+    assert none_branch == {*deepseek, "moonshotai-Kimi-K2"}
 
 
 def test_documents_and_tools_reach_the_template() -> None:

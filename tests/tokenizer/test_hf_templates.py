@@ -1,9 +1,12 @@
 """Differential tests: real Hub chat templates rendered by turnout and by ``transformers``.
 
 turnout receives conversations as OpenAI clients send them (tool-call arguments as JSON text,
-``content: null`` beside tool calls); transformers receives the same conversations in the shape
-its templates expect (arguments as dicts). The rendered prompts must be identical, and where a
-template refuses a conversation both must refuse it.
+``content: null`` or no ``content`` beside tool calls); transformers receives the same
+conversations in the shape each template expects, written out here per template: arguments as
+dicts (as JSON text for DeepSeek's templates, which concatenate them), a null or missing content
+as ``""`` (SGLang's normalisation; as ``None`` beside tool calls for the templates that branch on
+it). The rendered prompts must be identical, and where a template refuses a conversation both
+must refuse it.
 """
 
 from __future__ import annotations
@@ -74,23 +77,34 @@ WEATHER_TOOL = {
     },
 }
 CALL_ID = "abc123XYZ"  # Mistral requires 9 alphanumeric characters
+CALL_ID_2 = "def456UVW"
 ARGS = {"city": "Zürich", "unit": "celsius"}
+ARGS_2 = {"city": "東京"}
+ABSENT = object()  # a message without the key
+
+# Templates that concatenate tool-call arguments into the prompt: they need the JSON text.
+ARGUMENTS_AS_TEXT = {"deepseek-ai-DeepSeek-V3.1", "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B"}
+# Templates with a branch for `content is none` beside tool calls (R1-Distill renders the calls
+# only there).
+NONE_CONTENT_BESIDE_CALLS = {
+    "deepseek-ai-DeepSeek-V3.1",
+    "deepseek-ai-DeepSeek-R1-Distill-Qwen-32B",
+    "moonshotai-Kimi-K2",
+}
 
 
-def _tool_call_turns(arguments: object, content: str | None = None) -> list[dict[str, Any]]:
+def _call(call_id: str, arguments: object) -> dict[str, Any]:
+    function = {"name": "get_weather", "arguments": arguments}
+    return {"id": call_id, "type": "function", "function": function}
+
+
+def _tool_call_turns(arguments: object, content: object = None) -> list[dict[str, Any]]:
+    assistant: dict[str, Any] = {"role": "assistant", "tool_calls": [_call(CALL_ID, arguments)]}
+    if content is not ABSENT:
+        assistant["content"] = content
     return [
         {"role": "user", "content": "What's the weather in Zürich?"},
-        {
-            "role": "assistant",
-            "content": content,
-            "tool_calls": [
-                {
-                    "id": CALL_ID,
-                    "type": "function",
-                    "function": {"name": "get_weather", "arguments": arguments},
-                }
-            ],
-        },
+        assistant,
         {"role": "tool", "tool_call_id": CALL_ID, "content": '{"temperature": 21, "sky": "☀️"}'},
     ]
 
@@ -127,6 +141,33 @@ CONVERSATIONS: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {
         _tool_call_turns(json.dumps(ARGS), content=""),
         {"tools": [WEATHER_TOOL]},
     ),
+    "tool_call_content_absent": (
+        _tool_call_turns(json.dumps(ARGS), content=ABSENT),
+        {"tools": [WEATHER_TOOL]},
+    ),
+    "tool_call_with_text": (
+        _tool_call_turns(json.dumps(ARGS), content="Let me check."),
+        {"tools": [WEATHER_TOOL]},
+    ),
+    # An agent's loop: two calls in one turn, their results, the answer, the next question.
+    "agent_loop": (
+        [
+            {"role": "user", "content": "Weather in Zürich and Tokyo?"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    _call(CALL_ID, json.dumps(ARGS)),
+                    _call(CALL_ID_2, json.dumps(ARGS_2, ensure_ascii=False)),
+                ],
+            },
+            {"role": "tool", "tool_call_id": CALL_ID, "content": "21 degrees"},
+            {"role": "tool", "tool_call_id": CALL_ID_2, "content": "18 degrees"},
+            {"role": "assistant", "content": "Zürich: 21 degrees, Tokyo: 18 degrees."},
+            {"role": "user", "content": "Thanks! And tomorrow?"},
+        ],
+        {"tools": [WEATHER_TOOL]},
+    ),
     "thinking_on": (
         [{"role": "user", "content": "Think about 17*23."}],
         {"enable_thinking": True, "thinking": True, "reasoning_effort": "high"},
@@ -157,13 +198,21 @@ CONVERSATIONS: dict[str, tuple[list[dict[str, Any]], dict[str, Any]]] = {
 }
 
 
-def _hf_shape(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """What a transformers user passes: tool-call arguments as dicts."""
+# Every template renders every tool conversation, except where its own rules refuse one.
+TOOL_CONVERSATIONS = {name for name in CONVERSATIONS if "tool" in name or "agent" in name}
+TEMPLATE_REFUSES = {("meta-llama-Llama-3.1-8B-Instruct", "agent_loop")}  # one call per turn
+
+
+def _hf_shape(messages: list[dict[str, Any]], name: str) -> list[dict[str, Any]]:
+    """What a transformers user passes to template ``name`` (see the module docstring)."""
     shaped = copy.deepcopy(messages)
     for message in shaped:
+        if message.get("content") is None:
+            keep_none = name in NONE_CONTENT_BESIDE_CALLS and message.get("tool_calls")
+            message["content"] = None if keep_none else ""
         for call in message.get("tool_calls") or []:
             arguments = call["function"]["arguments"]
-            if isinstance(arguments, str):
+            if isinstance(arguments, str) and name not in ARGUMENTS_AS_TEXT:
                 call["function"]["arguments"] = json.loads(arguments)
     return shaped
 
@@ -192,12 +241,24 @@ def hf_tokenizers(small_tokenizer_file: Path) -> Callable[[str], Any]:
     return get
 
 
-def _render_hf(tok: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any]) -> str | Exception:
+def _render_hf(
+    tok: Any, messages: list[dict[str, Any]], kwargs: dict[str, Any], name: str
+) -> str | Exception:
     options = {"add_generation_prompt": True, **kwargs}
+    shaped = _hf_shape(messages, name)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            out: str = tok.apply_chat_template(_hf_shape(messages), tokenize=False, **options)
+            if any("content" in m and m["content"] is None for m in shaped):
+                # apply_chat_template drops None values; its renderer takes them as they are.
+                from transformers.utils.chat_template_utils import render_jinja_template
+
+                rendered, _ = render_jinja_template(
+                    [shaped], chat_template=tok.chat_template, **tok.special_tokens_map, **options
+                )
+                out: str = rendered[0]
+            else:
+                out = tok.apply_chat_template(shaped, tokenize=False, **options)
     except Exception as exc:
         return exc
     return out
@@ -217,8 +278,10 @@ def test_render_matches_transformers(
         chat_template__jinja=(TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8"),
     )
     ours = ModelTokenizer.from_dir(model_dir)
-    expected = _render_hf(hf_tokenizers(name), messages, kwargs)
+    expected = _render_hf(hf_tokenizers(name), messages, kwargs, name)
     original = copy.deepcopy(messages)
+    if conversation in TOOL_CONVERSATIONS and (name, conversation) not in TEMPLATE_REFUSES:
+        assert not isinstance(expected, Exception), expected
     if isinstance(expected, Exception):
         with pytest.raises(ChatTemplateError):
             ours.apply_chat_template(copy.deepcopy(messages), **kwargs)
@@ -246,6 +309,7 @@ def test_text_parts_render_like_strings(
             {"role": "user", "content": "first\nsecond"},
         ],
         {},
+        name,
     )
     assert ours.content_format == "string"
     if isinstance(expected, Exception):  # Hermes' tool_use template needs tools
@@ -268,9 +332,8 @@ def test_deepseek_tokens_match_transformers(
     for conversation in ("plain", "system_multi_turn", "reasoning_in_history", "thinking_on"):
         messages, kwargs = CONVERSATIONS[conversation]
         options = {"add_generation_prompt": True, **kwargs}
-        expected_ids = hf.apply_chat_template(
-            _hf_shape(messages), tokenize=True, return_dict=False, **options
-        )
+        shaped = _hf_shape(messages, "deepseek-ai-DeepSeek-V3.1")
+        expected_ids = hf.apply_chat_template(shaped, tokenize=True, return_dict=False, **options)
         text, ids = ours.encode_chat(messages, **kwargs)
         assert ids == list(expected_ids), conversation
-        assert text == hf.apply_chat_template(_hf_shape(messages), tokenize=False, **options)
+        assert text == hf.apply_chat_template(shaped, tokenize=False, **options)
