@@ -25,7 +25,8 @@ _OPEN = CircuitState.OPEN
 class CircuitBreaker:
     """closed -> open after ``failure_threshold`` consecutive worker faults; open -> half-open
     ``timeout_s`` later (checked lazily); half-open -> closed after ``success_threshold``
-    consecutive successes, or back to open on any fault. Half-open admits normal traffic.
+    consecutive successes, or back to open on any fault. A half-open worker takes one request
+    at a time (see :attr:`Worker.routable <turnout.workers.worker.Worker.routable>`).
 
     Only worker faults may be recorded as failures; client errors are never passed here.
     """

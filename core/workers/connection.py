@@ -61,6 +61,14 @@ class Failure:
     worker_fault: bool
     #: HTTP status the client would see.
     status: int
+    #: What happened, for logs and ``GET /workers`` (it may name the worker's address).
     message: str
     #: Whether another worker may succeed (408/429/5xx and transport errors).
     retryable: bool
+    #: What the client is told: never the worker's address (the log line with the request id
+    #: has it). Empty: a text derived from ``status``.
+    public: str = ""
+
+    def client_message(self) -> str:
+        """The error text for the client."""
+        return self.public or f"the worker failed the request (HTTP {self.status})"

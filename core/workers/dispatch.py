@@ -9,6 +9,7 @@ import random
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from math import inf
 from types import TracebackType
 from typing import Any, Self
 
@@ -63,6 +64,8 @@ class Dispatcher:
     ) -> None:
         self.registry = registry
         self.retry = retry or registry.settings.retry
+        #: Seconds a worker may take to send a request's first response (None: no bound).
+        self.first_response_timeout = registry.settings.wire.first_response_timeout_s or None
         self._rng = rng or random.Random()
         self._routes: dict[str, _Route] = {}
         self._default: Policy | PolicyFactory = _round_robin
@@ -118,7 +121,8 @@ class Dispatcher:
     ) -> GenerateSession:
         """Start ``request`` on a worker of ``model`` and wait for its first response.
 
-        Worker faults before the first response are recorded, backed off and retried on
+        Worker faults before the first response, a first response later than
+        ``wire.first_response_timeout_s`` included, are recorded, backed off and retried on
         workers not yet tried, up to ``retry.max_attempts`` attempts in all. Raises
         :class:`NoWorkerAvailable` (503) when no worker can take it, or
         :class:`WorkerRequestError` with the worker's status (a client error, or the last
@@ -129,6 +133,7 @@ class Dispatcher:
         route = self._route(model)
         retry = self.retry
         max_attempts = retry.max_attempts if retry.enabled else 1
+        first_timeout = self.first_response_timeout
         tried: set[str] = set()
         attempt = 0
         while True:
@@ -138,31 +143,45 @@ class Dispatcher:
             worker = self._select(route, routing, candidates)
             attempt += 1
             remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
+            wait = remaining if first_timeout is None else min(remaining or inf, first_timeout)
             worker.acquire()
             stream: ResponseStream | None = None
             try:
                 stream = worker.connection.generate(request, remaining)
-                first = await stream.next_batch()
+                if wait is None:
+                    first = await stream.next_batch()
+                else:
+                    async with asyncio.timeout(wait):
+                        first = await stream.next_batch()
             except asyncio.CancelledError:
                 worker.release()
                 if stream is not None:
                     await stream.aclose()
                 raise
+            except TimeoutError as error:
+                # The stream was cancelled by the timeout: the worker is told to abort it.
+                failure: Failure | None = _silent(worker, wait or 0.0)
+                exc: BaseException = error
             except Exception as error:
-                failure: Failure | None = worker.connection.classify(error)
+                failure = worker.connection.classify(error)
                 if failure is None:
                     worker.release()
                     if stream is not None:
                         await stream.aclose()
                     raise
-                exc: BaseException = error
+                exc = error
             else:
                 if first:
                     worker.health.traffic_ok()
                     return GenerateSession(self, worker, stream, first, route, routing, attempt)
-                message = f"{worker.url}: Generate ended without a response"
-                failure = Failure(True, 502, message, True)
-                exc = RuntimeError(message)
+                failure = Failure(
+                    True,
+                    502,
+                    f"{worker.url}: Generate ended without a response",
+                    True,
+                    "the worker ended the request without answering",
+                )
+                exc = RuntimeError(failure.message)
 
             # The attempt failed before the client saw anything.
             worker.release()
@@ -177,25 +196,19 @@ class Dispatcher:
             if not last_try:
                 delay = backoff_delay(retry, attempt - 1, self._rng)
                 out_of_time = deadline is not None and loop.time() + delay >= deadline
-                if out_of_time or not self.registry.candidates(model, tried):
-                    last_try = True
-                else:
-                    log.info(
-                        "retrying on another worker after %s failed (attempt %d): %s",
-                        worker.id,
-                        attempt,
-                        failure.message,
-                    )
-                    await asyncio.sleep(delay)
-                    continue
+                last_try = out_of_time or not self.registry.candidates(model, tried)
+            _log_failure(worker, failure, attempt, retrying=not last_try)
+            if not last_try:
+                await asyncio.sleep(delay)
+                continue
+            public = failure.client_message()
             raise WorkerRequestError(
-                failure.message
-                if attempt == 1
-                else f"{failure.message} (after {attempt} attempts)",
+                public if attempt == 1 else f"{public} (after {attempt} attempts)",
                 status=failure.status,
                 worker_fault=failure.worker_fault,
                 worker_id=worker.id,
                 attempts=attempt,
+                detail=failure.message,
             ) from exc
 
     def _select(self, route: _Route, routing: RoutingRequest, candidates: list[Worker]) -> Worker:
@@ -308,7 +321,11 @@ class GenerateSession:
         try:
             batch: list[Any] = await self._stream.next_batch()
         except asyncio.CancelledError:
-            await self.aclose()
+            # Cancelled while waiting on the worker (client gone, request timeout): that says
+            # nothing good about the worker, so it is not booked as a success.
+            if not self._done:
+                self._finish(None, neutral=True)
+                await self._stream.aclose()
             raise
         except Exception as exc:
             failure = self.worker.connection.classify(exc)
@@ -316,12 +333,18 @@ class GenerateSession:
                 self._finish(None)
                 raise
             self._finish(failure)
-            raise WorkerRequestError(
+            log.warning(
+                "worker %s failed mid-stream (not retried: the client has output): %s",
+                self.worker.id,
                 failure.message,
+            )
+            raise WorkerRequestError(
+                failure.client_message(),
                 status=failure.status,
                 worker_fault=failure.worker_fault,
                 worker_id=self.worker.id,
                 attempts=self.attempts,
+                detail=failure.message,
             ) from exc
         if not batch:
             self._finish(None)
@@ -352,16 +375,16 @@ class GenerateSession:
     ) -> None:
         await self.aclose()
 
-    def _finish(self, failure: Failure | None) -> None:
+    def _finish(self, failure: Failure | None, *, neutral: bool = False) -> None:
         if self._done:
             return
         self._done = True
         worker = self.worker
         worker.release()
-        if failure is None:
-            worker.breaker.record_success()
-        else:
+        if failure is not None:
             _record_failure(worker, failure)
+        elif not neutral:
+            worker.breaker.record_success()
         if self._route.done is not None:
             _call_hook(self._route.done, self._routing, worker.id, failure is None)
 
@@ -370,6 +393,30 @@ class GenerateSession:
         if not self._done:
             self._done = True
             self.worker.release()
+
+
+def _silent(worker: Worker, waited: float) -> Failure:
+    """A worker that did not send a first response in time: hung, stopped or overloaded."""
+    return Failure(
+        True,
+        504,
+        f"{worker.url}: no response to Generate within {waited:g}s (aborted)",
+        True,
+        f"the worker did not start answering within {waited:g}s",
+    )
+
+
+def _log_failure(worker: Worker, failure: Failure, attempt: int, *, retrying: bool) -> None:
+    """One line per failed attempt, with the worker's address (the client is not told it)."""
+    level = logging.WARNING if failure.worker_fault else logging.INFO
+    log.log(
+        level,
+        "worker %s failed attempt %d (%s): %s",
+        worker.id,
+        attempt,
+        "retrying on another worker" if retrying else "giving up",
+        failure.message,
+    )
 
 
 def _record_failure(worker: Worker, failure: Failure) -> None:

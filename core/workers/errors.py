@@ -65,7 +65,8 @@ class WorkerRequestError(DispatchError):
     """The worker answered with an error (a client error, or the last of the retried faults).
 
     ``status`` is the HTTP status mapped from the worker's error; ``worker_fault`` tells a
-    worker fault (5xx-class, transport) from a client error (4xx).
+    worker fault (5xx-class, transport) from a client error (4xx). ``message`` is what the
+    client may see (no worker address); ``detail`` is the full story for the logs.
     """
 
     def __init__(
@@ -76,12 +77,14 @@ class WorkerRequestError(DispatchError):
         worker_fault: bool,
         worker_id: str | None = None,
         attempts: int = 1,
+        detail: str | None = None,
     ) -> None:
         code = "upstream_error" if worker_fault else "invalid_request"
         super().__init__(message, status=status, code=code)
         self.worker_fault = worker_fault
         self.worker_id = worker_id
         self.attempts = attempts
+        self.detail = detail or message
 
 
 class WorkerNotFound(TurnoutError):

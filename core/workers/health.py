@@ -27,11 +27,12 @@ class HealthTracker:
     - healthy -> unhealthy after ``failure_threshold`` consecutive failed probes;
     - unhealthy -> healthy after ``success_threshold`` consecutive good probes.
 
-    Passive liveness (``traffic_counts_as_liveness``): a response from real traffic within the
-    last ``interval_s`` stands in for a good probe (the probe is not even sent), and a probe that
-    fails while responses keep arriving is ignored. A suspect worker (a failed probe, a reported
-    fault, or unhealthy) is probed every ``pending_interval_s`` instead of ``interval_s`` so
-    that a dead worker is found, and a restarted one taken back, quickly.
+    Passive liveness (``traffic_counts_as_liveness``): a probe that times out or cannot connect
+    while responses to real requests keep arriving is ignored (the worker is busy, not dead).
+    A ``healthy=false`` answer is the worker's own verdict and always counts, traffic or not.
+    A suspect worker (a failed probe, a reported fault, or unhealthy) is probed every
+    ``pending_interval_s`` instead of ``interval_s`` so that a dead worker is found, and a
+    restarted one taken back, quickly.
     """
 
     __slots__ = (
@@ -86,17 +87,11 @@ class HealthTracker:
         """A real request failed through the worker's fault: probe it soon."""
         self._suspect = True
 
-    def covered_by_traffic(self) -> bool:
-        """Whether recent traffic makes a probe unnecessary (then it counts as a good probe)."""
-        return (
-            self.settings.traffic_counts_as_liveness
-            and self._state is HealthState.HEALTHY
-            and not self._suspect
-            and self._clock() - self._last_traffic < self.settings.interval_s
-        )
-
-    def record_probe(self, ok: bool, started_at: float | None = None) -> bool:
-        """Count one probe outcome (``started_at``: clock value when it was sent).
+    def record_probe(
+        self, ok: bool, started_at: float | None = None, *, answered: bool = False
+    ) -> bool:
+        """Count one probe outcome (``started_at``: clock value when it was sent; ``answered``:
+        a failure is the worker's own ``healthy=false``, not a timeout or transport error).
 
         Returns True when the state changed.
         """
@@ -112,6 +107,7 @@ class HealthTracker:
             return False
         if (
             self.settings.traffic_counts_as_liveness
+            and not answered
             and started_at is not None
             and self._last_traffic >= started_at
         ):

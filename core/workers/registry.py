@@ -267,16 +267,19 @@ class WorkerRegistry:
                 continue
             if not settings.enabled:
                 changed = health.mark_healthy()
-            elif health.covered_by_traffic():
-                changed = health.record_probe(True)
             else:
+                # Probed even while it serves traffic: only a probe can hear healthy=false.
                 started = self._clock()
+                answered = False
                 try:
                     ok = await worker.connection.health_check(settings.timeout_s)
+                    answered = True
                 except Exception as exc:
                     ok = False
                     worker.last_error = f"health check: {type(exc).__name__}: {exc}"
-                changed = health.record_probe(ok, started)
+                if answered and not ok:
+                    worker.last_error = "health check: the worker answered healthy=false"
+                changed = health.record_probe(ok, started, answered=answered)
             self._log_change(worker, changed)
             if changed and health.state is HealthState.UNHEALTHY:
                 worker.discovered = False  # it may come back as a different model

@@ -35,9 +35,9 @@ class HealthSettings(_Section):
     #: Probe period of a worker that never answered yet (turnout starts without its workers
     #: and picks them up when they come up).
     pending_interval_s: Positive = 5.0
-    #: A response from real traffic within the last ``interval_s`` counts as a good probe, and a
-    #: failed probe is ignored while the worker keeps answering requests: a busy worker whose
-    #: probe is slow is not pulled out of rotation.
+    #: A probe that times out or cannot connect is ignored while the worker keeps answering real
+    #: requests: a busy worker whose probe is slow is not pulled out of rotation. A worker that
+    #: answers ``healthy=false`` is not excused (it said so itself).
     traffic_counts_as_liveness: bool = True
 
 
@@ -121,6 +121,11 @@ class WireSettings(_Section):
     connect_timeout_s: Positive = 5.0
     #: Upper bound of the reconnect back-off after failed attempts.
     max_reconnect_backoff_s: Positive = 5.0
+    #: Longest wait for a worker's first message of a ``Generate`` call (queueing and prefill).
+    #: Past it the request is aborted on that worker, counted as a fault of the worker (circuit
+    #: breaker) and retried on another one. Generous, since a long prompt on a busy worker may
+    #: take a while to prefill; 0 waits as long as the request timeout allows.
+    first_response_timeout_s: NonNegative = 120.0
 
 
 class WorkersSettings(_Section):

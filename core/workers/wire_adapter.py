@@ -86,11 +86,19 @@ def classify(exc: BaseException) -> Failure | None:
         return None
     pushback = exc.code in _PUSHBACK
     fault = exc.worker_fault and not pushback
+    # The worker's own explanation of a refused request is for the client; transport details
+    # (addresses, socket errors) of a fault are for the logs only.
+    public = (
+        f"the worker failed the request ({exc.code.name})"
+        if fault
+        else exc.message or f"the worker refused the request ({exc.code.name})"
+    )
     return Failure(
         worker_fault=fault,
         status=exc.http_status,
         message=str(exc),
         retryable=fault or exc.http_status in _RETRYABLE_STATUS,
+        public=public,
     )
 
 

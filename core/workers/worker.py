@@ -121,7 +121,11 @@ class Worker:
         if self.draining or self.model_id is None or self.health._state is not _HEALTHY:
             return False
         breaker = self.breaker
-        return breaker._state is _CLOSED or breaker.allows()
+        if breaker._state is _CLOSED:
+            return True
+        # Half-open: one trial request at a time, so that a worker that still hangs holds up
+        # one request rather than its whole share of the traffic until the trial fails.
+        return breaker.allows() and (self.in_flight == 0 or not breaker.settings.enabled)
 
     def apply_discovery(self, labels: dict[str, str]) -> None:
         """Take discovered labels; configured labels and model id win."""

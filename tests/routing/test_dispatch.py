@@ -16,7 +16,7 @@ from turnout.workers.breaker import CircuitState
 from turnout.workers.dispatch import Dispatcher
 from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
-from turnout.workers.settings import RetrySettings, WorkerSpec
+from turnout.workers.settings import RetrySettings, WireSettings, WorkerSpec
 from turnout.workers.worker import WorkerState
 
 from ._worker import TestWorker, make_request
@@ -407,3 +407,128 @@ async def test_health_checks_disabled_ready_after_discovery(workers, registry_fo
     assert worker.model_id == "m"
     assert fleet[0].health_checks == 0
     assert (await run_one(Dispatcher(registry)))[1] == 4
+
+
+async def test_hung_worker_times_out_is_aborted_and_retried(workers, registry_for) -> None:
+    fleet = await workers(2)
+    registry = await registry_for(fleet, wire=WireSettings(first_response_timeout_s=0.3))
+    hung = fleet[0]
+    hung.first_delay = 60.0  # accepts the call, never answers
+    hung_id = f"127.0.0.1:{hung.port}"
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
+    for i in range(4):
+        t0 = time.monotonic()
+        session = await dispatcher.open_stream("m", ROUTING, make_request(f"h{i}"), timeout=30)
+        async with session:
+            assert len([r async for r in session]) == 4
+        assert session.worker.id != hung_id
+        assert time.monotonic() - t0 < 5  # one first-response timeout at most, not 30 s
+    worker = registry.get(hung_id)
+    tries = hung.generates
+    assert tries >= 2
+    assert worker.failures_total == tries
+    assert worker.breaker.consecutive_failures == tries  # timeouts count against the breaker
+    assert "no response to Generate within 0.3s" in (worker.last_error or "")
+    # The worker was told to stop each request it sat on.
+    assert await eventually(lambda: len(set(hung.aborted)) == tries, within=2.0)
+    assert await eventually(lambda: hung.active == 0, within=2.0)
+    assert all(w.in_flight == 0 for w in registry.all())
+
+
+async def test_hung_worker_alone_gives_504_after_the_first_response_timeout(
+    workers, registry_for
+) -> None:
+    (hung,) = await workers(1)
+    registry = await registry_for([hung], wire=WireSettings(first_response_timeout_s=0.2))
+    hung.first_delay = 60.0
+    t0 = time.monotonic()
+    with pytest.raises(WorkerRequestError) as err:
+        await Dispatcher(registry).open_stream("m", ROUTING, make_request("alone"), timeout=30)
+    assert time.monotonic() - t0 < 3
+    assert err.value.status == 504
+    assert err.value.worker_fault
+    assert "0.2s" in err.value.message
+    assert str(hung.port) not in err.value.message  # no worker address for the client ...
+    assert str(hung.port) in err.value.detail  # ... but the logs get it
+
+
+async def test_breaker_opens_on_timeouts_and_half_open_takes_one_trial(
+    workers, registry_for
+) -> None:
+    fleet = await workers(3)
+    registry = await registry_for(fleet, wire=WireSettings(first_response_timeout_s=0.2))
+    hung = fleet[0]
+    hung.first_delay = 60.0
+    hung_id = f"127.0.0.1:{hung.port}"
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
+    worker = registry.get(hung_id)
+    for i in range(9):  # breaker threshold 3: every third request tries the hung worker
+        await run_one(dispatcher, rid=f"t{i}")
+        if worker.breaker.state is CircuitState.OPEN:
+            break
+    assert worker.breaker.state is CircuitState.OPEN
+    tried = hung.generates
+    assert tried == 3
+    await asyncio.sleep(0.35)  # breaker timeout (0.3 s): half-open
+    assert worker.routable
+    results = await asyncio.gather(*(run_one(dispatcher, rid=f"p{i}") for i in range(9)))
+    assert all(count == 4 for _, count in results)
+    assert hung.generates == tried + 1  # one trial, not a third of the burst
+    assert worker.breaker.state is CircuitState.OPEN
+
+
+async def test_cancelled_wait_is_not_booked_as_a_success(workers, registry_for) -> None:
+    fleet = await workers(1)
+    registry = await registry_for(fleet)
+    worker = registry.all()[0]
+    worker.breaker.record_failure()
+    worker.breaker.record_failure()
+    fleet[0].chunk_delay = 5.0  # the first chunk comes, then the worker goes quiet
+    dispatcher = Dispatcher(registry)
+    session = await dispatcher.open_stream("m", ROUTING, make_request("quiet"), timeout=30)
+    await session.__anext__()
+
+    async def read_rest() -> None:
+        async for _ in session:
+            pass
+
+    reader = asyncio.create_task(read_rest())
+    await asyncio.sleep(0.1)
+    reader.cancel()  # e.g. the request timeout or the client leaving
+    with pytest.raises(asyncio.CancelledError):
+        await reader
+    assert session.done
+    assert worker.in_flight == 0
+    assert worker.breaker.consecutive_failures == 2  # not reset by a "success"
+    assert await eventually(lambda: fleet[0].aborted == ["quiet"], within=2.0)
+
+
+async def test_worker_answering_unhealthy_leaves_rotation_despite_traffic(
+    workers, registry_for
+) -> None:
+    fleet = await workers(2)
+    registry = await registry_for(fleet)
+    sick = fleet[0]
+    sick_id = f"127.0.0.1:{sick.port}"
+    worker = registry.get(sick_id)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
+    stop = asyncio.Event()
+
+    async def traffic() -> None:
+        i = 0
+        while not stop.is_set():
+            i += 1
+            await run_one(dispatcher, rid=f"busy{i}")
+
+    load = asyncio.gather(*(traffic() for _ in range(3)))
+    try:
+        await asyncio.sleep(0.3)
+        served = sick.served
+        sick.healthy = False  # still serves every request, but says it is unhealthy
+        assert await eventually(lambda: worker.state is WorkerState.UNHEALTHY, within=5.0)
+        assert sick.served > served  # it was serving traffic all along
+        assert not worker.routable
+        assert "healthy=false" in (worker.last_error or "")
+    finally:
+        stop.set()
+        await load

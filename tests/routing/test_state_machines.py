@@ -125,11 +125,6 @@ def test_health_busy_worker_with_traffic_is_not_pulled() -> None:
     clock = Clock()
     h = HealthTracker(HealthSettings(failure_threshold=1), clock)
     h.record_probe(True)
-    h.traffic_ok()
-    clock.now += 30
-    assert h.covered_by_traffic()  # no probe needed
-    clock.now += 31
-    assert not h.covered_by_traffic()
     started = clock.now
     clock.now += 4
     h.traffic_ok()  # a response arrived while the (slow) probe ran
@@ -142,15 +137,28 @@ def test_health_busy_worker_with_traffic_is_not_pulled() -> None:
     assert h.state is HealthState.UNHEALTHY
 
 
+def test_health_false_counts_even_with_traffic() -> None:
+    clock = Clock()
+    h = HealthTracker(HealthSettings(failure_threshold=2), clock)
+    h.record_probe(True)
+    for _ in range(2):
+        started = clock.now
+        clock.now += 1
+        h.traffic_ok()  # it still answers requests ...
+        h.record_probe(False, started_at=started, answered=True)  # ... but says it is unhealthy
+    assert h.state is HealthState.UNHEALTHY
+
+
 def test_health_liveness_off_and_fault_makes_suspect() -> None:
     clock = Clock()
-    h = HealthTracker(HealthSettings(traffic_counts_as_liveness=False), clock)
+    h = HealthTracker(HealthSettings(traffic_counts_as_liveness=False, failure_threshold=1), clock)
     h.record_probe(True)
+    started = clock.now
     h.traffic_ok()
-    assert not h.covered_by_traffic()
+    assert h.record_probe(False, started_at=started)  # traffic does not excuse it
     h2 = HealthTracker(HealthSettings(), clock)
     h2.record_probe(True)
+    assert h2.next_delay() == 60.0
     h2.traffic_ok()
     h2.traffic_fault()
-    assert not h2.covered_by_traffic()
     assert h2.next_delay() == 5.0
