@@ -89,7 +89,11 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
     runtime = await services.models.runtime(model_id)
     tokenizer = runtime.tokenizer
     plan = plan_tools(
-        request.tools, request.tool_choice, request.response_format, runtime.tool_parser is not None
+        request.tools,
+        request.tool_choice,
+        request.response_format,
+        runtime.tool_parser is not None,
+        parallel=request.parallel_tool_calls,
     )
     kwargs = dict(request.chat_template_kwargs or {})
     if request.reasoning_effort is not None:
@@ -136,6 +140,7 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
         reasoning=reasoning,
         start_in_reasoning=start_in_reasoning,
         history_calls=_history_calls(request),
+        max_calls=None if request.parallel_tool_calls else 1,
     )
     processors = make_processors(runtime, options)
     worker_streams, interval = worker_streaming(request.stream, bool(options.stops))

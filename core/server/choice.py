@@ -1,5 +1,12 @@
 """Per-choice output processing: token ids → text (detokenizer, stop strings) → reasoning
-parser → tool parser → :class:`ChoiceDelta` events. One instance per choice of one request."""
+parser → tool parser → :class:`ChoiceDelta` events. One instance per choice of one request.
+
+With a tool parser, content that ends in whitespace keeps that whitespace back until it is
+known whether more content follows: when the output makes calls, trailing whitespace (what
+separated the text from a call, or all of a whitespace-only content) is dropped, so such content
+is ``"Let me check."`` rather than ``"Let me check.\n"``, and null rather than ``"\n\n"``. The
+rule depends only on the folded text, so streaming and one-shot answers agree.
+"""
 
 from __future__ import annotations
 
@@ -78,6 +85,7 @@ class ChoiceProcessor:
         hidden_stop_ids: frozenset[int] = frozenset(),
         token_text: TokenText | None = None,
         keep_token_ids: bool = False,
+        max_calls: int | None = None,
     ) -> None:
         self.index = index
         self._decoder = decoder
@@ -89,6 +97,11 @@ class ChoiceProcessor:
         self._hidden_stop_ids = hidden_stop_ids
         self._token_text = token_text
         self._keep_token_ids = keep_token_ids
+        #: ``parallel_tool_calls: false`` allows one call: later calls are dropped.
+        self._max_calls = max_calls
+        #: Trailing whitespace of the content, held back while a call may follow.
+        self._holds_space = tool_parser is not None
+        self._held_space = ""
         self.tokens = 0
         #: Characters of reasoning and of normal text released so far (for the token estimate).
         self._reasoning_chars = 0
@@ -155,6 +168,9 @@ class ChoiceProcessor:
                     text += self._stops.finish()
             self._route(text, delta)
             self._flush(delta)
+        if self._held_space and not self.calls:
+            delta.content += self._held_space
+        self._held_space = ""
         if self.matched_stop is not None:
             finish_reason, matched = "stop", self.matched_stop
         if finish_reason == "stop" and self.calls:
@@ -204,16 +220,30 @@ class ChoiceProcessor:
         if not text:
             return
         if self._tool_parser is None:
-            delta.content += text
+            self._emit(text, delta)
             return
         try:
             step = self._tool_parser.parse_incremental(text, self._tools)
         except Exception as exc:
             self._parser_failed("tool", exc)
+            self._emit(text, delta)
+            return
+        self._emit(step.normal_text, delta)
+        self._add_calls(step.calls, delta)
+
+    def _emit(self, text: str, delta: ChoiceDelta) -> None:
+        """Add normal text to the content; with tools, hold its trailing whitespace back."""
+        if not text:
+            return
+        if not self._holds_space:
             delta.content += text
             return
-        delta.content += step.normal_text
-        self._add_calls(step.calls, delta)
+        body = text.rstrip()
+        if not body:
+            self._held_space += text
+            return
+        delta.content += self._held_space + body
+        self._held_space = text[len(body) :]
 
     def _flush(self, delta: ChoiceDelta) -> None:
         if self._reasoning is not None:
@@ -232,11 +262,13 @@ class ChoiceProcessor:
             except Exception as exc:
                 self._parser_failed("tool", exc)
             else:
-                delta.content += step_t.normal_text
+                self._emit(step_t.normal_text, delta)
                 self._add_calls(step_t.calls, delta)
 
     def _add_calls(self, calls: Sequence[ToolCallDelta], delta: ChoiceDelta) -> None:
         for call in calls:
+            if self._max_calls is not None and call.index >= self._max_calls:
+                continue
             call_id = None
             if call.name is not None:
                 call_id = self._call_ids.make(call.index, call.name)

@@ -61,6 +61,8 @@ class OutputOptions:
     reasoning: bool = False
     start_in_reasoning: bool | None = None
     history_calls: int = 0
+    #: At most this many tool calls per choice (``parallel_tool_calls: false`` gives 1).
+    max_calls: int | None = None
 
 
 #: Tokens per worker message when turnout streams from the worker only to watch for its stop
@@ -166,6 +168,7 @@ def make_processors(runtime: ModelRuntime, options: OutputOptions) -> list[Choic
                 hidden_stop_ids=hidden,
                 token_text=token_text,
                 keep_token_ids=options.keep_token_ids,
+                max_calls=options.max_calls,
             )
         )
     return processors

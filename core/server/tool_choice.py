@@ -1,6 +1,7 @@
 """Validate ``tools``/``tool_choice``/``response_format`` and plan what the request needs:
 which tools reach the template, which parser reads the output, and which constraint goes to the
-worker (``required`` and named choices become a JSON-schema constraint)."""
+worker (``required`` and named choices become a JSON-schema constraint; with
+``parallel_tool_calls: false`` the ``required`` array holds exactly one call)."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ def _parameters(tool: Mapping[str, Any]) -> dict[str, Any]:
     return dict(parameters) if parameters else {"type": "object", "properties": {}}
 
 
-def _array_schema(tools: Sequence[Mapping[str, Any]]) -> str:
+def _array_schema(tools: Sequence[Mapping[str, Any]], parallel: bool) -> str:
     items = [
         {
             "type": "object",
@@ -68,7 +69,9 @@ def _array_schema(tools: Sequence[Mapping[str, Any]]) -> str:
         }
         for tool in tools
     ]
-    schema = {"type": "array", "minItems": 1, "items": {"anyOf": items}}
+    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": items}}
+    if not parallel:
+        schema["maxItems"] = 1
     return json.dumps(schema, ensure_ascii=False)
 
 
@@ -85,8 +88,14 @@ def plan_tools(
     tool_choice: str | dict[str, Any] | None,
     response_format: dict[str, Any] | None,
     has_parser: bool,
+    *,
+    parallel: bool = True,
 ) -> ToolPlan:
-    """Check the request's tool fields and decide how tools are handled."""
+    """Check the request's tool fields and decide how tools are handled.
+
+    ``parallel`` is the request's ``parallel_tool_calls``; without it the output holds at most
+    one call (the chat handler drops later ones; ``required`` is constrained to one).
+    """
     response_schema = _response_format_schema(response_format)
     names = [_tool_name(tool, i) for i, tool in enumerate(tools or [])]
     if len(set(names)) != len(names):
@@ -141,7 +150,7 @@ def plan_tools(
     if choice == "required":
         if response_schema is not None:
             raise bad_request("response_format cannot be combined with tool_choice 'required'")
-        return ToolPlan(tools, selected, "array", json_schema=_array_schema(selected))
+        return ToolPlan(tools, selected, "array", json_schema=_array_schema(selected, parallel))
     if choice != "auto":
         raise bad_request(
             "tool_choice must be 'none', 'auto', 'required' or name a function", "tool_choice"

@@ -17,6 +17,7 @@ TOOL_CALL = (
 SCRIPT = {
     "rules": [
         {"match": "weather", "reply": "Let me check.\n" + TOOL_CALL},
+        {"match": "plan ahead", "reply": "<think>A call is needed.</think>\n\n" + TOOL_CALL},
         {
             "match": "both cities",
             "reply": TOOL_CALL + "\n" + TOOL_CALL.replace('"Paris", "days": 3', '"Tokyo"'),

@@ -42,7 +42,9 @@ def output_ids(text: str) -> list[int]:
     return [*TOKENIZER.encode(text, add_special_tokens=False), EOS]
 
 
-def processor(index: int = 0, stops: list[str] | None = None) -> ChoiceProcessor:
+def processor(
+    index: int = 0, stops: list[str] | None = None, max_calls: int | None = None
+) -> ChoiceProcessor:
     """A choice processor with the qwen3 reasoning and qwen tool parsers, deterministic call
     ids and logprob token texts."""
     return ChoiceProcessor(
@@ -54,4 +56,5 @@ def processor(index: int = 0, stops: list[str] | None = None) -> ChoiceProcessor
         call_ids=CallIds("kimi"),
         hidden_stop_ids=TOKENIZER.eos_token_ids,
         token_text=lambda token_id: TOKENIZER.decode([token_id], skip_special_tokens=False),
+        max_calls=max_calls,
     )

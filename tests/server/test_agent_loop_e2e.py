@@ -64,6 +64,8 @@ class Model:
     renders_calls: bool = True
     #: The answer after the tool's result (models that always think end their reasoning first).
     final_answer: str = FINAL
+    #: The first answer's content: null when only whitespace surrounds the call.
+    first_content: str | None = None
 
 
 MODELS: dict[str, Model] = {
@@ -77,7 +79,11 @@ MODELS: dict[str, Model] = {
     ),
     "NousResearch-Hermes-3-Llama-3.1-8B-tool_use": Model("qwen", QWEN_CALL),
     "Qwen-Qwen2-VL-7B-Instruct": Model("qwen", QWEN_CALL, renders_calls=False),
-    "Qwen-Qwen2.5-7B-Instruct": Model("qwen", "I will look that up for you.\n" + QWEN_CALL),
+    "Qwen-Qwen2.5-7B-Instruct": Model(
+        "qwen",
+        "I will look that up for you.\n" + QWEN_CALL,
+        first_content="I will look that up for you.",
+    ),
     "Qwen-Qwen3-0.6B": Model(
         "qwen", "<think>The user wants a forecast.</think>\n\n" + QWEN_CALL, "qwen3"
     ),
@@ -164,6 +170,7 @@ def test_tool_loop(
     first = client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS)
     choice = first.choices[0]
     assert choice.finish_reason == "tool_calls"
+    assert choice.message.content == MODELS[family].first_content
     (call,) = choice.message.tool_calls
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == ARGS
@@ -172,6 +179,7 @@ def test_tool_loop(
         client.chat.completions.create(model=MODEL, messages=history, tools=TOOLS, stream=True)
     )
     assert streamed["finish"] == {0: "tool_calls"}
+    assert streamed["content"] == (MODELS[family].first_content or "")
     assert [json.loads(c["arguments"]) for c in streamed["calls"].values()] == [ARGS]
 
     # What agent frameworks send back: the message as received, arguments as JSON text.

@@ -125,7 +125,7 @@ def test_tool_call_parsed_in_both_modes(client: openai.OpenAI) -> None:
     )
     message = reply.choices[0].message
     assert reply.choices[0].finish_reason == "tool_calls"
-    assert message.content == "Let me check.\n"
+    assert message.content == "Let me check."
     (call,) = message.tool_calls
     assert call.function.name == "get_weather"
     assert json.loads(call.function.arguments) == {"city": "Paris", "days": 3}
@@ -137,7 +137,7 @@ def test_tool_call_parsed_in_both_modes(client: openai.OpenAI) -> None:
             model=MODEL, messages=user("what is the weather in Paris?"), tools=TOOLS, stream=True
         )
     )
-    assert folded["content"] == "Let me check.\n"
+    assert folded["content"] == "Let me check."
     assert folded["finish"] == {0: "tool_calls"}
     assert [c["name"] for c in folded["calls"].values()] == ["get_weather"]
     assert folded["calls"][0]["arguments"] == call.function.arguments
@@ -155,6 +155,43 @@ def test_parallel_calls_keep_their_order(client: openai.OpenAI) -> None:
     ]
     ids = {c["id"] for c in folded["calls"].values()}
     assert len(ids) == 2
+
+
+def test_whitespace_beside_a_call_is_not_content(client: openai.OpenAI) -> None:
+    """ "\n\n" after the reasoning and before the call: content is null, streamed or not."""
+    messages = user("plan ahead, then call")
+    reply = client.chat.completions.create(model=MODEL, messages=messages, tools=TOOLS)
+    message = reply.choices[0].message
+    assert message.content is None
+    assert message.model_extra["reasoning_content"] == "A call is needed."
+    assert len(message.tool_calls) == 1
+    stream = client.chat.completions.create(
+        model=MODEL, messages=messages, tools=TOOLS, stream=True
+    )
+    folded = collect(stream)
+    assert folded["content"] == ""
+    assert len(folded["calls"]) == 1
+
+
+def test_parallel_tool_calls_false_gives_one_call(client: openai.OpenAI, router: Router) -> None:
+    request: dict[str, Any] = {
+        "model": MODEL,
+        "messages": user("forecast for both cities"),
+        "tools": TOOLS,
+        "parallel_tool_calls": False,
+    }
+    reply = client.chat.completions.create(**request)
+    (call,) = reply.choices[0].message.tool_calls
+    assert json.loads(call.function.arguments)["city"] == "Paris"
+    assert reply.choices[0].finish_reason == "tool_calls"
+    folded = collect(client.chat.completions.create(**request, stream=True))
+    assert [c["arguments"] for c in folded["calls"].values()] == [call.function.arguments]
+    assert folded["finish"] == {0: "tool_calls"}
+
+    required = client.chat.completions.create(**request | {"tool_choice": "required"})
+    assert len(required.choices[0].message.tool_calls) == 1
+    schemas = [json.loads(text) for sim in router.sims for kind, text in sim.constraints]
+    assert any(schema.get("maxItems") == 1 for schema in schemas)
 
 
 def test_brace_answer_that_is_no_call_reaches_the_client(client: openai.OpenAI) -> None:

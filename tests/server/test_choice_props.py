@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import json
+from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -11,9 +14,13 @@ from turnout.server.chat_emit import ChatFolder
 
 from .outputs import EOS, output_ids, outputs, processor
 
+CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
 
-def run(ids: list[int], cuts: list[int], stops: list[str]) -> dict[str, object]:
-    choice = processor(0, stops)
+
+def run(
+    ids: list[int], cuts: list[int], stops: list[str], max_calls: int | None = None
+) -> dict[str, Any]:
+    choice = processor(0, stops, max_calls)
     folder = ChatFolder("id", "m", 0, 1)
     bounds = sorted({c % (len(ids) + 1) for c in cuts} | {0, len(ids)})
     for start, end in itertools.pairwise(bounds):
@@ -46,3 +53,60 @@ def test_the_processor_separates_reasoning_calls_and_content() -> None:
     assert message["tool_calls"][0]["function"] == {"name": "f", "arguments": '{"a": 1}'}
     assert message["tool_calls"][0]["id"] == "functions.f:0"
     assert choice["finish_reason"] == "tool_calls"
+
+
+def every_cut(text: str, max_calls: int | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The answer token by token and in one piece (they must agree)."""
+    ids = output_ids(text)
+    streamed = run(ids, list(range(len(ids))), [], max_calls)
+    assert streamed == run(ids, [], [], max_calls)
+    return streamed, streamed["message"]
+
+
+@settings(max_examples=80, deadline=None)
+@given(outputs(), st.lists(st.integers(0, 400), max_size=12), st.sampled_from([None, 1]))
+def test_whitespace_around_calls_and_one_call_agree_however_chunked(
+    text: str, cuts: list[int], max_calls: int | None
+) -> None:
+    ids = output_ids(text)
+    choice = run(ids, cuts, [], max_calls)
+    assert choice == run(ids, [], [], max_calls)
+    message = choice["message"]
+    calls = message.get("tool_calls", [])
+    if max_calls is not None:
+        assert len(calls) <= max_calls
+    if calls:
+        content = message["content"]
+        assert content is None or content == content.rstrip() != ""
+
+
+@pytest.mark.parametrize(
+    ("text", "content"),
+    [
+        ("<think>hm</think>\n\n" + CALL, None),  # whitespace only: null
+        ("I will look that up for you.\n" + CALL, "I will look that up for you."),
+        ("Sure. \n" + CALL + "\n" + CALL + "\n", "Sure."),
+        ("\n" + CALL + "\nDone.\n", "\n\nDone."),  # text after a call keeps its separator
+        ("No call here.\n\n", "No call here.\n\n"),  # without calls nothing is dropped
+        ("\n \n", "\n \n"),
+    ],
+)
+def test_whitespace_beside_calls_is_not_content(text: str, content: str | None) -> None:
+    _, message = every_cut(text)
+    assert message["content"] == content
+
+
+def test_held_whitespace_is_released_when_text_follows() -> None:
+    choice = processor()
+    deltas = [choice.push(output_ids(piece)[:-1]) for piece in ("Line one.\n", "\n", "Two.")]
+    assert [d.content if d else "" for d in deltas] == ["Line one.", "", "\n\nTwo."]
+
+
+def test_parallel_tool_calls_false_keeps_the_first_call() -> None:
+    second = CALL.replace('"f"', '"g"')
+    choice, message = every_cut("Both:\n" + CALL + "\n" + second, max_calls=1)
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["f"]
+    assert message["content"] == "Both:"
+    assert choice["finish_reason"] == "tool_calls"
+    _, both = every_cut("Both:\n" + CALL + "\n" + second)
+    assert [json.loads(c["function"]["arguments"]) for c in both["tool_calls"]] == [{"a": 1}] * 2
