@@ -246,13 +246,17 @@ def _render_hf(
 ) -> str | Exception:
     options = {"add_generation_prompt": True, **kwargs}
     shaped = _hf_shape(messages, name)
+    keeps_none = any("content" in m and m["content"] is None for m in shaped)
+    # apply_chat_template drops None values; the renderer it calls takes them as they are.
+    render_jinja_template = getattr(
+        transformers.utils.chat_template_utils, "render_jinja_template", None
+    )
+    if keeps_none and render_jinja_template is None:
+        pytest.skip("this transformers has no render_jinja_template to render a None content")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            if any("content" in m and m["content"] is None for m in shaped):
-                # apply_chat_template drops None values; its renderer takes them as they are.
-                from transformers.utils.chat_template_utils import render_jinja_template
-
+            if keeps_none:
                 rendered, _ = render_jinja_template(
                     [shaped], chat_template=tok.chat_template, **tok.special_tokens_map, **options
                 )
