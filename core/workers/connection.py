@@ -68,6 +68,9 @@ class Failure:
     #: What the client is told: never the worker's address (the log line with the request id
     #: has it). Empty: a text derived from ``status``.
     public: str = ""
+    #: The worker refused the call before running any of it (a graceful GOAWAY, REFUSED_STREAM):
+    #: it may be sent again as it is, to the same worker too (on a new connection).
+    refused: bool = False
 
     def client_message(self) -> str:
         """The error text for the client."""

@@ -135,6 +135,7 @@ class Dispatcher:
         max_attempts = retry.max_attempts if retry.enabled else 1
         first_timeout = self.first_response_timeout
         tried: set[str] = set()
+        refused_by: set[str] = set()
         attempt = 0
         while True:
             candidates = self.registry.candidates(model, tried)
@@ -191,8 +192,20 @@ class Dispatcher:
             _record_failure(worker, failure)
             if route.done is not None:
                 _call_hook(route.done, routing, worker.id, False)
+            if failure.refused and worker.id not in refused_by:
+                # Nothing ran (a graceful GOAWAY): send it again at once, as gRPC's transparent
+                # retry does; the same worker may take it on a new connection. Once per worker,
+                # and not counted against the retry budget.
+                refused_by.add(worker.id)
+                log.info(
+                    "worker %s refused attempt %d, sending it again: %s",
+                    worker.id,
+                    attempt,
+                    failure.message,
+                )
+                continue
             tried.add(worker.id)
-            last_try = attempt >= max_attempts or not failure.retryable
+            last_try = attempt - len(refused_by) >= max_attempts or not failure.retryable
             if not last_try:
                 delay = backoff_delay(retry, attempt - 1, self._rng)
                 out_of_time = deadline is not None and loop.time() + delay >= deadline

@@ -79,7 +79,7 @@ class WorkerRequestError(DispatchError):
         attempts: int = 1,
         detail: str | None = None,
     ) -> None:
-        code = "upstream_error" if worker_fault else "invalid_request"
+        code = "upstream_error" if worker_fault or status >= 500 else "invalid_request"
         super().__init__(message, status=status, code=code)
         self.worker_fault = worker_fault
         self.worker_id = worker_id

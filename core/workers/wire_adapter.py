@@ -9,7 +9,14 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from turnout.wire import ClientSettings, GenerateStream, WorkerCallError, WorkerClient, pb
+from turnout.wire import (
+    ClientSettings,
+    GenerateStream,
+    StreamRefused,
+    WorkerCallError,
+    WorkerClient,
+    pb,
+)
 from turnout.workers.connection import Failure
 from turnout.workers.settings import WireSettings
 
@@ -81,9 +88,19 @@ def client_settings(wire: WireSettings) -> ClientSettings:
 
 
 def classify(exc: BaseException) -> Failure | None:
-    """Client errors (4xx) never count against a worker; 429 push-back is retried, not counted."""
+    """Client errors (4xx) never count against a worker; 429 push-back is retried, not counted;
+    a refused call (nothing ran) is sent again, not counted."""
     if not isinstance(exc, WorkerCallError):
         return None
+    if isinstance(exc, StreamRefused):
+        return Failure(
+            worker_fault=False,
+            status=exc.http_status,
+            message=str(exc),
+            retryable=True,
+            public="the worker refused the request while closing its connection",
+            refused=True,
+        )
     pushback = exc.code in _PUSHBACK
     fault = exc.worker_fault and not pushback
     # The worker's own explanation of a refused request is for the client; transport details
