@@ -12,6 +12,7 @@ from google.protobuf import json_format
 from turnout.wire import (
     ClientSettings,
     GenerateStream,
+    MalformedResponse,
     StreamRefused,
     WorkerCallError,
     WorkerClient,
@@ -103,13 +104,15 @@ def classify(exc: BaseException) -> Failure | None:
         )
     pushback = exc.code in _PUSHBACK
     fault = exc.worker_fault and not pushback
-    # The worker's own explanation of a refused request is for the client; transport details
-    # (addresses, socket errors) of a fault are for the logs only.
-    public = (
-        f"the worker failed the request ({exc.code.name})"
-        if fault
-        else exc.message or f"the worker refused the request ({exc.code.name})"
-    )
+    # The worker's own explanation of a refused request is for the client, and so is what was
+    # malformed in its answer; transport details of a fault (addresses, socket errors) are for
+    # the logs only.
+    if not fault:
+        public = exc.message or f"the worker refused the request ({exc.code.name})"
+    elif isinstance(exc, MalformedResponse):
+        public = exc.message
+    else:
+        public = f"the worker failed the request ({exc.code.name})"
     return Failure(
         worker_fault=fault,
         status=exc.http_status,
