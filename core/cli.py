@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from turnout import __version__
-from turnout.errors import StartupError
+from turnout.errors import ConfigError, StartupError
 
 
 def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -47,10 +47,21 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
     return overrides
 
 
+def _check_flag_paths(args: argparse.Namespace) -> None:
+    """Name the flag, not the config key it sets, when a path given on the command line is bad."""
+    from turnout.config import tokenizer_dir_problem
+
+    if args.model_path is not None:
+        problem = tokenizer_dir_problem(args.model_path)
+        if problem is not None:
+            raise ConfigError(f"--model-path: {problem}")
+
+
 def _cmd_serve(args: argparse.Namespace) -> int:
     from turnout.config import load_config
     from turnout.server.runner import serve
 
+    _check_flag_paths(args)
     overrides = _serve_overrides(args)
     config = load_config(args.config, overrides)
     source = (lambda: load_config(args.config, overrides)) if args.config else None
@@ -59,10 +70,11 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from turnout.config import load_config
+    from turnout.config import config_warnings, load_config
     from turnout.plugin_choice import choose_plugins, validate_plugin_names
     from turnout.plugin_loader import load_plugins
 
+    _check_flag_paths(args)
     config = load_config(args.config, _serve_overrides(args))
     plugins = load_plugins()
     validate_plugin_names(config, plugins)
@@ -73,6 +85,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             f"{model_id}: tool_parser={choice.tool_parser} "
             f"reasoning_parser={choice.reasoning_parser} policy={choice.policy.name}"
         )
+    for warning in config_warnings(config):
+        print(f"turnout: warning: {warning}", file=sys.stderr)
     print("config OK")
     return 0
 

@@ -8,6 +8,7 @@ import tomllib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 import msgspec
 import yaml
@@ -235,6 +236,9 @@ def _check(config: Config) -> None:
             raise ConfigError(
                 f"workers[{index}].url: expected grpc://host:port, got {worker.url!r}"
             )
+    _check_tokenizer_path("defaults.tokenizer_path", config.defaults.tokenizer_path)
+    for model_id, model in config.models.items():
+        _check_tokenizer_path(f"models.{model_id}.tokenizer_path", model.tokenizer_path)
     seen: dict[str, str] = {}
     for model_id, model in config.models.items():
         for alias in model.aliases:
@@ -244,6 +248,57 @@ def _check(config: Config) -> None:
                     f"{seen.get(alias, alias)!r}"
                 )
             seen[alias] = model_id
+
+
+_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"})
+
+
+def _worker_address(url: str) -> tuple[str, int | None]:
+    """``(host, port)`` of a worker URL, loopback spellings made one."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    return ("loopback" if host in _LOOPBACK else host), parts.port
+
+
+def config_warnings(config: Config) -> list[str]:
+    """Things a valid config probably does not mean (``turnout check`` prints them)."""
+    warnings = []
+    first: dict[tuple[str, int | None], int] = {}
+    for index, worker in enumerate(config.workers):
+        address = _worker_address(worker.url)
+        if address not in first:
+            first[address] = index
+            continue
+        earlier = first[address]
+        other = config.workers[earlier]
+        models = {m for m in (other.model, worker.model) if m}
+        serving = (
+            f" (models {', '.join(repr(m) for m in sorted(models))})" if len(models) > 1 else ""
+        )
+        warnings.append(
+            f"workers[{earlier}] ({other.url}) and workers[{index}] ({worker.url}) are the same "
+            f"worker{serving}: a worker serves one model, and turnout registers it once, as "
+            f"workers[{earlier}]"
+        )
+    return warnings
+
+
+def tokenizer_dir_problem(path: str) -> str | None:
+    """Why ``path`` is no usable model directory (None when it is one)."""
+    directory = Path(path).expanduser()
+    if not directory.exists():
+        return f"{path} does not exist"
+    if not directory.is_dir():
+        return f"{path} is not a directory (give the model directory)"
+    if not (directory / "tokenizer.json").is_file():
+        return f"{path} has no tokenizer.json (turnout needs a Hugging Face tokenizer.json)"
+    return None
+
+
+def _check_tokenizer_path(key: str, path: str | None) -> None:
+    problem = None if path is None else tokenizer_dir_problem(path)
+    if problem is not None:
+        raise ConfigError(f"{key}: {problem}")
 
 
 _PATH_IN_MESSAGE = re.compile(r" - at `(\$[^`]*)`$")

@@ -197,6 +197,7 @@ def create_app(
             plugins,
             registry.models,
             _tokenizer_hint(registry),
+            registry.unplaced,
         )
         services = Services(config, plugins, models, _opener(dispatcher, config, ops))
         services.extras["registry"] = registry

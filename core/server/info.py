@@ -27,7 +27,7 @@ from turnout.tokenizer import ChatTemplateError
 from turnout.tool_calls.types import ToolParser
 from turnout.wire.sampling import build_generate_request, build_sampling_params
 from turnout.workers.registry import WorkerRegistry
-from turnout.workers.worker import Worker
+from turnout.workers.worker import Worker, WorkerState
 
 
 def _services(request: Request[Any, Any, Any]) -> Services:
@@ -62,14 +62,19 @@ def liveness() -> Any:
 
 @get("/readiness", sync_to_thread=False)
 def readiness(request: Request[Any, Any, Any]) -> Any:
-    """Ready when not draining and every served model has a ready worker and its tokenizer."""
+    """Ready when not draining and every served model has a ready worker and its tokenizer.
+
+    Workers that cannot take requests are listed under ``workers`` with their state and the
+    last failure (by id; the worker's address is left out)."""
     services = _services(request)
     if services.draining:
         return answer_json({"status": "not ready", "reason": "shutting down"}, 503)
     registry = _registry(services)
+    waiting = _waiting_workers(registry)
     models = services.models.served()
     if not models:
-        return answer_json({"status": "not ready", "reason": "no workers registered"}, 503)
+        reason = "no worker is ready yet" if waiting else "no workers registered"
+        return answer_json({"status": "not ready", "reason": reason, **waiting}, 503)
     problems = {}
     for model in models:
         if not registry.has_ready_worker(model):
@@ -77,8 +82,23 @@ def readiness(request: Request[Any, Any, Any]) -> Any:
         elif not services.models.loaded(model):
             problems[model] = "tokenizer not loaded yet"
     if problems:
-        return answer_json({"status": "not ready", "models": problems}, 503)
-    return answer_json({"status": "ready", "models": models})
+        return answer_json({"status": "not ready", "models": problems, **waiting}, 503)
+    return answer_json({"status": "ready", "models": models, **waiting})
+
+
+def _waiting_workers(registry: WorkerRegistry) -> dict[str, Any]:
+    """``{"workers": {id: {state, model, reason}}}`` for workers not ready, or nothing."""
+    waiting = {}
+    for worker in registry.all():
+        if worker.state is WorkerState.READY:
+            continue
+        reason = worker.last_error or "not reached yet"
+        waiting[worker.id] = {
+            "state": worker.state.value,
+            "model": worker.model_id,
+            "reason": reason.replace(f"{worker.url}: ", "").replace(worker.url, worker.id),
+        }
+    return {"workers": waiting} if waiting else {}
 
 
 @get("/v1/models", sync_to_thread=False)

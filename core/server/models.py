@@ -16,6 +16,7 @@ from turnout.reasoning.types import ReasoningParser
 from turnout.server.errors import ApiError
 from turnout.tokenizer import ModelTokenizer
 from turnout.tool_calls.types import ToolParser
+from turnout.workers.worker import Worker
 
 log = logging.getLogger("turnout.models")
 
@@ -48,11 +49,14 @@ class ModelTable:
         plugins: Plugins,
         served_models: Callable[[], list[str]],
         tokenizer_hint: Callable[[str], str | None] = lambda _model: None,
+        unplaced_workers: Callable[[], list[Worker]] = list,
     ) -> None:
         self._config = config
         self._plugins = plugins
         self._served = served_models
         self.tokenizer_hint = tokenizer_hint
+        #: Registered workers whose model is not known yet: any requested model may be theirs.
+        self.unplaced_workers = unplaced_workers
         self._runtimes: dict[str, ModelRuntime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
@@ -71,6 +75,7 @@ class ModelTable:
             if len(served) == 1:
                 return served[0]
             if not served:
+                self._raise_if_unplaced("no ready worker")
                 raise ApiError(503, "no model is being served: no workers are registered")
             raise ApiError(
                 400,
@@ -80,12 +85,23 @@ class ModelTable:
         model_id = self._aliases.get(requested, requested)
         if model_id in served:
             return model_id
+        self._raise_if_unplaced(f"no ready worker for model {model_id!r}")
         raise ApiError(
             404,
             f"model {requested!r} is not served here; served models: {', '.join(served) or 'none'}",
             param="model",
             code="model_not_found",
         )
+
+    def _raise_if_unplaced(self, what: str) -> None:
+        """503 rather than 404 while registered workers have not been reached: the model may be
+        theirs. Workers are named by id (their addresses stay out of client answers)."""
+        waiting = self.unplaced_workers()
+        if waiting:
+            names = ", ".join(f"{w.id} {w.state.value}" for w in waiting)
+            raise ApiError(
+                503, f"{what} ({len(waiting)} registered: {names})", code="no_available_workers"
+            )
 
     async def runtime(self, model_id: str) -> ModelRuntime:
         """The runtime of a served model (tokenizer loaded off the event loop on first use)."""

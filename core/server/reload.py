@@ -41,7 +41,13 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
     assert isinstance(registry, WorkerRegistry)
     assert isinstance(dispatcher, Dispatcher)
     old = services.config
-    models = ModelTable(new, services.plugins, registry.models, services.models.tokenizer_hint)
+    models = ModelTable(
+        new,
+        services.plugins,
+        registry.models,
+        services.models.tokenizer_hint,
+        services.models.unplaced_workers,
+    )
     await models.preload(sorted(m for m in new.models if new.models[m].tokenizer_path))
 
     from turnout.server.app import policies_for  # the app module owns policy construction

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -17,7 +18,7 @@ import uvicorn
 from litestar import Litestar
 
 from turnout.config import Config, ModelConfig, ServerConfig
-from turnout.errors import ConfigError
+from turnout.errors import ConfigError, StartupError
 from turnout.observability.logs import configure_logging
 from turnout.server.app import create_app
 from turnout.server.context import Services
@@ -135,8 +136,33 @@ def serve(
             )
         _serve_processes(config)
         return
+    # Bind before the app starts: a taken port fails start-up with one line (exit 2), and the
+    # "ready" line is only logged once clients can connect.
+    listener = bind_listener(server.host, server.port)
+    if server.port == 0:  # the OS chose: announce the real port
+        server = msgspec.structs.replace(server, port=listener.getsockname()[1])
+        config = msgspec.structs.replace(config, server=server)
     config, app = build(config, demo=demo, source=source)
-    DrainingServer(uvicorn.Config(app, **_uvicorn_settings(server))).run()
+    DrainingServer(uvicorn.Config(app, **_uvicorn_settings(server))).run(sockets=[listener])
+
+
+def bind_listener(host: str, port: int, backlog: int = 2048) -> socket.socket:
+    """A TCP socket listening on ``host:port`` (uvicorn serves it once the app has started;
+    connections wait in the backlog until then); StartupError if it cannot."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+    except OSError as exc:
+        sock.close()
+        reason = exc.strerror or str(exc)
+        if exc.errno == errno.EADDRINUSE:
+            reason += " (another process listens there: stop it or choose --port / server.port)"
+        raise StartupError(f"cannot listen on {host}:{port}: {reason}") from None
+    sock.set_inheritable(True)
+    return sock
 
 
 def _uvicorn_settings(server: ServerConfig) -> dict[str, Any]:
@@ -159,6 +185,7 @@ def _serve_processes(config: Config) -> None:
     included). Prometheus metrics use multiprocess mode so ``/metrics`` sums every process.
     """
     server = config.server
+    bind_listener(server.host, server.port).close()  # a taken port: one line, not N tracebacks
     with tempfile.TemporaryDirectory(prefix="turnout-") as private:
         snapshot = Path(private) / "config.json"
         snapshot.write_bytes(msgspec.json.encode(config))

@@ -15,7 +15,7 @@ from turnout.workers.connection import WorkerConnection
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
 from turnout.workers.health import HealthState
 from turnout.workers.settings import WireSettings, WorkerSpec, WorkersSettings
-from turnout.workers.worker import Worker, default_worker_id
+from turnout.workers.worker import Worker, WorkerState, default_worker_id
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,8 @@ class WorkerRegistry:
         self._aux: set[asyncio.Task[Any]] = set()
         self._listeners: list[Listener] = []
         self._running = False
+        #: Per worker, the failure last logged as a warning (to log each reason once).
+        self._warned: dict[str, str] = {}
 
     # -- queries (cheap, per request) ---------------------------------------------------------
 
@@ -76,6 +78,10 @@ class WorkerRegistry:
             return [w for w in workers if w.routable]
         skip = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
         return [w for w in workers if w.routable and w.id not in skip]
+
+    def unplaced(self) -> list[Worker]:
+        """Registered workers whose model is not known yet (not reached so far)."""
+        return [w for w in self._workers.values() if w.model_id is None]
 
     def has_ready_worker(self, model: str) -> bool:
         """Whether some worker can take a request for ``model`` now."""
@@ -175,6 +181,16 @@ class WorkerRegistry:
                 except WorkerConflict as exc:
                     self._running = False
                     raise ConfigError(f"workers[{index}]: {exc}") from None
+            elif spec.model != self._workers[worker_id].spec.model:
+                log.warning(
+                    "workers[%d]: %s is already registered as worker %s (model %s); a worker "
+                    "serves one model, so model %s gets no worker from this entry",
+                    index,
+                    spec.url,
+                    worker_id,
+                    self._workers[worker_id].spec.model or "discovered",
+                    spec.model or "discovered",
+                )
         for worker in self._workers.values():
             self._watch(worker)
         if self.settings.load_monitor.enabled:
@@ -230,6 +246,7 @@ class WorkerRegistry:
         if self._workers.get(worker.id) is not worker:
             return
         del self._workers[worker.id]
+        self._warned.pop(worker.id, None)
         worker.removed = True
         task = self._tasks.pop(worker.id, None)
         if task is not None and task is not asyncio.current_task():
@@ -263,6 +280,7 @@ class WorkerRegistry:
             if not worker.discovered and not await self._discover(worker, settings.timeout_s):
                 changed = health.record_probe(False)
                 self._log_change(worker, changed)
+                self._warn_unreachable(worker, health.next_delay())
                 await self._sleep(worker, health.next_delay())
                 continue
             if not settings.enabled:
@@ -281,11 +299,30 @@ class WorkerRegistry:
                     worker.last_error = "health check: the worker answered healthy=false"
                 changed = health.record_probe(ok, started, answered=answered)
             self._log_change(worker, changed)
+            self._warn_unreachable(worker, health.next_delay())
             if changed and health.state is HealthState.UNHEALTHY:
                 worker.discovered = False  # it may come back as a different model
             elif changed and health.state is HealthState.HEALTHY:
                 worker.breaker.reset()
             await self._sleep(worker, health.next_delay())
+
+    def _warn_unreachable(self, worker: Worker, retry_s: float) -> None:
+        """Warn, once per distinct reason, while a worker cannot take requests."""
+        if worker.state is WorkerState.READY:
+            self._warned.pop(worker.id, None)
+            return
+        reason = worker.last_error
+        if reason is None or self._warned.get(worker.id) == reason:
+            return
+        self._warned[worker.id] = reason
+        log.warning(
+            "worker %s (%s) is %s: %s; trying again every %gs",
+            worker.id,
+            worker.url,
+            worker.state.value,
+            reason,
+            retry_s,
+        )
 
     @staticmethod
     def _log_change(worker: Worker, changed: bool) -> None:
