@@ -3,7 +3,9 @@ subprocesses, with real sockets."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import queue
 import signal
 import socket
@@ -19,6 +21,8 @@ import openai
 import pytest
 
 from turnout.demo_model import path as demo_path
+from turnout.workers.registry import WorkerRegistry
+from turnout.workers.settings import HealthSettings, WorkerSpec, WorkersSettings
 
 from .server.harness import free_port
 
@@ -140,13 +144,13 @@ def test_unreachable_worker_is_explained_in_logs_readiness_and_503s() -> None:
         socket.create_connection(("127.0.0.1", port), timeout=5).close()
 
         warning = served.wait_for(lambda line: "WARNING" in line and worker_id in line)
-        assert "Connection refused" in warning
+        assert "UNAVAILABLE" in warning
 
         ready = httpx.get(f"{base_url}/readiness", timeout=10)
         assert ready.status_code == 503
         pending = ready.json()["workers"][worker_id]
         assert pending["state"] == "pending"
-        assert "Connection refused" in pending["reason"]
+        assert "UNAVAILABLE" in pending["reason"]
         assert "grpc://" not in ready.text
 
         client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
@@ -176,3 +180,29 @@ def test_check_warns_when_two_models_share_a_worker_url(tmp_path: Path) -> None:
     assert warning.startswith("turnout: warning: workers[0] ")
     assert "workers[1]" in warning
     assert "'chat', 'embed'" in warning
+
+
+def test_registry_warns_once_per_reason_and_about_a_worker_listed_twice(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    url = unreachable_worker()
+    settings = WorkersSettings(
+        workers=[WorkerSpec(url=url, model="chat"), WorkerSpec(url=url, model="embed")],
+        health=HealthSettings(interval_s=0.2, timeout_s=0.5, pending_interval_s=0.02),
+    )
+
+    async def probe_for_a_while() -> None:
+        registry = WorkerRegistry(settings)
+        await registry.start()
+        try:
+            await asyncio.sleep(0.5)  # many probes, all refused
+        finally:
+            await registry.stop()
+
+    with caplog.at_level(logging.WARNING, logger="turnout.workers.registry"):
+        asyncio.run(probe_for_a_while())
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("already registered" in m and "embed gets no worker" in m for m in messages)
+    refused = [m for m in messages if "is pending" in m]
+    assert len(refused) == 1, messages
+    assert "UNAVAILABLE" in refused[0]
