@@ -115,6 +115,19 @@ class IncrementalDetokenizer:
         self._read = len(self._ids)
         self._emitted = 0
 
+    def fork(self) -> IncrementalDetokenizer:
+        """An independent copy in the same state (to replay ids without changing this one)."""
+        twin = IncrementalDetokenizer.__new__(IncrementalDetokenizer)
+        twin._tokenizer = self._tokenizer
+        twin._byte_ids = self._byte_ids
+        twin.skip_special_tokens = self.skip_special_tokens
+        twin.spaces_between_special_tokens = self.spaces_between_special_tokens
+        twin._ids = list(self._ids)
+        twin._read = self._read
+        twin._prefix_chars = self._prefix_chars
+        twin._emitted = self._emitted
+        return twin
+
     def finish(self) -> str:
         """Release text still held back (an incomplete character shows as U+FFFD, as in decode)."""
         if self._read == len(self._ids):

@@ -15,6 +15,7 @@ from turnout.tokenizer.detokenizer import IncrementalDetokenizer, byte_fallback_
 from turnout.tokenizer.errors import ChatTemplateError, ModelFilesError
 from turnout.tokenizer.model_dir import DEFAULT_TEMPLATE, ModelFiles, TokenSpec, read_model_dir
 from turnout.tokenizer.segment_cache import SegmentCache
+from turnout.tokenizer.token_bytes import TokenPieces
 
 _cache: dict[tuple[Path, str | None], ModelTokenizer] = {}
 _cache_lock = threading.Lock()
@@ -86,6 +87,8 @@ class ModelTokenizer:
         self.eos_token_ids: frozenset[int] = frozenset(eos_ids)
         """EOS ids from config.json ∪ generation_config.json (else the tokenizer's eos_token)."""
         self._byte_ids = byte_fallback_ids(backend)
+        self.pieces = TokenPieces(backend, {i: token.content for i, token in added.items()})
+        """Text and real bytes of single tokens (logprobs)."""
         self._segments = SegmentCache(backend)
         self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
         """Number of ids, added tokens included (``len(tokenizer)`` in transformers)."""

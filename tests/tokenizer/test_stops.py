@@ -10,8 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turnout.tokenizer.stops import (
+    REGEX_HOLD_CHARS,
     StopStringMatcher,
     apply_stops,
+    compile_stop_regexes,
     find_stop,
     ids_to_show,
     stop_token_visible,
@@ -84,6 +86,61 @@ def test_holds_back_only_what_could_still_match(text: str, stops: list[str]) -> 
         assert seen.startswith(shown)
         assert all(not any(stop.startswith(seen[i:]) for stop in stops) for i in range(len(shown)))
         assert held == "" or any(stop.startswith(held) and stop != held for stop in stops)
+
+
+REGEXES = ["b+c", "a[bc]a", "😀\\s", "c{2}", "é.b", "(ab|ba)c", " \\n?a"]
+
+
+def regex_reference(
+    text: str, stops: list[str], patterns: list[str], keep: bool
+) -> tuple[str, str | None]:
+    """After each character: does the output so far end with a stop string or hold a match?"""
+    compiled = compile_stop_regexes(patterns)
+    for end in range(1, len(text) + 1):
+        seen = text[:end]
+        hits = [(end - len(s), end, s) for s in stops if seen.endswith(s)]
+        hits += [(m.start(), m.end(), p.pattern) for p in compiled if (m := p.search(seen))]
+        if hits:
+            start, stop_end, stop = min(hits, key=lambda hit: hit[:2])  # a string first on ties
+            return seen[: stop_end if keep else start], stop
+    return text, None
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    text=small_texts,
+    stops=st.lists(st.lists(alphabet, min_size=1, max_size=4).map("".join), max_size=2),
+    patterns=st.lists(st.sampled_from(REGEXES), min_size=1, max_size=3, unique=True),
+    cuts=st.lists(st.integers(0, 80), max_size=15),
+    keep=st.booleans(),
+)
+def test_stop_regexes_stream_like_one_shot(
+    text: str, stops: list[str], patterns: list[str], cuts: list[int], keep: bool
+) -> None:
+    matcher = StopStringMatcher(stops, keep_matched=keep, patterns=compile_stop_regexes(patterns))
+    released, matched, _ = run_stream(matcher, text, cuts)
+    assert (released, matched) == regex_reference(text, stops, patterns, keep)
+
+
+def test_stop_regex_holds_a_partial_match_and_reports_the_pattern() -> None:
+    matcher = StopStringMatcher([], patterns=compile_stop_regexes([r"Answer: \d"]))
+    assert matcher.push("So. Answ") == ("So. ", None)
+    assert matcher.push("er: x") == ("Answer: x", None)
+    assert matcher.push(" Answer: 42 more") == (" ", r"Answer: \d")
+    assert matcher.overshoot == len("2 more")
+
+
+def test_stop_regex_hold_is_bounded() -> None:
+    matcher = StopStringMatcher([], patterns=compile_stop_regexes([r"<<.*>>"]))
+    released, hit = matcher.push("<<" + "x" * 1000)
+    assert hit is None
+    assert len(released) == 1002 - REGEX_HOLD_CHARS
+
+
+@pytest.mark.parametrize("bad", ["(", "a*", "x?"])
+def test_bad_stop_regex_is_a_clear_error(bad: str) -> None:
+    with pytest.raises(ValueError, match="stop regex"):
+        compile_stop_regexes([bad])
 
 
 def test_matched_stop_trimmed_and_reported() -> None:
