@@ -23,6 +23,7 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
         "tool_parser": "defaults.tool_parser",
         "reasoning_parser": "defaults.reasoning_parser",
         "model_path": "defaults.tokenizer_path",
+        "default_model": "defaults.model",
         "max_concurrent_requests": "server.max_concurrent_requests",
         "queue_size": "server.queue_size",
         "queue_timeout_s": "server.queue_timeout_s",
@@ -114,6 +115,7 @@ def _add_config_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--port", type=int)
     command.add_argument("--worker-urls", nargs="+", metavar="URL", help="grpc://host:port ...")
     command.add_argument("--model-path", help="model directory (tokenizer) for served models")
+    command.add_argument("--default-model", help="model of requests that name none (/generate)")
     command.add_argument("--policy", help="default selection policy")
     command.add_argument("--tool-parser", help="default tool-call parser")
     command.add_argument("--reasoning-parser", help="default reasoning parser")

@@ -103,6 +103,8 @@ class DefaultsConfig(_Section):
     tool_parser: str | None = None
     reasoning_parser: str | None = None
     tokenizer_path: str | None = None
+    #: The model (id or alias) of requests that name none, e.g. SGLang's native ``/generate``.
+    model: str | None = None
 
 
 class Config(_Section):

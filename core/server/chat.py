@@ -9,7 +9,8 @@ import msgspec
 
 from turnout.reasoning.prompt import reasoning_open_at_prompt_end
 from turnout.routing.types import RoutingRequest
-from turnout.server.chat_emit import ChatFolder, ChatStream
+from turnout.server import unsupported
+from turnout.server.chat_emit import ChatFolder, ChatStream, running_usage
 from turnout.server.context import RequestContext, Services
 from turnout.server.errors import ApiError, bad_request
 from turnout.server.events import Event
@@ -25,6 +26,7 @@ from turnout.server.pipeline import (
 from turnout.server.protocol import ChatCompletionRequest, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
 from turnout.server.tool_choice import ToolPlan, plan_tools
+from turnout.server.unsupported import refuse_modalities, refuse_unsupported
 from turnout.tokenizer import ChatTemplateError
 from turnout.wire.sampling import Constraint
 
@@ -33,6 +35,8 @@ _THINKING_KEYS = ("enable_thinking", "thinking")
 
 
 def _check_chat(request: ChatCompletionRequest) -> None:
+    refuse_unsupported(request, unsupported.CHAT)
+    refuse_modalities(request.modalities)
     for i, message in enumerate(request.messages):
         if message.role not in _ROLES:
             raise bad_request(
@@ -143,7 +147,7 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
         max_calls=None if request.parallel_tool_calls else 1,
     )
     processors = make_processors(runtime, options)
-    worker_streams, interval = worker_streaming(request.stream, bool(options.stops))
+    worker_streams, interval = worker_streaming(request.stream, options.has_stops)
     params = sampling_params(
         request,
         max_tokens=request.max_completion_tokens or request.max_tokens,
@@ -165,15 +169,18 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
     routing = RoutingRequest(model_id, prompt_ids, prompt, ctx.headers, ctx.routing_key)
     session = await services.open_stream(model_id, routing, worker_request)
     events = stream_events(session, processors, worker_streams=worker_streams)
+    response_id = request.rid or ctx.request_id
     if request.stream:
-        include_usage = bool(request.stream_options and request.stream_options.include_usage)
-        return answer_stream(
-            _sse_chunks(
-                ChatStream(ctx.request_id, model_id, ctx.created, include_usage), request.n, events
-            ),
-            services,
+        stream = ChatStream(
+            response_id,
+            model_id,
+            ctx.created,
+            include_usage=bool(request.stream_options and request.stream_options.include_usage),
+            running=running_usage(request.stream_options, [len(prompt_ids)], request.n),
+            stream_reasoning=request.stream_reasoning,
         )
-    folder = ChatFolder(ctx.request_id, model_id, ctx.created, request.n)
+        return answer_stream(_sse_chunks(stream, request.n, events), services)
+    folder = ChatFolder(response_id, model_id, ctx.created, request.n)
     async for batch in events:
         for event in batch:
             folder.add(event)

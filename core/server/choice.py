@@ -37,9 +37,16 @@ class TextDecoder(Protocol):
         """Text still held back at the end."""
         ...
 
+    def fork(self) -> TextDecoder:
+        """An independent copy in the same state."""
+        ...
+
 
 class StopMatcher(Protocol):
     """Stop-string matcher of one output."""
+
+    #: Characters of the last pushed text after the matched stop.
+    overshoot: int
 
     def push(self, text: str) -> tuple[str, str | None]:
         """Released text and the stop string if one matched."""
@@ -66,7 +73,8 @@ class CallIds:
         return f"call_{secrets.token_hex(12)}"
 
 
-TokenText = Callable[[int], str]
+#: Text and real bytes of one token (logprobs).
+TokenPiece = Callable[[int], tuple[str, bytes]]
 
 
 class ChoiceProcessor:
@@ -83,10 +91,12 @@ class ChoiceProcessor:
         tools: Tools = None,
         call_ids: CallIds | None = None,
         hidden_stop_ids: frozenset[int] = frozenset(),
-        token_text: TokenText | None = None,
+        token_piece: TokenPiece | None = None,
         keep_token_ids: bool = False,
         max_calls: int | None = None,
     ) -> None:
+        """``token_piece`` gives the text and bytes of logprob tokens (without it, logprobs are
+        not reported)."""
         self.index = index
         self._decoder = decoder
         self._stops = stops
@@ -95,7 +105,7 @@ class ChoiceProcessor:
         self._tools = tools
         self._call_ids = call_ids or CallIds("openai")
         self._hidden_stop_ids = hidden_stop_ids
-        self._token_text = token_text
+        self._token_piece = token_piece
         self._keep_token_ids = keep_token_ids
         #: ``parallel_tool_calls: false`` allows one call: later calls are dropped.
         self._max_calls = max_calls
@@ -125,22 +135,29 @@ class ChoiceProcessor:
         """Process new token ids (and their logprobs, an ``OutputLogProbs`` message)."""
         if self.done or self.matched_stop is not None:
             return None
-        self.tokens += len(token_ids)
         visible = token_ids
         if token_ids and token_ids[-1] in self._hidden_stop_ids:
             visible = token_ids[:-1]  # EOS / stop token: ends the output, not part of its text
+        # Several tokens at once may run past a stop string: replaying them one by one on a
+        # copy finds the token that completed it, where the output ends (as in streaming).
+        before = self._decoder.fork() if self._stops is not None and len(visible) > 1 else None
         text = self._decoder.push(visible) if visible else ""
         delta = ChoiceDelta(self.index)
-        if logprobs is not None and self._token_text is not None:
-            delta.logprobs = self._logprobs(logprobs)
+        if text and self._stops is not None:
+            decoded = len(text)
+            text, matched = self._stops.push(text)
+            if matched is not None:
+                self.matched_stop = matched
+                if before is not None:
+                    used = _tokens_for(before, visible, decoded - self._stops.overshoot)
+                    token_ids = token_ids[:used]
+        self.tokens += len(token_ids)
+        delta.completion_tokens = self.tokens
+        if logprobs is not None and self._token_piece is not None:
+            delta.logprobs = self._logprobs(logprobs, len(token_ids))
         if self._keep_token_ids:
             delta.token_ids = list(token_ids)
-        if text:
-            if self._stops is not None:
-                text, matched = self._stops.push(text)
-                if matched is not None:
-                    self.matched_stop = matched
-            self._route(text, delta)
+        self._route(text, delta)
         if self.matched_stop is not None:
             self._flush(delta)
         return None if delta.is_empty() else delta
@@ -176,7 +193,11 @@ class ChoiceProcessor:
         if finish_reason == "stop" and self.calls:
             finish_reason = "tool_calls"
         self.done = True
-        tokens = self.tokens if completion_tokens is None else completion_tokens
+        # Turnout's own stop ends the count where the text ends, whatever the worker produced.
+        tokens = self.tokens
+        if completion_tokens is not None and self.matched_stop is None:
+            tokens = completion_tokens
+        delta.completion_tokens = tokens
         reasoning = reasoning_tokens or self._estimated_reasoning_tokens(tokens)
         end = ChoiceEnd(self.index, finish_reason, matched, tokens, reasoning)
         return (None if delta.is_empty() else delta), end
@@ -275,19 +296,31 @@ class ChoiceProcessor:
                 self.calls = max(self.calls, call.index + 1)
             delta.tool_calls.append(ToolCallPiece(call.index, call_id, call.name, call.arguments))
 
-    def _logprobs(self, logprobs: Any) -> list[TokenLogprob]:
-        assert self._token_text is not None
-        text = self._token_text
+    def _logprobs(self, logprobs: Any, limit: int) -> list[TokenLogprob]:
+        """The first ``limit`` tokens' logprobs (an ``OutputLogProbs`` message)."""
+        assert self._token_piece is not None
+        piece = self._token_piece
         entries: list[TokenLogprob] = []
         tops = list(logprobs.top_logprobs)
         for i, (token_id, value) in enumerate(
-            zip(logprobs.token_ids, logprobs.token_logprobs, strict=False)
+            zip(logprobs.token_ids[:limit], logprobs.token_logprobs, strict=False)
         ):
-            top: list[tuple[int, str, float]] = []
+            top: list[TokenLogprob] = []
             if i < len(tops):
-                top = [
-                    (tid, text(tid), v)
-                    for tid, v in zip(tops[i].token_ids, tops[i].values, strict=False)
-                ]
-            entries.append(TokenLogprob(token_id, text(token_id), value, top))
+                for top_id, top_value in zip(tops[i].token_ids, tops[i].values, strict=False):
+                    top_text, top_raw = piece(top_id)
+                    top.append(TokenLogprob(top_id, top_text, top_value, raw=top_raw))
+            text, raw = piece(token_id)
+            entries.append(TokenLogprob(token_id, text, value, top, raw))
         return entries
+
+
+def _tokens_for(decoder: TextDecoder, token_ids: Sequence[int], chars: int) -> int:
+    """How many of ``token_ids``, pushed one by one into ``decoder``, release ``chars``
+    characters (all of them when they never do)."""
+    released = 0
+    for count, token_id in enumerate(token_ids, 1):
+        released += len(decoder.push((token_id,)))
+        if released >= chars:
+            return count
+    return len(token_ids)

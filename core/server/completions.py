@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from turnout.routing.types import RoutingRequest
-from turnout.server.chat_emit import usage_dict
+from turnout.server.chat_emit import running_usage, usage_dict
 from turnout.server.context import RequestContext, Services
 from turnout.server.errors import bad_request
 from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
@@ -22,7 +22,9 @@ from turnout.server.pipeline import (
 )
 from turnout.server.protocol import CompletionRequest, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
-from turnout.wire.sampling import Constraint
+from turnout.server.tool_choice import plan_tools
+from turnout.server.unsupported import COMPLETIONS, refuse_unsupported, unsupported
+from turnout.wire.sampling import Constraint, ConstraintKind
 
 
 def _prompts(request: CompletionRequest) -> list[str | list[int]]:
@@ -52,7 +54,7 @@ def _openai_logprobs(entries: list[TokenLogprob], offset: int) -> dict[str, Any]
     for lp in entries:
         tokens.append(lp.token)
         values.append(lp.logprob)
-        tops.append({tok: value for _, tok, value in lp.top} if lp.top else None)
+        tops.append({top.token: top.logprob for top in lp.top} if lp.top else None)
         offsets.append(offset)
         offset += len(lp.token)
     return {
@@ -67,7 +69,10 @@ async def handle_completion(services: Services, body: bytes, ctx: RequestContext
     """Answer a text completion request; several prompts run as one request each."""
     request = decode_body(body, CompletionRequest)
     if request.suffix:
-        raise bad_request("suffix is not supported", "suffix")
+        raise unsupported("suffix", "suffix is not supported")
+    if request.best_of is not None and request.best_of != request.n:
+        raise unsupported("best_of", "best_of is not supported (only best_of = n)")
+    refuse_unsupported(request, COMPLETIONS)
     model_id = services.models.resolve_name(request.model)
     runtime = await services.models.runtime(model_id)
     tokenizer = runtime.tokenizer
@@ -78,14 +83,11 @@ async def handle_completion(services: Services, body: bytes, ctx: RequestContext
     ids_list = [
         tokenizer.encode(p, add_special_tokens=True) if isinstance(p, str) else p for p in prompts
     ]
-    constraint = None
-    if request.regex:
-        constraint = Constraint("regex", request.regex)
-    elif request.ebnf:
-        constraint = Constraint("ebnf", request.ebnf)
+    constraint = _constraint(request)
     logprobs = request.logprobs is not None
+    options = output_options(request, logprobs=logprobs)
     streams = []
-    worker_streams, interval = worker_streaming(request.stream, bool(request.stop))
+    worker_streams, interval = worker_streaming(request.stream, options.has_stops)
     async with closed_on_failure() as sessions:
         for i, (text, ids) in enumerate(zip(texts, ids_list, strict=True)):
             session = await _open(
@@ -102,9 +104,9 @@ async def handle_completion(services: Services, body: bytes, ctx: RequestContext
                 interval=interval,
             )
             sessions.append(session)
-            processors = make_processors(runtime, output_options(request, logprobs=logprobs))
+            processors = make_processors(runtime, options)
             streams.append(stream_events(session, processors, worker_streams=worker_streams))
-    builder = _CompletionBuilder(ctx, model_id, request, texts)
+    builder = _CompletionBuilder(ctx, model_id, request, texts, [len(ids) for ids in ids_list])
     if request.stream:
         return answer_stream(builder.stream(streams), services)
     for prompt_index, events in enumerate(streams):
@@ -112,6 +114,22 @@ async def handle_completion(services: Services, body: bytes, ctx: RequestContext
             for event in batch:
                 builder.fold(prompt_index, event)
     return answer_json(builder.response())
+
+
+def _constraint(request: CompletionRequest) -> Constraint | None:
+    """The one output constraint of a completion request (SGLang: regex, ebnf, json_schema or
+    response_format)."""
+    response_schema = plan_tools(None, None, request.response_format, False).json_schema
+    candidates: list[tuple[ConstraintKind, str | None]] = [
+        ("regex", request.regex),
+        ("ebnf", request.ebnf),
+        ("json_schema", request.json_schema),
+        ("json_schema", response_schema),
+    ]
+    given = [Constraint(kind, value) for kind, value in candidates if value]
+    if len(given) > 1:
+        raise bad_request("only one of regex, ebnf, json_schema and response_format")
+    return given[0] if given else None
 
 
 async def _open(
@@ -152,10 +170,15 @@ async def _open(
 
 class _CompletionBuilder:
     def __init__(
-        self, ctx: RequestContext, model: str, request: CompletionRequest, texts: list[str]
+        self,
+        ctx: RequestContext,
+        model: str,
+        request: CompletionRequest,
+        texts: list[str],
+        prompt_tokens: list[int],
     ) -> None:
         self._base = {
-            "id": ctx.request_id,
+            "id": request.rid or ctx.request_id,
             "object": "text_completion",
             "created": ctx.created,
             "model": model,
@@ -165,6 +188,7 @@ class _CompletionBuilder:
         self._texts = texts
         self._logprobs = request.logprobs is not None
         self._include_usage = bool(request.stream_options and request.stream_options.include_usage)
+        self._running = running_usage(request.stream_options, prompt_tokens, request.n)
         self._text: dict[int, list[str]] = {}
         self._lps: dict[int, list[TokenLogprob]] = {}
         self._ends: dict[int, ChoiceEnd] = {}
@@ -200,15 +224,15 @@ class _CompletionBuilder:
             logprobs = None
             if self._logprobs:
                 logprobs = _openai_logprobs(self._lps.get(i, []), len(prompt) if self._echo else 0)
-            choice: dict[str, Any] = {
-                "index": i,
-                "text": text,
-                "logprobs": logprobs,
-                "finish_reason": end.finish_reason if end else "abort",
-            }
-            if end is not None and end.matched_stop is not None:
-                choice["matched_stop"] = end.matched_stop
-            choices.append(choice)
+            choices.append(
+                {
+                    "index": i,
+                    "text": text,
+                    "logprobs": logprobs,
+                    "finish_reason": end.finish_reason if end else "abort",
+                    "matched_stop": end.matched_stop if end else None,
+                }
+            )
         return self._base | {"choices": choices, "usage": usage_dict(self._usage)}
 
     async def stream(
@@ -233,6 +257,8 @@ class _CompletionBuilder:
             yield [self._base | {"choices": [], "usage": usage_dict(self._usage)}]
 
     def _event_chunk(self, prompt_index: int, event: Event) -> dict[str, Any] | None:
+        if self._running is not None and not isinstance(event, Usage):
+            self._running.note(self._index(prompt_index, event.index), event)
         if isinstance(event, ChoiceDelta):
             if not (event.content or event.logprobs):
                 return None
@@ -241,8 +267,7 @@ class _CompletionBuilder:
         if isinstance(event, ChoiceEnd):
             index = self._index(prompt_index, event.index)
             chunk = self._chunk(index, "", None, event.finish_reason)
-            if event.matched_stop is not None:
-                chunk["choices"][0]["matched_stop"] = event.matched_stop
+            chunk["choices"][0]["matched_stop"] = event.matched_stop
             return chunk
         self._add_usage(event)
         return None
@@ -251,4 +276,9 @@ class _CompletionBuilder:
         self, index: int, text: str, logprobs: dict[str, Any] | None, finish: str | None
     ) -> dict[str, Any]:
         choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
-        return self._base | {"choices": [choice]}
+        chunk = self._base | {"choices": [choice]}
+        if self._running is not None:
+            chunk["usage"] = self._running.of(index)
+        elif self._include_usage:
+            chunk["usage"] = None
+        return chunk

@@ -7,12 +7,13 @@ from dataclasses import dataclass, field
 
 @dataclass(slots=True)
 class TokenLogprob:
-    """Log probability of one sampled token, with its alternatives."""
+    """Log probability of one sampled token (its text, real bytes), with its alternatives."""
 
     token_id: int
     token: str
     logprob: float
-    top: list[tuple[int, str, float]] = field(default_factory=list)
+    top: list[TokenLogprob] = field(default_factory=list)
+    raw: bytes = b""
 
 
 @dataclass(slots=True)
@@ -35,6 +36,8 @@ class ChoiceDelta:
     tool_calls: list[ToolCallPiece] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None
     token_ids: list[int] | None = None
+    #: The choice's tokens so far, this delta's included (running usage).
+    completion_tokens: int = 0
 
     def is_empty(self) -> bool:
         """True when there is nothing to send."""

@@ -11,7 +11,7 @@ import msgspec
 from turnout.routing.types import RoutingRequest
 from turnout.server.context import RequestContext, Services
 from turnout.server.errors import bad_request
-from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, Usage
+from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
 from turnout.server.pipeline import (
     closed_on_failure,
     generate_request,
@@ -23,6 +23,7 @@ from turnout.server.pipeline import (
 )
 from turnout.server.protocol import GenerateRequestBody, NativeSamplingParams, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
+from turnout.server.unsupported import GENERATE, refuse_unsupported
 from turnout.wire.sampling import Constraint, ConstraintKind
 
 _CONSTRAINTS: tuple[ConstraintKind, ...] = ("json_schema", "structural_tag", "regex", "ebnf")
@@ -46,6 +47,7 @@ def _json(value: Any) -> str:
 async def handle_generate(services: Services, body: bytes, ctx: RequestContext) -> Answer:
     """Answer one ``/generate`` request (a single prompt or a batch)."""
     request = decode_body(body, GenerateRequestBody)
+    refuse_unsupported(request, GENERATE)
     if request.logprob_start_len != -1:
         raise bad_request("input (prompt) logprobs are not supported", "logprob_start_len")
     sampling = request.sampling_params
@@ -68,7 +70,8 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
         raise bad_request("the prompt must not be empty", "text")
     base_rid = request.rid or ctx.worker_request_id
     streams: list[AsyncIterator[list[Event]]] = []
-    worker_streams, interval = worker_streaming(request.stream, bool(sampling.stop))
+    options = output_options(sampling, logprobs=request.return_logprob, keep_token_ids=True)
+    worker_streams, interval = worker_streaming(request.stream, options.has_stops)
     async with closed_on_failure() as sessions:
         for i, (text, ids) in enumerate(zip(texts, id_lists, strict=True)):
             params = sampling_params(
@@ -87,15 +90,15 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
                 prompt_text=text,
                 logprobs=request.return_logprob,
                 top_logprobs=request.top_logprobs_num,
+                require_reasoning=request.require_reasoning,
                 stream=worker_streams,
             )
             routing = RoutingRequest(model_id, ids, text or None, ctx.headers, ctx.routing_key)
             session = await services.open_stream(model_id, routing, worker_request)
             sessions.append(session)
-            options = output_options(sampling, logprobs=request.return_logprob, keep_token_ids=True)
             processors = make_processors(runtime, options)
             streams.append(stream_events(session, processors, worker_streams=worker_streams))
-    shaper = _GenerateShaper(base_rid, sampling.n, len(id_lists), request.return_logprob, ctx)
+    shaper = _GenerateShaper(base_rid, sampling.n, len(id_lists), request, ctx)
     if request.stream:
         return answer_stream(shaper.stream(streams), services)
     for prompt_index, events in enumerate(streams):
@@ -109,12 +112,18 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
 class _GenerateShaper:
     """Builds SGLang's ``{text, output_ids, meta_info}`` objects from events."""
 
-    def __init__(self, rid: str, n: int, prompts: int, logprobs: bool, ctx: RequestContext) -> None:
-        self._rid, self._n, self._logprobs, self._ctx = rid, n, logprobs, ctx
+    def __init__(
+        self, rid: str, n: int, prompts: int, request: GenerateRequestBody, ctx: RequestContext
+    ) -> None:
+        self._rid, self._n, self._ctx = rid, n, ctx
+        self._logprobs = request.return_logprob
+        self._top = request.top_logprobs_num > 0
+        self._with_text = request.return_text_in_logprobs
         self._count = n * prompts
         self._text: list[list[str]] = [[] for _ in range(self._count)]
         self._ids: list[list[int]] = [[] for _ in range(self._count)]
         self._lps: list[list[list[Any]]] = [[] for _ in range(self._count)]
+        self._tops: list[list[list[list[Any]]]] = [[] for _ in range(self._count)]
         self._ends: dict[int, ChoiceEnd] = {}
         self._usage: dict[int, Usage] = {}
 
@@ -125,7 +134,9 @@ class _GenerateShaper:
             self._text[i].append(event.content)
             self._ids[i].extend(event.token_ids or ())
             for lp in event.logprobs or ():
-                self._lps[i].append([lp.logprob, lp.token_id, None])
+                self._lps[i].append(self._entry(lp))
+                if self._top:
+                    self._tops[i].append([self._entry(top) for top in lp.top])
             return i
         if isinstance(event, ChoiceEnd):
             i = prompt_index * self._n + event.index
@@ -147,9 +158,16 @@ class _GenerateShaper:
         }
         if end is not None:
             meta["matched_stop"] = end.matched_stop
+            meta["reasoning_tokens"] = end.reasoning_tokens
         if self._logprobs:
             meta["output_token_logprobs"] = self._lps[i]
+            if self._top:
+                meta["output_top_logprobs"] = self._tops[i]
         return meta
+
+    def _entry(self, lp: TokenLogprob) -> list[Any]:
+        """SGLang's ``[logprob, token_id, text or null]``."""
+        return [lp.logprob, lp.token_id, lp.token if self._with_text else None]
 
     def results(self) -> list[dict[str, Any]]:
         """One result object per choice."""

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import msgspec
@@ -104,11 +103,10 @@ def _waiting_workers(registry: WorkerRegistry) -> dict[str, Any]:
 @get("/v1/models", sync_to_thread=False)
 def list_models(request: Request[Any, Any, Any]) -> Any:
     """Served models, OpenAI style."""
-    services = _services(request)
-    created = int(time.time())
+    models = _services(request).models
     data = [
-        {"id": model, "object": "model", "created": created, "owned_by": "turnout"}
-        for model in services.models.served()
+        {"id": model, "object": "model", "created": models.created, "owned_by": "turnout"}
+        for model in models.served()
     ]
     return answer_json({"object": "list", "data": data})
 
@@ -116,8 +114,11 @@ def list_models(request: Request[Any, Any, Any]) -> Any:
 @get("/v1/models/{model_id:path}", sync_to_thread=False)
 def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Any:
     """One served model."""
-    model = _services(request).models.resolve_name(model_id.lstrip("/"))
-    return answer_json({"id": model, "object": "model", "created": 0, "owned_by": "turnout"})
+    models = _services(request).models
+    model = models.resolve_name(model_id.lstrip("/"))
+    return answer_json(
+        {"id": model, "object": "model", "created": models.created, "owned_by": "turnout"}
+    )
 
 
 async def _unary(worker: Worker, method: str) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +21,18 @@ from turnout.tool_calls.types import ToolParser
 from turnout.workers.worker import Worker
 
 log = logging.getLogger("turnout.models")
+
+#: Environment variable holding the router's start time, which its serving processes share.
+STARTED_ENV = "TURNOUT_STARTED"
+
+
+def router_started() -> int:
+    """When this router started (Unix seconds; ``$TURNOUT_STARTED`` when a parent set it)."""
+    value = os.environ.get(STARTED_ENV, "")
+    return int(value) if value.isdigit() else _PROCESS_STARTED
+
+
+_PROCESS_STARTED = int(time.time())
 
 
 @dataclass(slots=True)
@@ -64,6 +78,11 @@ class ModelTable:
             alias: model_id for model_id, model in config.models.items() for alias in model.aliases
         }
 
+    @property
+    def created(self) -> int:
+        """The ``created`` time of every model listed: when the router started."""
+        return router_started()
+
     def served(self) -> list[str]:
         """Model ids with at least one registered worker, sorted."""
         return sorted(set(self._served()))
@@ -71,6 +90,8 @@ class ModelTable:
     def resolve_name(self, requested: str | None) -> str:
         """The model id a request means; 400 when ambiguous, 404 when unknown."""
         served = self.served()
+        if not requested and self._config.defaults.model:
+            requested = self._config.defaults.model
         if not requested:
             if len(served) == 1:
                 return served[0]
@@ -79,7 +100,8 @@ class ModelTable:
                 raise ApiError(503, "no model is being served: no workers are registered")
             raise ApiError(
                 400,
-                f"`model` is required: this router serves {', '.join(served)}",
+                f"`model` is required: this router serves {', '.join(served)} "
+                "(defaults.model in the config names the model of requests without one)",
                 param="model",
             )
         model_id = self._aliases.get(requested, requested)

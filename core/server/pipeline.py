@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
+
+import regex
 
 from turnout.routing.types import RoutingRequest
 from turnout.server.choice import CallIds, ChoiceProcessor
-from turnout.server.errors import ApiError
+from turnout.server.errors import ApiError, bad_request
 from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, Usage
 from turnout.server.models import ModelRuntime
 from turnout.server.protocol import SamplingFields, stop_strings
-from turnout.tokenizer.stops import StopStringMatcher
+from turnout.tokenizer.stops import StopRegexTimeout, StopStringMatcher, compile_stop_regexes
 from turnout.tool_calls.types import ToolParser, Tools
 from turnout.wire.errors import WorkerCallError
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
@@ -55,6 +57,7 @@ class OutputOptions:
     skip_special_tokens: bool
     spaces_between_special_tokens: bool
     logprobs: bool
+    stop_regexes: list[regex.Pattern[str]] = field(default_factory=list)
     keep_token_ids: bool = False
     tools: Tools = None
     tool_parser: Callable[[], ToolParser] | None = None
@@ -63,6 +66,11 @@ class OutputOptions:
     history_calls: int = 0
     #: At most this many tool calls per choice (``parallel_tool_calls: false`` gives 1).
     max_calls: int | None = None
+
+    @property
+    def has_stops(self) -> bool:
+        """True when turnout matches stop strings or stop regexes on the output."""
+        return bool(self.stops or self.stop_regexes)
 
 
 #: Tokens per worker message when turnout streams from the worker only to watch for its stop
@@ -134,12 +142,7 @@ def make_processors(runtime: ModelRuntime, options: OutputOptions) -> list[Choic
         runtime.parsers_need_special_tokens and (options.tool_parser or options.reasoning)
     )
     hidden = frozenset() if options.no_stop_trim else runtime.stop_token_ids
-    token_text = None
-    if options.logprobs:
-
-        def token_text(token_id: int) -> str:
-            return tokenizer.decode([token_id], skip_special_tokens=False)
-
+    token_piece = tokenizer.pieces.piece if options.logprobs else None
     processors = []
     for index in range(options.n):
         tool_parser = options.tool_parser() if options.tool_parser is not None else None
@@ -147,8 +150,10 @@ def make_processors(runtime: ModelRuntime, options: OutputOptions) -> list[Choic
         if options.reasoning and runtime.reasoning_parser is not None:
             reasoning = runtime.reasoning_parser(start_in_reasoning=options.start_in_reasoning)
         stops = (
-            StopStringMatcher(options.stops, keep_matched=options.no_stop_trim)
-            if options.stops
+            StopStringMatcher(
+                options.stops, keep_matched=options.no_stop_trim, patterns=options.stop_regexes
+            )
+            if options.has_stops
             else None
         )
         processors.append(
@@ -166,7 +171,7 @@ def make_processors(runtime: ModelRuntime, options: OutputOptions) -> list[Choic
                     getattr(tool_parser, "call_id_style", "openai"), options.history_calls
                 ),
                 hidden_stop_ids=hidden,
-                token_text=token_text,
+                token_piece=token_piece,
                 keep_token_ids=options.keep_token_ids,
                 max_calls=options.max_calls,
             )
@@ -175,10 +180,15 @@ def make_processors(runtime: ModelRuntime, options: OutputOptions) -> list[Choic
 
 
 def output_options(request: SamplingFields, **extra: Any) -> OutputOptions:
-    """Output options common to every endpoint."""
+    """Output options common to every endpoint (400 for a bad ``stop_regex``)."""
+    try:
+        regexes = compile_stop_regexes(stop_strings(request.stop_regex))
+    except ValueError as exc:
+        raise bad_request(str(exc), "stop_regex") from None
     return OutputOptions(
         n=request.n,
         stops=stop_strings(request.stop),
+        stop_regexes=regexes,
         no_stop_trim=request.no_stop_trim,
         skip_special_tokens=request.skip_special_tokens,
         spaces_between_special_tokens=request.spaces_between_special_tokens,
@@ -216,6 +226,8 @@ async def stream_events(
         raise ApiError(exc.http_status, f"worker error: {exc.message}") from None
     except DispatchError as exc:
         raise ApiError(exc.status, exc.message, code=exc.code) from None
+    except StopRegexTimeout as exc:
+        raise bad_request(str(exc), "stop_regex") from None
     finally:
         await session.aclose()
     raise ApiError(502, "the worker ended the stream before every choice completed")

@@ -86,6 +86,8 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     min_tokens: Annotated[int, Meta(ge=0, le=INT32_MAX)] | None = None
     n: Annotated[int, Meta(ge=1, le=128)] = 1
     stop: Stop | None = None
+    #: SGLang: regexes that end the output like stop strings (matched by turnout).
+    stop_regex: Stop | None = None
     stop_token_ids: list[TokenId] | None = None
     no_stop_trim: bool = False
     ignore_eos: bool = False
@@ -148,6 +150,16 @@ class ChatCompletionRequest(OpenAIRequest, kw_only=True):
     continue_final_message: bool = False
     add_generation_prompt: bool = True
     documents: list[dict[str, Any]] | None = None
+    # Known but not implemented: a request setting one is refused (see ``unsupported``).
+    functions: Any = None
+    function_call: Any = None
+    audio: Any = None
+    modalities: list[str] | None = None
+    web_search_options: Any = None
+    return_hidden_states: Any = None
+    lora_path: Any = None
+    custom_logit_processor: Any = None
+    session_params: Any = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -177,6 +189,14 @@ class CompletionRequest(OpenAIRequest, kw_only=True):
     logprobs: TopLogprobs | None = None
     suffix: str | None = None
     best_of: int | None = None
+    #: SGLang: constrain the output to a JSON schema (``json_schema``: the schema as text).
+    response_format: dict[str, Any] | None = None
+    json_schema: str | None = None
+    # Known but not implemented: a request setting one is refused (see ``unsupported``).
+    return_hidden_states: Any = None
+    lora_path: Any = None
+    custom_logit_processor: Any = None
+    session_params: Any = None
 
 
 class NativeSamplingParams(SamplingFields, kw_only=True, forbid_unknown_fields=True):
@@ -213,7 +233,21 @@ class GenerateRequestBody(msgspec.Struct, kw_only=True):
     return_logprob: bool = False
     top_logprobs_num: TopLogprobs = 0
     logprob_start_len: Annotated[int, Meta(ge=-1, le=INT32_MAX)] = -1
+    #: The third element of each logprob entry is the token's text (else null).
+    return_text_in_logprobs: bool = False
+    #: Ask the worker to count reasoning tokens (``meta_info.reasoning_tokens``).
+    require_reasoning: bool = False
     rid: str | None = None
+    # Known but not implemented: a request setting one is refused (see ``unsupported``).
+    token_ids_logprob: Any = None
+    return_hidden_states: Any = None
+    input_embeds: Any = None
+    image_data: Any = None
+    video_data: Any = None
+    audio_data: Any = None
+    lora_path: Any = None
+    custom_logit_processor: Any = None
+    session_params: Any = None
 
     def __post_init__(self) -> None:
         if (self.text is None) == (self.input_ids is None):

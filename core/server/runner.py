@@ -22,6 +22,7 @@ from turnout.errors import ConfigError, StartupError
 from turnout.observability.logs import configure_logging
 from turnout.server.app import create_app
 from turnout.server.context import Services
+from turnout.server.models import STARTED_ENV, router_started
 from turnout.server.shutdown import DrainingServer
 from turnout.workers.settings import WorkerSpec
 
@@ -191,6 +192,7 @@ def _serve_processes(config: Config) -> None:
         snapshot.write_bytes(msgspec.json.encode(config))
         snapshot.chmod(0o600)  # may hold API keys
         os.environ[CONFIG_ENV] = str(snapshot)
+        os.environ.setdefault(STARTED_ENV, str(router_started()))  # one `created` for all
         metrics_dir = Path(private) / "metrics"
         metrics_dir.mkdir()
         os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))

@@ -46,7 +46,7 @@ def processor(
     index: int = 0, stops: list[str] | None = None, max_calls: int | None = None
 ) -> ChoiceProcessor:
     """A choice processor with the qwen3 reasoning and qwen tool parsers, deterministic call
-    ids and logprob token texts."""
+    ids and logprob tokens."""
     return ChoiceProcessor(
         index,
         decoder=TOKENIZER.incremental_detokenizer(skip_special_tokens=False),
@@ -55,6 +55,6 @@ def processor(
         tool_parser=PLUGINS.tool_parsers.create("qwen"),
         call_ids=CallIds("kimi"),
         hidden_stop_ids=TOKENIZER.eos_token_ids,
-        token_text=lambda token_id: TOKENIZER.decode([token_id], skip_special_tokens=False),
+        token_piece=TOKENIZER.pieces.piece,
         max_calls=max_calls,
     )

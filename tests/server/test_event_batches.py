@@ -101,6 +101,23 @@ async def test_any_grouping_of_messages_gives_the_one_by_one_answer(
     assert batched == one_by_one
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(outputs(), min_size=1, max_size=2),
+    st.lists(st.integers(1, 16), min_size=1, max_size=4),
+    st.sampled_from([["STOP"], ["STOP", "\n"], ["é🎉"]]),
+)
+async def test_tokens_per_message_do_not_change_text_usage_or_logprobs(
+    texts: list[str], sizes: list[int], stops: list[str]
+) -> None:
+    """A worker sending several tokens per message (one-shot answers watched for stops) gives
+    the answer of one token per message (streaming): the stop ends tokens and logprobs too."""
+    outputs_ = [output_ids(t) for t in texts]
+    one_by_one, _ = await fold([messages(outputs_, [1])], len(texts), stops)
+    several, _ = await fold([messages(outputs_, sizes)], len(texts), stops)
+    assert several == one_by_one
+
+
 async def test_a_run_of_one_choice_is_one_delta_with_every_logprob() -> None:
     ids = TOKENIZER.encode("hello world, hello router", add_special_tokens=False)
     items = messages([[*ids, EOS]], [1])
