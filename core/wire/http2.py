@@ -4,10 +4,11 @@ Why not grpcio here: ``grpc.aio`` hands every received message from its own poll
 event loop, which costs ~30 µs of CPU per streamed token; reading frames straight off an asyncio
 transport costs a few µs, and several frames that arrive together are handled in one wake-up.
 
-Scope: client side only, no server push, no priorities, no compression. Received data is
-credited back to the peer as soon as it arrives (the router buffers a few tokens per stream, not
-bulk data), so flow control only ever limits what we send. HPACK comes from the ``hpack`` package
-(``turnout.wire.header_codec``).
+Scope: client side only, no server push, no priorities, no compression. Flow control of what we
+receive is split: the connection window is credited as data arrives (so one stream that is not
+read never blocks the others), each stream's window only as its handler reports the data consumed
+(``consume``), so a stream whose reader stalls stops its sender after one stream window. HPACK
+comes from the ``hpack`` package (``turnout.wire.header_codec``).
 """
 
 from __future__ import annotations
@@ -96,21 +97,39 @@ class StreamHandler(Protocol):
 
 
 class ConnectionSettings:
-    """Knobs of one connection (seconds and bytes)."""
+    """Knobs of one connection (seconds and bytes).
 
-    __slots__ = ("keepalive_time_s", "keepalive_timeout_s", "max_frame_size", "receive_window")
+    One instance may be shared by the successive connections to a peer: what a connection learns
+    (a longer keep-alive interval after ENHANCE_YOUR_CALM) then holds for the next ones too.
+    """
+
+    __slots__ = (
+        "connection_window",
+        "keepalive_time_s",
+        "keepalive_timeout_s",
+        "max_frame_size",
+        "stream_window",
+    )
 
     def __init__(
         self,
         *,
         keepalive_time_s: float = 30.0,
         keepalive_timeout_s: float = 10.0,
-        receive_window: int = 16 * 1024 * 1024,
+        stream_window: int = 1024 * 1024,
+        connection_window: int = 16 * 1024 * 1024,
         max_frame_size: int = 1024 * 1024,
     ) -> None:
+        if not DEFAULT_WINDOW <= stream_window <= MAX_WINDOW:
+            raise ValueError(f"stream window must be {DEFAULT_WINDOW}..{MAX_WINDOW} bytes")
+        if not DEFAULT_WINDOW <= connection_window <= MAX_WINDOW:
+            raise ValueError(f"connection window must be {DEFAULT_WINDOW}..{MAX_WINDOW} bytes")
         self.keepalive_time_s = keepalive_time_s
         self.keepalive_timeout_s = keepalive_timeout_s
-        self.receive_window = receive_window
+        #: What a peer may send on one stream before its reader consumed it.
+        self.stream_window = stream_window
+        #: What a peer may send on the whole connection before we credit it (on arrival).
+        self.connection_window = connection_window
         self.max_frame_size = max_frame_size
 
 
@@ -161,6 +180,9 @@ class Http2Connection(asyncio.Protocol):
         self._outgoing: dict[int, _Outgoing] = {}
         self._recv_uncredited = 0
         self._stream_recv_uncredited: dict[int, int] = {}
+        # WINDOW_UPDATEs are sent once half a window is to be credited (not per frame).
+        self._connection_threshold = self.settings.connection_window // 2
+        self._stream_threshold = self.settings.stream_window // 2
         # Keep-alive: a PING when streams wait and the peer has been silent for too long.
         self._last_receive = 0.0
         self._ping_deadline: asyncio.TimerHandle | None = None
@@ -201,16 +223,15 @@ class Http2Connection(asyncio.Protocol):
             _SETTING.pack(key, value)
             for key, value in (
                 (ENABLE_PUSH, 0),
-                (INITIAL_WINDOW_SIZE, ours.receive_window),
+                (INITIAL_WINDOW_SIZE, ours.stream_window),
                 (MAX_FRAME_SIZE, ours.max_frame_size),
             )
         )
-        increment = ours.receive_window - DEFAULT_WINDOW
-        transport.write(
-            PREFACE
-            + _frame(SETTINGS, 0, 0, payload)
-            + _frame(WINDOW_UPDATE, 0, 0, _U32.pack(increment))
-        )
+        preface = PREFACE + _frame(SETTINGS, 0, 0, payload)
+        increment = ours.connection_window - DEFAULT_WINDOW
+        if increment:
+            preface += _frame(WINDOW_UPDATE, 0, 0, _U32.pack(increment))
+        transport.write(preface)
         self._schedule_keepalive()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -330,9 +351,15 @@ class Http2Connection(asyncio.Protocol):
         if stream_id == 0:
             raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
         flow_size = len(payload)
+        if flow_size and self._transport is not None:
+            uncredited = self._recv_uncredited + flow_size
+            if uncredited >= self._connection_threshold:
+                self._transport.write(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(uncredited)))
+                uncredited = 0
+            self._recv_uncredited = uncredited
         if flags & PADDED:
             payload = _strip_padding(payload)
-        self._credit(stream_id, flow_size)
+            self.consume(stream_id, flow_size - len(payload))  # nobody else holds the padding
         handler = self._streams.get(stream_id)
         if handler is None:
             return  # reset by us, frames still in flight
@@ -341,25 +368,17 @@ class Http2Connection(asyncio.Protocol):
             self._end_stream(stream_id)
         handler.on_data(bytes(payload), end)
 
-    def _credit(self, stream_id: int, size: int) -> None:
-        """Give received bytes back to the peer's window once half the window is used."""
-        if not size or self._transport is None:
-            return
-        threshold = self.settings.receive_window // 2
-        self._recv_uncredited += size
-        frames = b""
-        if self._recv_uncredited >= threshold:
-            frames = _frame(WINDOW_UPDATE, 0, 0, _U32.pack(self._recv_uncredited))
-            self._recv_uncredited = 0
+    def consume(self, stream_id: int, size: int) -> None:
+        """The handler of ``stream_id`` is done with ``size`` received bytes: credit them back
+        to the stream's window (in one WINDOW_UPDATE once half the window is due)."""
         uncredited = self._stream_recv_uncredited.get(stream_id)
-        if uncredited is not None:
-            uncredited += size
-            if uncredited >= threshold:
-                frames += _frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(uncredited))
-                uncredited = 0
-            self._stream_recv_uncredited[stream_id] = uncredited
-        if frames:
-            self._transport.write(frames)
+        if uncredited is None or not size:
+            return  # the stream ended: its window no longer matters
+        uncredited += size
+        if uncredited >= self._stream_threshold and self._transport and not self._closed_reason:
+            self._transport.write(_frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(uncredited)))
+            uncredited = 0
+        self._stream_recv_uncredited[stream_id] = uncredited
 
     def _on_control(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self._header_stream and kind != CONTINUATION:

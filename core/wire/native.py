@@ -13,6 +13,7 @@ import asyncio
 import math
 import ssl
 from collections import deque
+from collections.abc import Iterable
 from typing import Any, Final
 from urllib.parse import unquote
 
@@ -50,25 +51,38 @@ _USER_AGENT: Final = f"turnout/{__version__}"
 _INITIAL_BACKOFF_S: Final = 0.2
 #: How long a released call waits for the worker's status before it is cancelled.
 _RELEASE_GRACE_S: Final = 2.0
+#: Most bytes of messages that ``read_batch`` hands over at once.
+BATCH_BYTES: Final = 16 * 1024
 
 
 class NativeCall:
-    """One unary-request, streamed-response gRPC call; ``read()`` until it returns None."""
+    """One unary-request, streamed-response gRPC call; ``read()`` until it returns None.
+
+    Flow control: the bytes of received messages are credited back to the worker (HTTP/2
+    WINDOW_UPDATE) only once the reader has taken every queued message, so a reader that stops
+    reading pauses the worker after one stream window (``ClientSettings.stream_window_bytes``)
+    instead of letting the whole answer pile up here. Bytes of a message still incomplete are
+    credited as they arrive while nothing else waits to be read: a message larger than the window
+    is reassembled (bounded by ``max_message_bytes``) rather than deadlocking.
+    """
 
     __slots__ = (
         "_body",
         "_channel",
         "_connecting",
         "_connection",
+        "_cut",
         "_deadline_at",
         "_ended",
         "_error",
         "_got_headers",
+        "_held",
         "_max_message",
         "_messages",
         "_method",
         "_partial",
         "_path",
+        "_queued",
         "_response_type",
         "_stream_id",
         "_timer",
@@ -97,6 +111,12 @@ class NativeCall:
         self._messages: deque[bytes] = deque()
         #: Bytes of a message not complete yet (and of the ones after it in the same frame).
         self._partial = bytearray()
+        #: Received bytes not yet credited back to the stream's flow-control window.
+        self._held = 0
+        #: Bytes of the queued messages (with their 5-byte prefixes).
+        self._queued = 0
+        #: True when the last batch left messages queued (``read_batch`` yields first).
+        self._cut = False
         self._error: WorkerCallError | None = None
         self._ended = False
         self._connecting: asyncio.Task[None] | None = None
@@ -114,6 +134,9 @@ class NativeCall:
         messages = self._messages
         if messages or await self._wait():
             data = messages.popleft()
+            self._queued -= len(data) + 5
+            if not messages and self._held:
+                self._give_back()
             try:
                 return self._response_type.FromString(data)
             except DecodeError as exc:
@@ -123,24 +146,53 @@ class NativeCall:
     async def read_batch(self) -> list[Any]:
         """Every message already received (at least one, waiting if needed); [] once the
         worker ended the call with OK (or after ``cancel()``). Raises ``WorkerCallError`` for
-        any other end, after the messages received before it were read."""
+        any other end, after the messages received before it were read.
+
+        A batch holds at most ``BATCH_BYTES`` of messages (or one larger message); when more
+        are queued, the next call lets the event loop run other tasks before it returns, so a
+        huge answer is handed over (and worked on by the caller) in slices, not in one go.
+        """
+        if self._cut:
+            self._cut = False
+            await asyncio.sleep(0)
         messages = self._messages
         if messages or await self._wait():
+            taken: Iterable[bytes] = messages
+            if self._queued > BATCH_BYTES:
+                taken = self._take_slice()
             parse = self._response_type.FromString
             try:
-                batch = [parse(data) for data in messages]
+                batch = [parse(data) for data in taken]
             except DecodeError as exc:
-                return self._parse_until_malformed(exc)
-            messages.clear()
+                return self._parse_until_malformed(taken, exc)
+            if taken is messages:
+                messages.clear()
+                self._queued = 0
+            if self._held and not messages:
+                self._give_back()
             return batch
         return []
 
-    def _parse_until_malformed(self, exc: DecodeError) -> list[Any]:
-        """The messages of the queue before the first that does not parse; the call fails
+    def _take_slice(self) -> list[bytes]:
+        """Messages from the head of the queue: at most ``BATCH_BYTES`` of them, at least one."""
+        messages = self._messages
+        first = messages.popleft()
+        taken = [first]
+        size = len(first) + 5
+        while messages and size + len(messages[0]) + 5 <= BATCH_BYTES:
+            data = messages.popleft()
+            taken.append(data)
+            size += len(data) + 5
+        self._queued -= size
+        self._cut = bool(messages)
+        return taken
+
+    def _parse_until_malformed(self, taken: Iterable[bytes], exc: DecodeError) -> list[Any]:
+        """The messages of ``taken`` before the first that does not parse; the call fails
         with ``MalformedResponse`` (raised now if no message came before it)."""
         parse = self._response_type.FromString
         batch = []
-        for data in self._messages:
+        for data in taken:
             try:
                 batch.append(parse(data))
             except DecodeError:
@@ -159,10 +211,19 @@ class NativeCall:
             method=self._method,
         )
         self._messages.clear()
+        self._queued = 0
+        self._cut = False
         if self._error is None:
             self._error = error
             self._release(ErrorCode.CANCEL)
         return error
+
+    def _give_back(self) -> None:
+        """Credit every held byte back to the stream's window (the reader took everything)."""
+        held, self._held = self._held, 0
+        connection = self._connection
+        if connection is not None:
+            connection.consume(self._stream_id, held)
 
     async def _wait(self) -> bool:
         """Wait until a message is queued (True) or the call ended with OK (False)."""
@@ -313,6 +374,7 @@ class NativeCall:
                 break
             messages.append(bytes(view[pos + 5 : end]) if partial else data[pos + 5 : end])
             pos = end
+        self._queued += pos
         if partial:
             del partial[:pos]
         elif pos < size:
@@ -320,7 +382,12 @@ class NativeCall:
         if end_stream:
             self._fail_malformed("worker ended the call without trailers")
             return
-        self._wake()
+        self._held += len(data)
+        if messages:
+            self._wake()
+        else:
+            # Only part of a message is here: the reader can do nothing before the rest comes.
+            self._give_back()
 
     def on_reset(self, error_code: int) -> None:
         """The worker reset the stream."""
@@ -419,6 +486,7 @@ class NativeChannel:
         self._connection_settings = ConnectionSettings(
             keepalive_time_s=settings.keepalive_time_s,
             keepalive_timeout_s=settings.keepalive_timeout_s,
+            stream_window=settings.stream_window_bytes,
         )
 
     @property

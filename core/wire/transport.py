@@ -58,6 +58,10 @@ class ClientSettings:
     #: … and the connection counts as dead if the PING is not answered within this.
     keepalive_timeout_s: float = 10.0
     max_message_bytes: int = 256 * _MIB
+    #: Per call: how much of a worker's answer may wait in the router for a reader that does
+    #: not keep up (a client that stopped reading) before the worker is paused by HTTP/2 flow
+    #: control. Messages larger than this are still received whole.
+    stream_window_bytes: int = _MIB
     #: Upper bound of the reconnect back-off, so a restarted worker is found again quickly.
     max_reconnect_backoff_s: float = 5.0
     #: Bound of one TCP (and TLS) connection attempt.
