@@ -23,6 +23,7 @@ from turnout.workers.settings import (
     WorkerSpec,
     WorkersSettings,
 )
+from turnout.workers.worker import default_worker_id, worker_id_problem
 
 #: A parser name in the config that turns parsing off for a model.
 DISABLED = "none"
@@ -238,6 +239,11 @@ def _check(config: Config) -> None:
             raise ConfigError(
                 f"workers[{index}].url: expected grpc://host:port, got {worker.url!r}"
             )
+        worker_id = worker.id if worker.id is not None else default_worker_id(worker.url)
+        problem = worker_id_problem(worker_id)
+        if problem is not None:
+            key = "id" if worker.id is not None else "url"
+            raise ConfigError(f"workers[{index}].{key}: worker id {worker_id!r} {problem}")
     _check_tokenizer_path("defaults.tokenizer_path", config.defaults.tokenizer_path)
     for model_id, model in config.models.items():
         _check_tokenizer_path(f"models.{model_id}.tokenizer_path", model.tokenizer_path)

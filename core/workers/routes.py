@@ -24,7 +24,7 @@ from turnout.wire import parse_worker_url
 from turnout.workers.errors import WorkerConflict, WorkerNotFound, error_type_for
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import WorkerSpec
-from turnout.workers.worker import Worker, WorkerState
+from turnout.workers.worker import Worker, WorkerState, default_worker_id, worker_id_problem
 
 DEPENDENCY = "worker_registry"
 
@@ -97,6 +97,17 @@ class WorkersController(Controller):
             parse_worker_url(data.url)
         except ValueError as exc:
             return _error(400, str(exc), "invalid_value", "url")
+        worker_id = data.id if data.id is not None else default_worker_id(data.url)
+        problem = worker_id_problem(worker_id)
+        if problem is not None:
+            source = "id" if data.id is not None else "url"
+            shown = repr(worker_id[:40]) + ("…" if len(worker_id) > 40 else "")
+            return _error(
+                400,
+                f"worker id {shown}{' (from the url)' if source == 'url' else ''} {problem}",
+                "invalid_value",
+                source,
+            )
         if wait_s is not None and not 0 <= wait_s <= 600:
             return _error(400, "wait_s must be within [0, 600]", "invalid_value", "wait_s")
         try:

@@ -101,6 +101,23 @@ async def test_auth_add_list_get_and_errors(workers) -> None:
         r = await client.delete("/workers/missing:1", headers=AUTH)
         assert r.status_code == 404
 
+        # Ids are path segments, log fields and metric labels.
+        for bad_id in ("evil\nINFO forged line", "a/b", "tab\there", "x" * 129, "", "\x1b[31m"):
+            new = {"url": "grpc://127.0.0.1:8", "id": bad_id}
+            r = await client.post("/workers", json=new, headers=AUTH)
+            assert r.status_code == 400, (bad_id, r.text)
+            assert_openai_error(r.json(), "invalid_value")
+            assert r.json()["error"]["param"] == "id"
+            assert "worker id" in r.json()["error"]["message"]
+        r = await client.post("/workers", json={"url": "grpc://h\x07st:1"}, headers=AUTH)
+        assert r.status_code == 400, r.text
+        assert r.json()["error"]["param"] == "url"  # the id would come from the URL
+        assert registry.get("x" * 129) is None
+        r = await client.post("/workers", json={"url": "grpc://127.0.0.1:7", "id": "x" * 128},
+                              headers=AUTH)  # fmt: skip
+        assert r.status_code == 201, r.text  # the longest id allowed
+        assert (await client.delete("/workers/" + "x" * 128, headers=AUTH)).status_code == 202
+
         # A worker that is down is accepted (pending) and picked up when it comes up.
         r = await client.post("/workers", json={"url": "grpc://127.0.0.1:9"}, headers=AUTH)
         assert r.status_code == 201
