@@ -32,7 +32,8 @@ class RequestRecord:
     client_id: bool = False
     started: float = field(default_factory=time.perf_counter)
     status: int | None = None
-    #: "ok", or why it ended otherwise: "timeout", "client_gone", "error", "rejected".
+    #: "ok", or why it ended otherwise: "timeout", "client_gone", "error", "rejected",
+    #: "stream_error" (a stream that had started ended with an error event).
     outcome: str = "ok"
     model: str | None = None
     worker: str | None = None

@@ -398,6 +398,16 @@ def parser_failure_kind(exc: BaseException) -> str | None:
     return None
 
 
+def note_stream_cut(status: int) -> None:
+    """The current request's stream ended with an error event after its 200 went out (a worker
+    failed mid-stream, say): it is logged and counted with ``status`` and the outcome
+    ``stream_error``, not as a 200."""
+    record = current_record()
+    if record is not None:
+        record.status = status
+        record.outcome = "stream_error"
+
+
 def note_failure(exc: BaseException) -> None:
     """Mark the current request as failed inside a parser when ``exc`` came from one (counted
     in ``turnout_parser_errors_total`` when the request ends)."""

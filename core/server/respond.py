@@ -9,7 +9,7 @@ from typing import Any
 import msgspec
 from litestar import Response
 
-from turnout.observability.metrics import note_failure
+from turnout.observability.metrics import note_failure, note_stream_cut
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
 from turnout.server.sse import DONE, EventStream, sse_batch, sse_error
@@ -36,10 +36,12 @@ async def sse_body(batches: AsyncIterator[list[Any]]) -> AsyncIterator[bytes]:
         async for payloads in batches:
             yield sse_batch(payloads)
     except ApiError as exc:
+        note_stream_cut(exc.status)
         yield sse_error(exc)
     except Exception as exc:  # a stream must end cleanly whatever broke
         log.exception("stream failed")
         note_failure(exc)
+        note_stream_cut(500)
         yield sse_error(ApiError(500, f"internal error: {type(exc).__name__}"))
 
 
