@@ -106,7 +106,11 @@ def test_stream_cut_by_a_worker_is_logged_and_counted_with_its_real_outcome(
     for address in addresses(router):
         assert address not in reply.text
 
-    (access,) = [r for r in lines_of(logs, rid) if r.name == ACCESS_LOGGER]
+    def access_lines() -> list[logging.LogRecord]:
+        return [r for r in lines_of(logs, rid) if r.name == ACCESS_LOGGER]
+
+    router.wait_until(lambda: bool(access_lines()))  # written once the response is sent
+    (access,) = access_lines()
     assert access.fields["status"] == 500  # type: ignore[attr-defined]
     assert access.fields["outcome"] == "stream_error"  # type: ignore[attr-defined]
     assert " 500 " in access.getMessage()
