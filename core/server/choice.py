@@ -10,6 +10,8 @@ rule depends only on the folded text, so streaming and one-shot answers agree.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import secrets
 import string
@@ -19,7 +21,7 @@ from typing import Any, Protocol
 from turnout.observability.metrics import note_failure
 from turnout.reasoning.types import ReasoningParser
 from turnout.server.events import ChoiceDelta, ChoiceEnd, TokenLogprob, ToolCallPiece
-from turnout.tool_calls.types import ToolCallDelta, ToolParser, Tools
+from turnout.tool_calls.types import ToolCallDelta, ToolParser, ToolParseStep, Tools
 
 log = logging.getLogger("turnout.server")
 
@@ -75,6 +77,22 @@ class CallIds:
 
 #: Text and real bytes of one token (logprobs).
 TokenPiece = Callable[[int], tuple[str, bytes]]
+
+
+@functools.cache
+def _takes_truncated(parser_type: type[ToolParser]) -> bool:
+    try:
+        return "truncated" in inspect.signature(parser_type.finish).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def finish_tool_parser(parser: ToolParser, truncated: bool) -> ToolParseStep:
+    """End a tool parser's output; ``truncated`` (cut off by the token limit) is passed only to
+    parsers that take it (plugins written before it existed keep working)."""
+    if truncated and _takes_truncated(type(parser)):
+        return parser.finish(truncated=True)
+    return parser.finish()
 
 
 class ChoiceProcessor:
@@ -184,7 +202,7 @@ class ChoiceProcessor:
                 else:
                     text += self._stops.finish()
             self._route(text, delta)
-            self._flush(delta)
+            self._flush(delta, truncated=finish_reason == "length")
         if self._held_space and not self.calls:
             delta.content += self._held_space
         self._held_space = ""
@@ -266,7 +284,7 @@ class ChoiceProcessor:
         delta.content += self._held_space + body
         self._held_space = text[len(body) :]
 
-    def _flush(self, delta: ChoiceDelta) -> None:
+    def _flush(self, delta: ChoiceDelta, truncated: bool = False) -> None:
         if self._reasoning is not None:
             try:
                 step = self._reasoning.finish()
@@ -279,7 +297,7 @@ class ChoiceProcessor:
                 self._content(step.normal_text, delta)
         if self._tool_parser is not None:
             try:
-                step_t = self._tool_parser.finish()
+                step_t = finish_tool_parser(self._tool_parser, truncated)
             except Exception as exc:
                 self._parser_failed("tool", exc)
             else:

@@ -38,7 +38,7 @@ class ForcedCallParser:
             return ToolParseStep("", [ToolCallDelta(0, self._name, delta)])
         return ToolParseStep("", [ToolCallDelta(0, None, delta)]) if delta else ToolParseStep()
 
-    def finish(self) -> ToolParseStep:
+    def finish(self, truncated: bool = False) -> ToolParseStep:
         """An empty output still yields the call, with empty arguments."""
         if not self._started:
             self._started = True

@@ -14,19 +14,25 @@ What happens to consumed text is governed by a *mode*:
 * ``PASS`` - consumed text is normal text (outside calls, or inside a rejected call);
 * ``HOLD`` - tentatively consumed (markers, the start of a call whose name is not known yet): kept
   in a list and later either dropped (it became a call) or released as text (it did not);
-* ``DROP`` - consumed and discarded (the syntax of an announced call).
+* ``DROP`` - consumed and discarded (the syntax of a released call).
 
 Project-wide rules implemented here (parsers document their format-specific choices):
 
-* A call is announced (first delta, with its name) only once its name is complete and allowed.
+* A call is *released* (one delta: name and complete arguments) only once it is known to be
+  valid: its name is complete and allowed and its arguments are a complete JSON value (for call
+  objects, once the object has closed). Until then everything it consumed is held, so a call
+  that turns out broken can still become normal text: an agent never receives a call whose
+  arguments it cannot trust (see docs/plugins.md, "When calls are released").
 * With a non-empty ``tools`` list, a call to another name is *rejected*: its raw text (from the
   element start, see :meth:`GrammarToolParser._mark_element`) stays in the normal text verbatim.
-* Arguments are streamed as verbatim JSON text in safe pieces (see
-  :mod:`turnout.tool_calls.json_stream`). A JSON string holding a JSON object is unwrapped once;
-  ``null`` or missing arguments become ``{}``.
-* If an announced call breaks (invalid JSON, or the output ends inside it), the call is closed
-  with the arguments streamed so far completed into valid JSON (``{}`` if nothing was streamed);
-  the text from the offending character on is parsed again as ordinary output.
+* Arguments are the model's JSON text verbatim (raw control characters inside strings escaped).
+  A JSON string holding a JSON object is unwrapped once; ``null`` or missing arguments become
+  ``{}``.
+* If a call breaks (invalid JSON, or the output ends inside it), its whole raw text, markers
+  included, is normal text; parsing resumes at the offending character.
+* Exception: when the output was cut off by the token limit (``finish(truncated=True)``) inside
+  a call whose name is known, the call is returned with its arguments as received so far (the
+  client sees ``finish_reason: length``).
 * If a block breaks before any call was announced, everything held is released as text.
 """
 
@@ -55,7 +61,7 @@ _HOLD: Final = 1
 _DROP: Final = 2
 
 #: Outcomes of :meth:`GrammarToolParser._call_object` / :meth:`GrammarToolParser._named_call`.
-OK: Final = "ok"  # the call was announced and ended properly
+OK: Final = "ok"  # the call ended properly and was released
 REJECTED: Final = "rejected"  # well-formed call to a function not offered: its text was released
 FAILED: Final = "failed"  # not a call, or broken: held text still to release, resume at pos
 
@@ -115,6 +121,11 @@ class GrammarToolParser:
         self._elem = 0
         self._gen: Generator[None, None, None] | None = self._grammar()
         self._dead = False
+        # The call being read (announced, not yet released): its name, its arguments text, and
+        # where in ``_held`` the raw text of its arguments value starts (``None``: not reading).
+        self._call: str | None = None
+        self._call_args: list[str] = []
+        self._raw_args: int | None = None
 
     # -- the format -------------------------------------------------------------------------------
 
@@ -143,12 +154,33 @@ class GrammarToolParser:
                 self._drive()
         return self._take_step()
 
-    def finish(self) -> ToolParseStep:
-        """End of output: run the grammar to its end and release whatever is still held."""
+    def finish(self, truncated: bool = False) -> ToolParseStep:
+        """End of output: run the grammar to its end and release whatever is still held.
+
+        ``truncated``: the output was cut off by the token limit; a call being read is returned
+        with its arguments as received instead of becoming text.
+        """
         if not self._eof:
             self._eof = True
-            self._drive()
+            if truncated and self._call is not None and self._gen is not None:
+                self._keep_cut_off_call()
+            else:
+                self._drive()
         return self._take_step()
+
+    def _keep_cut_off_call(self) -> None:
+        """The output stopped inside a call: release it as received; the rest is its syntax."""
+        assert self._call is not None
+        if self._raw_args is None:
+            arguments = "".join(self._call_args)
+        else:
+            arguments = ("".join(self._held[self._raw_args :]) + self._buf[self._pos :]).lstrip()
+        self._pieces.append((self._count, self._call, arguments))
+        self._count += 1
+        self._call, self._call_args, self._raw_args = None, [], None
+        self._held.clear()
+        self._gen = None
+        self._buf, self._pos = "", 0
 
     # -- driver -----------------------------------------------------------------------------------
 
@@ -226,10 +258,12 @@ class GrammarToolParser:
         self._elem = len(self._held)
 
     def _release(self) -> None:
-        """Held text was not a call after all: emit it as normal text; consumed text passes."""
+        """Held text was not a call after all (or a call broke): emit it as normal text;
+        consumed text passes."""
         if self._held:
             self._text.extend(self._held)
             self._held.clear()
+        self._call, self._call_args, self._raw_args = None, [], None
         self._elem = 0
         self._mode = _PASS
 
@@ -247,15 +281,31 @@ class GrammarToolParser:
         self._mode = _PASS
 
     def _announce(self, name: str, arguments: str = "") -> None:
-        self._held.clear()
-        self._elem = 0
-        self._mode = _DROP
-        self._pieces.append((self._count, name, arguments))
-        self._count += 1
+        """A call to ``name`` starts: from here its text is held until :meth:`_confirm` releases
+        the call or :meth:`_release` turns it into normal text."""
+        self._mode = _HOLD
+        self._call = name
+        self._call_args = [arguments] if arguments else []
+        self._raw_args = None
 
     def _args(self, text: str) -> None:
         if text:
-            self._pieces.append((self._count - 1, None, text))
+            self._call_args.append(text)
+
+    def _confirm(self) -> None:
+        """The call being read is complete and valid: release it, drop its syntax."""
+        assert self._call is not None
+        self._pieces.append((self._count, self._call, "".join(self._call_args)))
+        self._count += 1
+        self._call, self._call_args, self._raw_args = None, [], None
+        self._held.clear()
+        self._elem = 0
+        self._mode = _DROP
+
+    def _emit_call(self, name: str, arguments: str) -> None:
+        """Release a complete call at once (formats that validate a call before announcing it)."""
+        self._announce(name, arguments)
+        self._confirm()
 
     def _allowed(self, name: str) -> bool:
         return is_allowed(name, self._names)
@@ -390,35 +440,22 @@ class GrammarToolParser:
 
     # -- calls ------------------------------------------------------------------------------------
 
-    def _stream_arguments(self) -> Generator[None, None, bool]:
-        """Stream the current (announced) call's arguments value; ``True`` if it was valid.
+    def _read_arguments(self) -> Generator[None, None, bool]:
+        """Read the current (announced) call's arguments value; ``True`` if it is valid JSON.
 
-        A broken value is completed into valid JSON from what was already streamed.
+        Its raw text stays held (a broken value makes the whole call normal text).
         """
         scanner = JsonScanner(capture=True)
-        sent = False
+        self._raw_args = len(self._held)
         while True:
             end = scanner.feed(self._buf, self._pos, self._eof)
             self._consume(end)
             if scanner.status == DONE:
-                text = scanner.take()
-                if sent:
-                    self._args(text)
-                else:
-                    self._args(finish_arguments(text, scanner.first))
+                self._raw_args = None
+                self._args(finish_arguments(scanner.take(), scanner.first))
                 return True
             if scanner.status != RUNNING or self._eof:
-                if scanner.first != '"':
-                    piece = scanner.take()
-                    sent = sent or bool(piece)
-                    self._args(piece)
-                self._args(scanner.closing() if sent else "{}")
                 return False
-            if scanner.first != '"':
-                piece = scanner.take()
-                if piece:
-                    sent = True
-                    self._args(piece)
             yield
 
     def _skip_value(self) -> Generator[None, None, bool]:
@@ -430,21 +467,25 @@ class GrammarToolParser:
     def _named_call(self, name: str) -> Generator[None, None, str]:
         """A call whose name came from the format's syntax; its arguments value follows.
 
-        Announces the call (or rejects it) and reads the arguments. Returns ``OK``,
-        ``REJECTED`` or ``FAILED`` (broken arguments; an announced call was completed).
+        Announces the call (or rejects it) and reads the arguments. Returns ``OK`` (the call
+        was released), ``REJECTED`` or ``FAILED`` (broken arguments: the caller releases the
+        held text, the call included).
         """
         if not name or not self._allowed(name):
             self._reject()
             return REJECTED if (yield from self._skip_value()) else FAILED
         self._announce(name)
-        return OK if (yield from self._stream_arguments()) else FAILED
+        if not (yield from self._read_arguments()):
+            return FAILED
+        self._confirm()
+        return OK
 
     def _call_object(self, shape: CallShape) -> Generator[None, None, str]:
         """Read a ``{"name": ..., "arguments": ...}`` call object starting at ``{``.
 
-        Returns ``OK`` (announced, object closed), ``REJECTED`` (a call to a function not offered,
-        its raw text released) or ``FAILED`` (not a call, or broken: held text is still to be
-        released by the caller; an announced call was completed).
+        Returns ``OK`` (object closed, the call released), ``REJECTED`` (a call to a function not
+        offered, its raw text released) or ``FAILED`` (not a call, or broken: held text, the
+        call's included, is still to be released by the caller).
         """
         self._consume(self._pos + 1)  # "{"
         name: str | None = None
@@ -504,7 +545,7 @@ class GrammarToolParser:
                             state = "rejected"
             elif state == "call" and is_args:
                 have_args = True
-                if not (yield from self._stream_arguments()):
+                if not (yield from self._read_arguments()):
                     return FAILED
             elif state == "open" and is_args:
                 have_args = True
@@ -527,15 +568,13 @@ class GrammarToolParser:
                 if state == "call":
                     if not have_args:
                         self._args("{}")
+                    self._confirm()
                     return OK
                 if state == "rejected":
                     return REJECTED
                 return FAILED
             break
-        # Broken object.
-        if state == "call" and not have_args:
-            self._args("{}")
-        return FAILED
+        return FAILED  # broken object
 
     def _call_array(self, shape: CallShape) -> Generator[None, None, str]:
         """Read ``[call, call, ...]`` starting at ``[`` (the wrapper before it is held).

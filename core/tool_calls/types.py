@@ -3,7 +3,9 @@
 A parser instance serves exactly one output (one choice of one request). The pipeline feeds it
 text deltas with :meth:`ToolParser.parse_incremental` and ends with :meth:`ToolParser.finish`;
 :meth:`ToolParser.parse_complete` parses a whole text at once. Folding the incremental steps of
-any chunking of a text must give the same normal text and calls as ``parse_complete``.
+any chunking of a text must give the same normal text and calls as ``parse_complete``. A call
+must only be returned once it is known to be valid (its arguments are complete JSON): deltas
+cannot be taken back, and an agent must never run a tool with broken arguments.
 """
 
 from __future__ import annotations
@@ -75,8 +77,14 @@ class ToolParser(Protocol):
         """Consume the next piece of output; return what can be released now."""
         ...
 
-    def finish(self) -> ToolParseStep:
-        """End of output: release everything still held back (never swallow text)."""
+    def finish(self, truncated: bool = False) -> ToolParseStep:
+        """End of output: release everything still held back (never swallow text).
+
+        ``truncated`` is True when the output was cut off by the token limit (the answer ends
+        with ``finish_reason: length``): a call still open is then returned with its arguments
+        as received; otherwise an unfinished call is normal text. (turnout passes it only to
+        parsers whose ``finish`` declares it.)
+        """
         ...
 
 

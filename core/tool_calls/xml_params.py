@@ -6,29 +6,41 @@ turns one raw value into JSON text and collects the schemas of a request's tools
 
 Rules (the same for every XML-family parser):
 
-* **Whitespace.** Formats whose templates put each value on its own line (Qwen3-Coder, Seed-OSS)
-  use :func:`trim_value`: exactly one ``\\n`` right after the opening tag and one right before
-  the closing tag are format, not value. Inline formats keep the value verbatim. Every other
-  character, indentation and trailing newlines of file contents included, is kept. Typed
-  (non-string) values ignore surrounding whitespace.
+Each format picks its :class:`ValueRules`:
+
+* **Whitespace** (``trim``). ``"strip"`` (Qwen3-Coder, as SGLang and smg do): values are trimmed
+  at both ends, a whitespace-only value is ``""``. ``"newline"`` (Seed-OSS): exactly one ``\\n``
+  right after the opening tag and one right before the closing tag are format, not value
+  (:func:`trim_value`). ``"none"`` (inline formats): the value is verbatim. Typed (non-string)
+  values ignore surrounding whitespace in every case.
+* **Entities** (``decode_entities``, MiniMax): ``&lt; &gt; &amp; &quot; &apos;`` and numeric
+  character references are decoded once (:func:`decode_entities`); other formats keep them.
 * **Strings stay verbatim.** A parameter whose schema type is ``string`` becomes a JSON string of
-  the raw text, even when it looks numeric (``"3"``) — no HTML un-escaping (``&amp;`` stays).
+  the raw text, even when it looks numeric (``"3"``).
 * **Typed parameters** (``integer``, ``number``, ``boolean``, ``object``, ``array``, ``null``):
   the value is parsed as strict JSON (no ``NaN``/``Infinity``) and its text is kept verbatim, so
   numbers and key order never change; Python spellings ``True``/``False``/``None`` and Python
   dict/list literals (single quotes) are accepted and re-emitted as JSON; a boolean given as
   ``0``/``1`` or an integer given as ``3.0`` is converted. A value that cannot be read as the
   declared type falls back to a JSON string of the raw text (nothing is dropped).
-* **No schema** (unknown tool, unknown parameter, no ``type``): a JSON literal if the text is
-  one, Python ``True``/``False``/``None`` and dict/list literals accepted, else a string.
+* **No schema** (unknown tool, unknown parameter, no ``type``): with ``infer="json"`` a JSON
+  literal if the text is one, Python ``True``/``False``/``None`` and dict/list literals
+  accepted, else a string; with ``infer="scalars"`` (MiniMax, as smg does) only numbers,
+  booleans and null are inferred and JSON-looking objects, arrays and quoted strings stay
+  strings.
+* **Escaped JSON** (``unescape_json``, GLM, as SGLang accepts): an object or array written with
+  backslash-escaped quotes (``[{\\"a\\": 1}]``), invalid as it stands, is read after undoing
+  its escapes once, when the parameter may be an object or array.
 """
 
 from __future__ import annotations
 
 import ast
 import json
+import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from turnout.tool_calls.types import Tools
 
@@ -47,6 +59,20 @@ _TYPE_CHECKS: dict[str, type | tuple[type, ...]] = {
 }
 
 
+@dataclass(frozen=True, slots=True)
+class ValueRules:
+    """How one format writes parameter values (see the module docstring)."""
+
+    trim: Literal["none", "newline", "strip"] = "none"
+    decode_entities: bool = False
+    infer: Literal["json", "scalars"] = "json"
+    unescape_json: bool = False
+
+
+#: Values written verbatim (the inline formats).
+VERBATIM = ValueRules()
+
+
 def trim_value(raw: str) -> str:
     """Drop one ``\\n`` right after the opening tag and one right before the closing tag."""
     if raw.startswith("\n"):
@@ -54,6 +80,65 @@ def trim_value(raw: str) -> str:
     if raw.endswith("\n"):
         raw = raw[:-1]
     return raw
+
+
+_ENTITY = re.compile(r"&(lt|gt|amp|quot|apos|#[0-9]{1,7}|#[xX][0-9a-fA-F]{1,6});")
+_NAMED_ENTITIES = {"lt": "<", "gt": ">", "amp": "&", "quot": '"', "apos": "'"}
+
+
+def _entity(match: re.Match[str]) -> str:
+    name = match.group(1)
+    named = _NAMED_ENTITIES.get(name)
+    if named is not None:
+        return named
+    code = int(name[2:], 16) if name[1] in "xX" else int(name[1:])
+    if 0 < code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF:
+        return chr(code)
+    return match.group(0)
+
+
+def decode_entities(raw: str) -> str:
+    """Decode the XML entities and numeric character references in ``raw`` (once)."""
+    return _ENTITY.sub(_entity, raw) if "&" in raw else raw
+
+
+def _trim(raw: str, rules: ValueRules) -> str:
+    if rules.trim == "strip":
+        return raw.strip()
+    if rules.trim == "newline":
+        return trim_value(raw)
+    return raw
+
+
+def param_json(raw: str, schema: ParamSchema, is_string: bool | None, rules: ValueRules) -> str:
+    """JSON text for one raw parameter value of a format with ``rules``.
+
+    ``is_string`` is the format's own flag (DSML ``string="true|false"``); ``None`` lets the
+    schema decide.
+    """
+    raw = _trim(raw, rules)
+    if rules.decode_entities:
+        raw = decode_entities(raw)
+    if is_string:
+        return string_json(raw)
+    return value_json(raw, schema, infer=rules.infer, unescape_json=rules.unescape_json)
+
+
+def partial_param_json(
+    raw: str, schema: ParamSchema, is_string: bool | None, rules: ValueRules
+) -> str:
+    """The start of a value cut off by the end of output, as received: a string parameter (or
+    one of unknown type) as an unterminated JSON string, a typed one as its raw text."""
+    if rules.trim == "strip":
+        raw = raw.lstrip()
+    elif rules.trim == "newline":
+        raw = raw.removeprefix("\n")
+    if rules.decode_entities:
+        raw = decode_entities(raw)
+    typed = is_string is False or (
+        is_string is None and schema_types(schema) not in (None, frozenset({"string"}))
+    )
+    return raw.lstrip() if typed else string_json(raw)[:-1]
 
 
 def _field(obj: Any, key: str) -> Any:
@@ -175,15 +260,26 @@ def string_json(raw: str) -> str:
     return _STRING_ENCODER.encode(raw)
 
 
-def value_json(raw: str, schema: ParamSchema) -> str:
-    """JSON text for one parameter value (already trimmed with :func:`trim_value`)."""
+def value_json(
+    raw: str,
+    schema: ParamSchema,
+    *,
+    infer: Literal["json", "scalars"] = "json",
+    unescape_json: bool = False,
+) -> str:
+    """JSON text for one parameter value (already trimmed; see :class:`ValueRules` for the
+    keyword options)."""
     types = schema_types(schema)
     text = raw.strip()
     if types is not None and "string" in types:
         if "null" in types and text == "null":
             return "null"
         return string_json(raw)
+    if types is None and infer == "scalars":
+        return _scalar_json(raw, text)
     ok, value = strict_json(text)
+    if not ok and unescape_json:
+        ok, value, text = _unescaped_container(text, types)
     if ok:
         if types is None or any(_fits(value, t) for t in types):
             return text
@@ -200,6 +296,33 @@ def value_json(raw: str, schema: ParamSchema) -> str:
     return string_json(raw)
 
 
+def _scalar_json(raw: str, text: str) -> str:
+    """No schema, ``infer="scalars"``: a number, boolean or null, else the raw string."""
+    constant = _PY_CONSTANTS.get(text)
+    if constant is not None:
+        return constant
+    if text[:1] not in ("{", "[", '"'):
+        ok, value = strict_json(text)
+        if ok and not isinstance(value, str):
+            return text
+    return string_json(raw)
+
+
+def _unescaped_container(text: str, types: frozenset[str] | None) -> tuple[bool, Any, str]:
+    """``[{\\"a\\": 1}]`` read once its backslash escapes are undone, if the parameter may be
+    an object or array and the result is one; else ``(False, None, text)``."""
+    if text[:1] not in ("{", "[") or (types is not None and not types & {"object", "array"}):
+        return False, None, text
+    try:
+        inner = json.loads(f'"{text}"', strict=False)
+    except (ValueError, RecursionError):
+        return False, None, text
+    ok, value = strict_json(inner)
+    if ok and isinstance(value, dict | list):
+        return True, value, inner.strip()
+    return False, None, text
+
+
 def _fits(value: object, json_type: str) -> bool:
     if json_type == "null":
         return value is None
@@ -212,6 +335,6 @@ def _fits(value: object, json_type: str) -> bool:
 
 
 def is_string_param(schema: ParamSchema) -> bool:
-    """True when the value is certainly a JSON string, so it can be streamed as it arrives."""
+    """True when the value is certainly a JSON string (the schema allows nothing else)."""
     types = schema_types(schema)
     return types is not None and types <= {"string"}

@@ -13,21 +13,22 @@ Rules shared by every XML-family parser (each parser module documents its tags):
   parallel ``<tool_call>`` blocks). Whitespace and separator tokens between invokes of a block
   are format, not text. Stray text inside a block after its first invoke is normal text; stray
   text right after the block start means the block start was prose: everything is text.
-* **Announcing.** A call is announced (name delta) as soon as its name is complete and allowed.
-  From then on it is a call, whatever follows: a call cut off at end of output is closed with
-  the parameters seen so far (a value cut off is taken as it stands), and a missing invoke end
-  tag is tolerated when the block end arrives.
+* **Releasing.** A call (name and complete arguments, one delta) is released once its invoke has
+  ended: at the invoke end tag, or at the block end when the invoke end tag was forgotten. Until
+  then its raw text is held: an invoke that is still open when the output ends (or whose bare
+  JSON body is not a JSON object) is not a call, and its raw text is normal text. When the
+  output was cut off by the token limit (``finish(truncated=True)``) an open invoke whose name
+  is known is released with the arguments received so far (not valid JSON).
 * **Not a call.** A block start whose invoke header is malformed (no name, a name with spaces
   or tag characters, a header longer than :data:`HEADER_LIMIT`) and an invoke whose name is not
   among the request's tools stay in the normal text verbatim — the block tags too when the block
   produced no call; an unknown invoke after a call in the same block keeps only its own text.
 * **Arguments** are a JSON object built parameter by parameter (:mod:`turnout.tool_calls
   .xml_params`): ``{"k1": v1, "k2": v2}`` (keys in the model's order; a repeated key is repeated).
-  Values of string parameters (by schema, or by the format's ``string="true"``) are streamed as
-  they arrive; other values once complete. Values are verbatim, except that formats with
-  :attr:`XmlSyntax.trim_newlines` drop one ``\n`` after the opening and one before the closing
-  tag. Text inside an invoke that is not a parameter is ignored; a parameter whose header is
-  malformed, or a GLM key without its value, is dropped.
+  Values are converted by the format's :class:`~turnout.tool_calls.xml_params.ValueRules`
+  (whitespace, entities, inference without a schema) and the tool's schema. Text inside an
+  invoke that is not a parameter is ignored; a parameter whose header is malformed, or a GLM
+  key without its value, is dropped.
 * **Cost.** Text is scanned once; held-back text is bounded by the longest tag plus the header
   limit, so the cost per delta does not grow with the length of the output.
 """
@@ -51,13 +52,14 @@ from turnout.tool_calls.types import (
     fold_steps,
 )
 from turnout.tool_calls.xml_params import (
+    VERBATIM,
     ParamSchema,
+    ValueRules,
     function_schemas,
-    is_string_param,
+    param_json,
+    partial_param_json,
     strict_json,
     string_json,
-    trim_value,
-    value_json,
 )
 
 #: Longest invoke or parameter header (between its start tag and its end) accepted, in characters.
@@ -147,9 +149,11 @@ class XmlSyntax:
     opaque: tuple[tuple[str, str], ...] = ()
     #: An invoke body may be one bare JSON object instead of parameters (DSML).
     json_body: bool = False
-    #: Values sit on their own lines: one line break after the opening tag and one before the
-    #: closing tag are dropped (:func:`~turnout.tool_calls.xml_params.trim_value`).
-    trim_newlines: bool = False
+    #: How parameter values are written (whitespace, entities, inference without a schema).
+    values: ValueRules = VERBATIM
+    #: A literal backslash-n (``\\n``, two characters) between tags counts as a line break (GLM
+    #: models sometimes write the separators escaped).
+    escaped_newlines: bool = False
 
     # Derived tag sets, filled in __post_init__.
     text_markers: tuple[str, ...] = field(init=False)
@@ -214,14 +218,19 @@ class _Machine:
         self.opaque_end = ""
         self.n_calls = 0
         # The current call and parameter.
+        # The current call (announced, not yet released) and parameter. ``raw`` holds the
+        # call's raw text (what it becomes if it is not a call); ``raw_from`` is where its not
+        # yet copied part starts in ``buf`` (``None``: no call open).
+        self.call_name = ""
+        self.call_args: list[str] = []
+        self.raw: list[str] = []
+        self.raw_from: int | None = None
         self.call_schemas: Mapping[str, ParamSchema] = {}
         self.args_open = False
         self.args_done = False
+        self.bad_body = False
         self.key = ""
         self.key_flag: bool | None = None
-        self.streaming_value = False
-        self.lead = False
-        self.held = ""
         self.acc: list[str] = []
         self.handlers: dict[_S, Callable[[], bool]] = {
             _S.TEXT: self._text_state,
@@ -239,6 +248,9 @@ class _Machine:
     # -- driving --------------------------------------------------------------------------
 
     def feed(self, delta: str) -> ToolParseStep:
+        if self.raw_from is not None:
+            self.raw.append(self.buf[self.raw_from : self.pos])
+            self.raw_from = 0
         self.buf = self.buf[self.pos :] + delta if self.pos else self.buf + delta
         self.pos = 0
         handlers = self.handlers
@@ -246,13 +258,21 @@ class _Machine:
             pass
         return self._take()
 
-    def finish(self) -> ToolParseStep:
+    def finish(self, truncated: bool) -> ToolParseStep:
         while self.handlers[self.state]():
             pass
         state = self.state
+        if self.raw_from is not None:  # a call is open: released as received, or text
+            if truncated:
+                self._keep_cut_off_call()
+            else:
+                self.pos = len(self.buf)
+                self._fail_call()
+            self.buf, self.pos = "", 0
+            self.state = _S.TEXT
+            self.gap = False
+            return self._take()
         rest = self.buf[self.pos :]
-        if state is _S.VALUE:  # a closing tag cut off by the end of output is not value
-            rest = rest[: len(rest) - self._partial(self.syn.value_markers)]
         self.buf, self.pos = "", 0
         if state in (_S.TEXT, _S.OPAQUE, _S.PASS):
             self._release_pending()
@@ -263,17 +283,9 @@ class _Machine:
                 self._emit(rest)
             elif self.stray:
                 self._emit(rest)
-        elif state is _S.HEADER:
+        else:  # HEADER: the name never completed
             self._release_pending()
             self._emit(rest)
-        elif state is _S.VALUE:
-            self._end_value(rest)
-            self._close_call()
-        elif state is _S.JSON_BODY:
-            self._end_json_body(rest)
-            self._close_call()
-        else:  # BODY, KEY, VALUE_OPEN: the call is announced; close it
-            self._close_call()
         self.state = _S.TEXT
         self.gap = False
         return self._take()
@@ -295,12 +307,54 @@ class _Machine:
         self.pending = []
 
     def _args(self, text: str) -> None:
-        index = self.n_calls - 1
-        if self.deltas and self.deltas[-1].index == index:
-            last = self.deltas[-1]
-            self.deltas[-1] = ToolCallDelta(index, last.name, last.arguments + text)
-        else:
-            self.deltas.append(ToolCallDelta(index, None, text))
+        self.call_args.append(text)
+
+    def _open_call(self, name: str, raw: list[str]) -> None:
+        """A call to ``name`` starts (its header, ``raw``, consumed): hold it until it ends."""
+        self.call_name = name
+        self.call_args = []
+        self.raw = raw
+        self.raw_from = self.pos
+        self.call_schemas = self.schemas.get(name, {})
+        self.args_open = self.args_done = self.bad_body = False
+
+    def _call_text(self) -> str:
+        """The open call's raw text, up to ``pos``."""
+        assert self.raw_from is not None
+        return "".join(self.raw) + self.buf[self.raw_from : self.pos]
+
+    def _end_call(self) -> None:
+        """The invoke ended (``pos`` after its end): release the call, or its text if broken."""
+        if self.bad_body:
+            self._fail_call()
+            return
+        if not self.args_done:
+            self._args("}" if self.args_open else "{}")
+        self._release_call("".join(self.call_args))
+
+    def _release_call(self, arguments: str) -> None:
+        self.deltas.append(ToolCallDelta(self.n_calls, self.call_name, arguments))
+        self.n_calls += 1
+        self.block_calls += 1
+        self.raw, self.raw_from, self.call_args = [], None, []
+
+    def _fail_call(self) -> None:
+        """The open call is not a call: its raw text (up to ``pos``) is normal text."""
+        self._emit(self._call_text())
+        self.raw, self.raw_from, self.call_args = [], None, []
+
+    def _keep_cut_off_call(self) -> None:
+        """End of output inside a call (token limit): release it with what was received."""
+        state = self.state
+        rest = self.buf[self.pos :]
+        if state is _S.VALUE:
+            rest = rest[: len(rest) - self._partial(self.syn.value_markers)]
+            raw = "".join(self.acc) + rest
+            schema = self.call_schemas.get(self.key)
+            self._args(partial_param_json(raw, schema, self.key_flag, self.syn.values))
+        elif state is _S.JSON_BODY:
+            self._args(("".join(self.acc) + rest).lstrip())
+        self._release_call("".join(self.call_args))
 
     # -- scanning helpers -----------------------------------------------------------------
 
@@ -339,12 +393,25 @@ class _Machine:
         return chunk, hit
 
     def _skip_ws(self) -> str:
+        """Skip whitespace between tags (and escaped line breaks, for formats that write them)."""
         buf, start = self.buf, self.pos
-        end = start
-        while end < len(buf) and buf[end] in _WS:
-            end += 1
+        end, size = start, len(buf)
+        escaped = self.syn.escaped_newlines
+        while end < size:
+            if buf[end] in _WS:
+                end += 1
+            elif escaped and buf.startswith("\\n", end):
+                end += 2
+            else:
+                break
         self.pos = end
         return buf[start:end]
+
+    def _at_end(self) -> bool:
+        """Nothing left to decide on: the buffer is used up (or ends in a backslash that may
+        start an escaped line break)."""
+        rest = len(self.buf) - self.pos
+        return rest == 0 or (rest == 1 and self.syn.escaped_newlines and self.buf[-1] == "\\")
 
     def _tag_here(self, markers: tuple[str, ...]) -> str | None:
         """The marker starting at ``pos``; ``""`` if the rest may still become one; else None."""
@@ -386,7 +453,7 @@ class _Machine:
             ws = self._skip_ws()
             if ws:
                 self.pending.append(ws)
-            if self.pos == len(self.buf):
+            if self._at_end():
                 return False
             tag = self._tag_here((self.syn.block_start,))
             if tag == "":
@@ -435,7 +502,7 @@ class _Machine:
         ws = self._skip_ws()
         if ws:
             self.pending.append(ws)
-        if self.pos == len(self.buf):
+        if self._at_end():
             return False
         tag = self._tag_here(syn.block_markers)
         if tag == "":
@@ -482,12 +549,10 @@ class _Machine:
         self.pos += consumed
         self.block_invokes += 1
         if is_allowed(name, self.names):
+            # After a call, separators belong to the format: the invoke's own text only.
+            held = self.pending if self.block_calls == 0 else self.pending[-1:]
             self.pending = []
-            self.block_calls += 1
-            self.n_calls += 1
-            self.deltas.append(ToolCallDelta(self.n_calls - 1, name, ""))
-            self.call_schemas = self.schemas.get(name, {})
-            self.args_open = self.args_done = False
+            self._open_call(name, [*held, raw])
             self.stray = False
             self.state = _S.BODY
         else:
@@ -520,7 +585,7 @@ class _Machine:
             self.stray = False
             return True
         self._skip_ws()
-        if self.pos == len(self.buf):
+        if self._at_end():
             return False
         tag = self._tag_here(syn.body_markers)
         if tag == "":
@@ -533,25 +598,23 @@ class _Machine:
                 return True
             self.stray = True
             return True
-        self.pos += len(tag)
-        if tag == syn.param_start and self.args_done:
-            self.stray = True  # parameters after a bare JSON body are ignored
-            return True
         if tag == syn.param_start:
-            self.state = _S.KEY
+            self.pos += len(tag)
+            if self.args_done:
+                self.stray = True  # parameters after a bare JSON body are ignored
+            else:
+                self.state = _S.KEY
             return True
-        self._close_call()
         if tag == syn.invoke_end:
+            self.pos += len(tag)  # the invoke's own end tag is part of its text
+            self._end_call()
             self.pending = []
             self.state = _S.BLOCK
-        else:
+        else:  # the block end closes the invoke too
+            self._end_call()
+            self.pos += len(tag)
             self._end_block(tag)
         return True
-
-    def _close_call(self) -> None:
-        if not self.args_done:
-            self._args("}" if self.args_open else "{}")
-        self.args_done = True
 
     def _key_state(self) -> bool:
         syn = self.syn
@@ -574,7 +637,7 @@ class _Machine:
     def _value_open_state(self) -> bool:
         assert self.syn.value_start is not None
         self._skip_ws()
-        if self.pos == len(self.buf):
+        if self._at_end():
             return False
         tag = self._tag_here((self.syn.value_start,))
         if tag == "":
@@ -588,77 +651,42 @@ class _Machine:
         return True
 
     def _start_value(self) -> None:
-        schema = self.call_schemas.get(self.key)
-        self.streaming_value = self.key_flag is True or (
-            self.key_flag is None and is_string_param(schema)
-        )
         prefix = ", " if self.args_open else "{"
         self.args_open = True
-        if self.streaming_value:
-            self._args(f'{prefix}{string_json(self.key)}: "')
-            self.lead = self.syn.trim_newlines
-            self.held = ""
-        else:
-            self._args(f"{prefix}{string_json(self.key)}: ")
-            self.acc = []
+        self._args(f"{prefix}{string_json(self.key)}: ")
+        self.acc = []
         self.state = _S.VALUE
 
     def _value_state(self) -> bool:
-        if self.streaming_value and self.lead:
-            # One line break right after the opening tag is format, not value.
-            if self.pos == len(self.buf):
-                return False
-            if self.buf[self.pos] == "\n":
-                self.pos += 1
-            self.lead = False
         chunk, hit = self._release_until(self.syn.value_markers)
         if hit is None:
-            if self.streaming_value:
-                text = self.held + chunk
-                keep = 1 if self.syn.trim_newlines and text.endswith("\n") else 0
-                self.held = text[len(text) - keep :]
-                self._args(string_json(text[: len(text) - keep])[1:-1])
-            else:
+            if chunk:
                 self.acc.append(chunk)
             return False
         if hit[1] == self.syn.param_end:
             self.pos += len(hit[1])
-        self._end_value(chunk)
+        raw = "".join(self.acc) + chunk
+        self.acc = []
+        schema = self.call_schemas.get(self.key)
+        self._args(param_json(raw, schema, self.key_flag, self.syn.values))
         self.state = _S.BODY
         return True
-
-    def _end_value(self, chunk: str) -> None:
-        if self.streaming_value:
-            if self.lead:
-                text = trim_value(chunk)
-            else:
-                text = self.held + chunk
-                if self.syn.trim_newlines and text.endswith("\n"):
-                    text = text[:-1]
-            self._args(string_json(text)[1:-1] + '"')
-            self.held = ""
-            self.lead = False
-        else:
-            raw = "".join(self.acc) + chunk
-            self.acc = []
-            if self.syn.trim_newlines:
-                raw = trim_value(raw)
-            self._args(value_json(raw, self.call_schemas.get(self.key)))
 
     def _json_body_state(self) -> bool:
         chunk, hit = self._release_until(self.syn.json_body_markers)
         if hit is None:
-            self.acc.append(chunk)
+            if chunk:
+                self.acc.append(chunk)
             return False
-        self._end_json_body(chunk)
-        self.state = _S.BODY
-        return True
-
-    def _end_json_body(self, chunk: str) -> None:
         text = ("".join(self.acc) + chunk).strip()
         self.acc = []
-        self._args(text if _is_json_object(text) else "{}")
+        if _is_json_object(text):
+            self._args(text)
+        else:
+            self.bad_body = True
         self.args_done = True
+        self.state = _S.BODY
+        return True
 
 
 def _is_json_object(text: str) -> bool:
@@ -679,7 +707,7 @@ class XmlToolParser:
     def parse_complete(self, text: str, tools: Tools) -> ToolParseResult:
         """Parse a whole output at once (same machine as streaming, fed in one piece)."""
         machine = _Machine(self.syntax, tools)
-        return fold_steps([machine.feed(text), machine.finish()])
+        return fold_steps([machine.feed(text), machine.finish(False)])
 
     def parse_incremental(self, delta: str, tools: Tools) -> ToolParseStep:
         """Consume the next piece of output; return what can be released now."""
@@ -687,8 +715,9 @@ class XmlToolParser:
             self._machine = _Machine(self.syntax, tools)
         return self._machine.feed(delta)
 
-    def finish(self) -> ToolParseStep:
-        """End of output: close an announced call, return held text as normal text."""
+    def finish(self, truncated: bool = False) -> ToolParseStep:
+        """End of output: return held text as normal text (an open call too, unless the output
+        was ``truncated`` by the token limit: then it is released as received)."""
         if self._machine is None:
             return ToolParseStep()
-        return self._machine.finish()
+        return self._machine.finish(truncated)

@@ -5,7 +5,7 @@ repeated, then ``<｜tool▁calls▁end｜>``. Choices (identical in streaming a
 
 * The call type word before ``<｜tool▁sep｜>`` is not checked (always ``function``); the name runs
   to the end of its line; the fence may be ```` ```json```` or a bare ```` ``` ````.
-* The arguments JSON inside the fence is streamed verbatim; the closing fence is optional before
+* The arguments JSON inside the fence is kept verbatim; the closing fence is optional before
   ``<｜tool▁call▁end｜>``. End tokens never reach arguments or normal text.
 * Blocks, broken calls and unknown functions follow the DeepSeek V3.1 rules (see that module).
 """

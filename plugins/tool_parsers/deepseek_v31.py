@@ -3,12 +3,13 @@
 ``<｜tool▁calls▁begin｜><｜tool▁call▁begin｜>NAME<｜tool▁sep｜>{...}<｜tool▁call▁end｜>...<｜tool▁calls▁end｜>``
 (full-width bars, U+2581 in the token names). Choices (identical in streaming and one-shot):
 
-* The arguments JSON is streamed verbatim, whitespace of the model kept.
+* The arguments JSON is kept verbatim, whitespace of the model kept; the call is released once
+  it is complete (docs/plugins.md, "When calls are released").
 * A call is accepted without the outer begin token; a missing outer end token is tolerated; a
   missing ``<｜tool▁call▁end｜>`` ends the block (what follows is normal text).
 * All tokens of a recognised block are dropped from the normal text; text around blocks is kept.
-* A name that is not a plain token, or broken arguments before anything was announced, leave the
-  block as normal text; an announced call that breaks is closed with valid JSON arguments.
+* A name that is not a plain token, or broken or unfinished arguments, leave the call's text as
+  normal text (an output cut off by ``max_tokens`` keeps the open call, arguments as received).
 * With tools, a call to another function keeps its raw text from ``<｜tool▁call▁begin｜>`` to
   ``<｜tool▁call▁end｜>`` in the normal text.
 """

@@ -11,11 +11,11 @@ Format (the ``｜`` are full-width)::
 
 Behaviour (shared XML rules in :mod:`turnout.tool_calls.xml_stream`):
 
-* ``string="true"``: the value is a string, verbatim (streamed as it arrives);
+* ``string="true"``: the value is a string, verbatim;
   ``string="false"``: JSON, guided by the tool's schema (a string-typed parameter stays a
   string); no flag: the schema decides (:mod:`turnout.tool_calls.xml_params`).
-* An invoke body may instead be one bare JSON object: it becomes the arguments verbatim (an
-  invalid one gives ``{}``).
+* An invoke body may instead be one bare JSON object: it becomes the arguments verbatim (a body
+  that is not a JSON object makes the invoke normal text).
 * Only ``<｜DSML｜function_calls>`` opens a block: a V4 ``<｜DSML｜tool_calls>`` block is text here.
 """
 

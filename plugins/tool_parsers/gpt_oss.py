@@ -18,12 +18,13 @@ Behaviour:
   reasoning parser has already removed them (passing every other byte through).
 * **Calls.** A message whose header names a recipient (``to=functions.NAME``, in the role part
   or after the channel; ``<|constrain|>json`` optional) is a call to ``NAME`` (other recipients,
-  such as ``to=python``, keep their full name). It is announced as soon as its header is
-  complete (``<|message|>``). The body is JSON, streamed verbatim in safe pieces
-  (:mod:`turnout.tool_calls.json_stream`); an empty body gives ``{}``. A body that is not a JSON
-  object, or that breaks, closes the call with what was streamed completed into valid JSON
-  (``{}`` if nothing); the rest of the body, from the offending character, is normal text, as is
-  non-blank text after the JSON value.
+  such as ``to=python``, keep their full name). Its body is the arguments JSON, verbatim; the
+  call is released (name and arguments, one delta) once that JSON value is complete, so a call
+  is never handed out before it is known to be valid. A blank body gives ``{}``. A body that is
+  not a JSON object, that breaks, or that is still open when the message or the output ends is
+  not a call: the body is normal text (the output cut off by the token limit is the exception:
+  the call is released with the body received so far). Non-blank text after the JSON value is
+  normal text.
 * **Unknown functions** (a ``tools`` list without the name): not a call; the body is normal text.
 * A header longer than :data:`HEADER_LIMIT` characters is not a header (its text is content); a
   header cut off by the end of output is dropped. A message ends at ``<|end|>``, ``<|return|>``,
@@ -36,7 +37,7 @@ import enum
 import re
 from typing import ClassVar
 
-from turnout.tool_calls.json_stream import DONE, ERROR, RUNNING, JsonScanner
+from turnout.tool_calls.json_stream import DONE, RUNNING, JsonScanner
 from turnout.tool_calls.markers import find_first_marker, partial_marker_suffix
 from turnout.tool_calls.names import is_allowed, tool_names
 from turnout.tool_calls.types import (
@@ -89,7 +90,9 @@ class _Machine:
         self.deltas: list[ToolCallDelta] = []
         self.n_calls = 0
         self.scanner: JsonScanner | None = None
-        self.args_sent = False
+        # The call being read: its name and its body's raw text so far.
+        self.call_name = ""
+        self.call_raw: list[str] = []
         self.gap = ""
 
     def feed(self, delta: str) -> ToolParseStep:
@@ -99,12 +102,12 @@ class _Machine:
             pass
         return self._take()
 
-    def finish(self) -> ToolParseStep:
+    def finish(self, truncated: bool) -> ToolParseStep:
         while self._header_state() if self.in_header else self._body_state():
             pass
         if not self.in_header:  # a header cut off by the end of output is dropped
             self._route(self.buf[self.pos :])
-            self._end_message()
+            self._end_message(truncated)
         self.buf, self.pos, self.in_header = "", 0, False
         return self._take()
 
@@ -116,16 +119,15 @@ class _Machine:
         self.deltas = []
         return step
 
-    def _args(self, text: str) -> None:
-        if not text:
-            return
-        self.args_sent = True
-        index = self.n_calls - 1
-        if self.deltas and self.deltas[-1].index == index:
-            last = self.deltas[-1]
-            self.deltas[-1] = ToolCallDelta(index, last.name, last.arguments + text)
-        else:
-            self.deltas.append(ToolCallDelta(index, None, text))
+    def _release_call(self, arguments: str) -> None:
+        self.deltas.append(ToolCallDelta(self.n_calls, self.call_name, arguments))
+        self.n_calls += 1
+        self.call_name, self.call_raw, self.scanner = "", [], None
+
+    def _fail_call(self) -> None:
+        """The body is not a call's arguments after all: it is normal text."""
+        self.text.extend(self.call_raw)
+        self.call_name, self.call_raw, self.scanner = "", [], None
 
     # -- message bodies -------------------------------------------------------------------
 
@@ -162,10 +164,11 @@ class _Machine:
                 return
             if body is _Body.ARGS_LEAD:
                 stripped = chunk.lstrip(_WS)
+                self.call_raw.append(chunk[: len(chunk) - len(stripped)])
                 if not stripped:
                     return
                 if stripped[0] != "{":
-                    self._close_args()
+                    self._fail_call()
                     self.body = _Body.CONTENT
                 else:
                     self.scanner = JsonScanner()
@@ -188,30 +191,26 @@ class _Machine:
         scanner = self.scanner
         assert scanner is not None
         stop = scanner.feed(chunk)
-        self._args(scanner.take())
+        self.call_raw.append(chunk[:stop])
         if scanner.status == RUNNING:
             return ""
         if scanner.status == DONE:
+            self._release_call(scanner.take())
             self.body = _Body.ARGS_AFTER
         else:
-            self._close_args()
+            self._fail_call()
             self.body = _Body.CONTENT
         return chunk[stop:]
 
-    def _close_args(self) -> None:
-        scanner, self.scanner = self.scanner, None
-        if scanner is not None and scanner.status != DONE:
-            if scanner.status == RUNNING:
-                scanner.feed("", 0, True)
-                self._args(scanner.take())
-            if scanner.status == ERROR:
-                self._args(scanner.closing())
-        if not self.args_sent:
-            self._args("{}")
-
-    def _end_message(self) -> None:
-        if self.body in (_Body.ARGS_LEAD, _Body.ARGS_JSON):
-            self._close_args()
+    def _end_message(self, truncated: bool = False) -> None:
+        """The message ends (its end token, the next header, or the end of output)."""
+        if self.body is _Body.ARGS_LEAD:
+            self._release_call("{}")  # a blank body: a call without arguments
+        elif self.body is _Body.ARGS_JSON:
+            if truncated:
+                self._release_call("".join(self.call_raw).lstrip(_WS))
+            else:
+                self._fail_call()
         self.gap = ""
         self.body = _Body.CONTENT
 
@@ -248,9 +247,7 @@ class _Machine:
             target = recipient.group(1)
             name = target.removeprefix("functions.")
             if is_allowed(name, self.names):
-                self.n_calls += 1
-                self.deltas.append(ToolCallDelta(self.n_calls - 1, name, ""))
-                self.args_sent = False
+                self.call_name, self.call_raw = name, []
                 self.body = _Body.ARGS_LEAD
             else:
                 self.body = _Body.CONTENT
@@ -271,7 +268,7 @@ class GptOssToolParser:
     def parse_complete(self, text: str, tools: Tools) -> ToolParseResult:
         """Parse a whole output at once (the streaming machine fed in one piece)."""
         machine = _Machine(tools)
-        return fold_steps([machine.feed(text), machine.finish()])
+        return fold_steps([machine.feed(text), machine.finish(False)])
 
     def parse_incremental(self, delta: str, tools: Tools) -> ToolParseStep:
         """Consume the next piece of output; return what can be released now."""
@@ -279,8 +276,9 @@ class GptOssToolParser:
             self._machine = _Machine(tools)
         return self._machine.feed(delta)
 
-    def finish(self) -> ToolParseStep:
-        """End of output: close a call left open, release held text."""
+    def finish(self, truncated: bool = False) -> ToolParseStep:
+        """End of output: release held text (a call left open is text, unless the output was
+        ``truncated`` by the token limit: then it is released as received)."""
         if self._machine is None:
             return ToolParseStep()
-        return self._machine.finish()
+        return self._machine.finish(truncated)

@@ -8,15 +8,17 @@ Format (several invokes may share one block)::
     </invoke>
     </minimax:tool_call>
 
-Behaviour (shared XML rules in :mod:`turnout.tool_calls.xml_stream`): values are inline and
-verbatim — MiniMax's chat template writes values raw, so ``&lt;`` is not decoded (smg decodes
-entities; a model that writes ``&amp;`` means ``&amp;``); they are typed by the tool's JSON
-schema, and without a schema a JSON object/array value becomes JSON. An ``<invoke>`` without a
-name is not a call; a call cut off after its name is kept with the parameters seen so far.
+Behaviour (shared XML rules in :mod:`turnout.tool_calls.xml_stream`): values are inline, with
+XML entities decoded once (``&lt;`` ``&gt;`` ``&amp;`` ``&quot;`` ``&apos;`` and numeric
+references; the model escapes them as smg and SGLang expect), then typed by the tool's JSON
+schema. Without a schema type only numbers, booleans and null are inferred: JSON-looking
+objects, arrays and quoted strings stay strings (as smg does). An ``<invoke>`` without a name is
+not a call.
 """
 
 from __future__ import annotations
 
+from turnout.tool_calls.xml_params import ValueRules
 from turnout.tool_calls.xml_stream import XmlSyntax, XmlToolParser, attr_key, attr_name
 
 
@@ -34,5 +36,6 @@ class MiniMaxM2ToolParser(XmlToolParser):
         key_end=">",
         parse_key=attr_key,
         param_end="</parameter>",
+        values=ValueRules(decode_entities=True, infer="scalars"),
     )
     needs_special_tokens = True

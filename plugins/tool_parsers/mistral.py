@@ -11,7 +11,7 @@ when the calls come back in the conversation.
 Choices (identical in streaming and one-shot):
 
 * Arguments may contain brackets and braces: the JSON is scanned outside strings, never with a
-  regex. They stream verbatim.
+  regex. They are kept verbatim; a call is released once complete.
 * The ``[TOOL_CALLS]`` token, the array brackets and the commas between calls are dropped; a
   ``]`` or text after the array is normal text. Text before, between and after calls is kept.
 * A ``[TOOL_CALLS]`` followed by neither form stays normal text; broken calls and unknown

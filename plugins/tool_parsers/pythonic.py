@@ -103,7 +103,7 @@ class PythonicToolParser(GrammarToolParser):
                 continue
             self._drop()
             for call_name, arguments in calls:
-                self._announce(call_name, arguments)
+                self._emit_call(call_name, arguments)
             self._drop()
             if wrapped:
                 self._hold()

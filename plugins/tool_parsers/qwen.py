@@ -7,12 +7,13 @@ the tags. Choices (identical in streaming and one-shot):
   object and ``</tool_call>`` belongs to the block and is dropped with it.
 * ``"parameters"`` is accepted for ``"arguments"``; other keys are ignored; keys in any order; a
   JSON string holding the arguments object is unwrapped once; missing arguments give ``{}``.
-* The call is announced once its name is complete; a missing ``</tool_call>`` at the end of the
-  output is tolerated (the call stands).
+* The call is released once its JSON object is complete; a missing ``</tool_call>`` at the end
+  of the output is tolerated (the call stands).
 * A block whose content is not a JSON object with a string ``name`` stays normal text, tags
-  included. A call that breaks after its name was announced (invalid JSON, output cut off) is
-  closed with the arguments streamed so far completed into valid JSON (``{}`` if none), and the
-  text from the offending character on is read as normal output.
+  included. So does a call that breaks after its name (invalid JSON, or the output ends first:
+  ``<tool_call>{"name": "f", "arguments": {"city": "Par\\n</tool_call>``); the text from the
+  offending character on is read as normal output. Cut off by ``max_tokens``, the open call is
+  returned with its arguments as received.
 * A call to a function not among the request's tools stays in the normal text verbatim, with
   its ``<tool_call>`` ... ``</tool_call>`` tags.
 * An array inside the tags (``<tool_call>[{...}, {...}]</tool_call>``) is accepted too.

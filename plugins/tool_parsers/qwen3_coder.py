@@ -12,18 +12,21 @@ Format::
 
 Behaviour (shared XML rules in :mod:`turnout.tool_calls.xml_stream`):
 
-* One line break after ``<parameter=KEY>`` and one before ``</parameter>`` belong to the format;
-  everything else in a value is kept verbatim (no HTML un-escaping: ``&amp;`` stays, as Qwen's
-  own API does). Values are typed by the tool's JSON schema (:mod:`turnout.tool_calls.xml_params`).
+* Values are trimmed at both ends, as SGLang and smg do (a whitespace-only value is ``""``);
+  nothing else changes (no HTML un-escaping: ``&amp;`` stays, as Qwen's own API does). Values
+  are typed by the tool's JSON schema (:mod:`turnout.tool_calls.xml_params`).
 * A forgotten ``</parameter>`` is tolerated: the value then ends at the next ``<parameter=``,
-  ``</function>`` or ``</tool_call>``; a forgotten ``</function>`` too.
-* A call whose ``<function=NAME>`` is complete is kept even when the output stops before
-  ``</tool_call>`` (cut off by ``max_tokens``): arguments hold the parameters seen so far.
+  ``</function>`` or ``</tool_call>``; a forgotten ``</function>`` too (the block end closes
+  the call).
+* A call is released at ``</function>`` (or ``</tool_call>``). One still open when the output
+  ends is normal text, unless the output was cut off by ``max_tokens``: then it is released
+  with the parameters received so far.
 * ``<tool_call>`` not followed by ``<function=NAME>`` is prose and stays in the text.
 """
 
 from __future__ import annotations
 
+from turnout.tool_calls.xml_params import ValueRules
 from turnout.tool_calls.xml_stream import (
     PLAIN_NAME_PREFIX,
     XmlSyntax,
@@ -33,7 +36,7 @@ from turnout.tool_calls.xml_stream import (
 )
 
 
-def coder_syntax(block_start: str, block_end: str) -> XmlSyntax:
+def coder_syntax(block_start: str, block_end: str, values: ValueRules) -> XmlSyntax:
     """``<function=NAME><parameter=KEY>`` inside the given block (Qwen3-Coder, Seed-OSS)."""
     return XmlSyntax(
         block_start=block_start,
@@ -48,11 +51,11 @@ def coder_syntax(block_start: str, block_end: str) -> XmlSyntax:
         parse_key=plain_key,
         param_end="</parameter>",
         value_ends=("<parameter=", "</function>", block_end),
-        trim_newlines=True,
+        values=values,
     )
 
 
 class Qwen3CoderToolParser(XmlToolParser):
     """``<tool_call><function=NAME><parameter=KEY>value</parameter>…`` (Qwen3-Coder)."""
 
-    syntax = coder_syntax("<tool_call>", "</tool_call>")
+    syntax = coder_syntax("<tool_call>", "</tool_call>", ValueRules(trim="strip"))

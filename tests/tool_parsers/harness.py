@@ -5,8 +5,11 @@ Every parser test module uses these helpers; the API is stable (the XML-family t
 * :func:`make_parser` - a fresh instance through the plugin registry (``tool_parsers.create``).
 * :func:`split` / :func:`stream` - cut a text into chunks and fold the incremental steps.
 * :func:`assert_stream_matches_complete` - the core invariant: for the given chunkings the folded
-  streaming result equals ``parse_complete``; also checks the delta protocol (index order, name
-  once on the first delta, never empty) and that every returned call's arguments are valid JSON.
+  streaming result equals ``parse_complete``; also checks the delta protocol (index order, each
+  call released whole in one delta with its name) and that every returned call's arguments are
+  valid JSON.
+* :func:`assert_cut_off_consistent` - the same invariant for an output cut off by the token
+  limit (``finish(truncated=True)``).
 * :func:`assert_calls` - compare calls with expected ``(name, arguments dict)`` pairs.
 * :func:`check_rendered` - a rendered output with surrounding text: calls found exactly, text
   kept exactly, streaming == one-shot for several chunkings.
@@ -88,27 +91,27 @@ def split(text: str, chunk_sizes: Sequence[int]) -> list[str]:
 
 
 def _check_protocol(parser_name: str, steps: Sequence[ToolParseStep]) -> None:
+    """Calls come in order, each released whole: one delta with its name and arguments (a call
+    is only released once it is known to be valid)."""
     seen: set[int] = set()
     for step in steps:
         assert isinstance(step.normal_text, str)
         for delta in step.calls:
-            if delta.index not in seen:
-                assert delta.index == len(seen), (
-                    f"{parser_name}: call index {delta.index} after {len(seen)} calls"
-                )
-                assert delta.name, f"{parser_name}: first delta of call {delta.index} has no name"
-                seen.add(delta.index)
-            else:
-                assert delta.name is None, f"{parser_name}: name sent twice for {delta.index}"
+            assert delta.index not in seen, f"{parser_name}: call {delta.index} sent in pieces"
+            assert delta.index == len(seen), (
+                f"{parser_name}: call index {delta.index} after {len(seen)} calls"
+            )
+            assert delta.name, f"{parser_name}: call {delta.index} has no name"
+            seen.add(delta.index)
 
 
 def stream(
-    parser_name: str, chunks: Sequence[str], tools: Tools = None
+    parser_name: str, chunks: Sequence[str], tools: Tools = None, truncated: bool = False
 ) -> tuple[ToolParseResult, list[ToolParseStep]]:
     """Feed ``chunks`` to a fresh parser, then ``finish``; return the fold and the raw steps."""
     parser = make_parser(parser_name)
     steps = [parser.parse_incremental(chunk, tools) for chunk in chunks]
-    steps.append(parser.finish())
+    steps.append(parser.finish(truncated=True) if truncated else parser.finish())
     return fold_steps(steps), steps
 
 
@@ -157,6 +160,34 @@ def assert_stream_matches_complete(
             f"text: {text!r}\nstream:   {folded!r}\ncomplete: {complete!r}"
         )
     return complete
+
+
+def assert_cut_off_consistent(
+    parser_name: str,
+    text: str,
+    tools: Tools = None,
+    chunkings: Sequence[Sequence[int]] = DEFAULT_CHUNKINGS,
+) -> ToolParseResult:
+    """``text`` as an output cut off by the token limit: every chunking folds to the same result
+    (returned), under the same delta protocol; the calls complete before the cut are exactly
+    those of the uncut parse of the same text (only a call still open at the cut is added)."""
+    whole, _ = stream(parser_name, [text], tools, truncated=True)
+    for sizes in chunkings:
+        folded, steps = stream(parser_name, split(text, sizes), tools, truncated=True)
+        _check_protocol(parser_name, steps)
+        assert folded == whole, (
+            f"{parser_name}: cut-off output with chunk sizes {tuple(sizes)} differs\n"
+            f"text: {text!r}\nstream: {folded!r}\nwhole:  {whole!r}"
+        )
+    complete = make_parser(parser_name).parse_complete(text, tools)
+    assert whole.calls[: len(complete.calls)] == complete.calls, (
+        f"{parser_name}: cut-off output lost complete calls\n{whole!r}\n{complete!r}"
+    )
+    if len(whole.calls) == len(complete.calls):
+        assert whole == complete, f"{parser_name}: no call open at the cut, yet results differ"
+    else:
+        assert len(whole.calls) == len(complete.calls) + 1
+    return whole
 
 
 def assert_calls(result: ToolParseResult, expected: Sequence[Call]) -> None:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
-from .harness import Call, assert_stream_matches_complete, check_rendered, dumps, tools_for
+from turnout.tool_calls.types import ToolCall
+
+from .harness import (
+    Call,
+    assert_cut_off_consistent,
+    assert_stream_matches_complete,
+    check_rendered,
+    dumps,
+    tools_for,
+)
 
 P = "deepseek_v31"
 TOOLS = tools_for(["get_weather", "search"])
@@ -27,6 +36,9 @@ def test_unknown_function_keeps_its_call_text() -> None:
     assert [c.name for c in result.calls] == ["search"]
 
 
-def test_cut_off_arguments_are_closed() -> None:
-    result = assert_stream_matches_complete(P, f'{B}{CB}search{SEP}{{"q": [1, 2', TOOLS)
-    assert result.calls[0].arguments == '{"q": [1, 2]}'
+def test_unfinished_call_is_text_unless_cut_off_by_max_tokens() -> None:
+    text = f'Hm {B}{CB}search{SEP}{{"q": [1, 2'
+    result = assert_stream_matches_complete(P, text, TOOLS)
+    assert (result.calls, result.normal_text) == ([], text)
+    cut = assert_cut_off_consistent(P, text, TOOLS)
+    assert (cut.calls, cut.normal_text) == ([ToolCall("search", '{"q": [1, 2')], "Hm ")

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .harness import Call, assert_calls, assert_stream_matches_complete, check_rendered
+from turnout.tool_calls.types import ToolCall
+
+from .harness import (
+    Call,
+    assert_calls,
+    assert_cut_off_consistent,
+    assert_stream_matches_complete,
+    check_rendered,
+)
 
 P = "deepseek_v32"
 BLOCK = "function_calls"
@@ -73,7 +81,9 @@ def test_bare_json_body() -> None:
         f"</｜DSML｜{BLOCK}>"
     )
     result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
-    assert [c.arguments for c in result.calls] == ['{"city": "Oslo", "days": 2}', "{}"]
+    assert [c.arguments for c in result.calls] == ['{"city": "Oslo", "days": 2}']
+    # A body that is not a JSON object is not a call: its invoke stays text.
+    assert result.normal_text == '<｜DSML｜invoke name="get_weather">{broken</｜DSML｜invoke>'
 
 
 def test_v4_block_is_text_here() -> None:
@@ -97,5 +107,8 @@ def test_split_tags_never_leak_and_cut_off() -> None:
     for sizes in [(1,), (2,), (3,)]:
         result = assert_stream_matches_complete(P, text, TOOLS, sizes)
         assert result.normal_text == "Sure"
-    cut = assert_stream_matches_complete(P, text[:-30], TOOLS, [(1,), (1_000,)])
-    assert json.loads(cut.calls[0].arguments) == {"city": "P"}
+    unfinished = assert_stream_matches_complete(P, text[:-30], TOOLS, [(1,), (1_000,)])
+    assert (unfinished.calls, unfinished.normal_text) == ([], text[:-30])
+    cut = assert_cut_off_consistent(P, text[:-30], TOOLS)
+    assert cut.calls == [ToolCall("get_weather", '{"city": "P"')]
+    assert cut.normal_text == "Sure"

@@ -5,7 +5,18 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .harness import Call, assert_calls, assert_stream_matches_complete, check_rendered, tools_for
+import pytest
+
+from turnout.tool_calls.types import ToolCall
+
+from .harness import (
+    Call,
+    assert_calls,
+    assert_cut_off_consistent,
+    assert_stream_matches_complete,
+    check_rendered,
+    tools_for,
+)
 
 P = "glm45"
 TOOLS: list[dict[str, Any]] = [
@@ -92,13 +103,18 @@ def test_prose_tool_call_tag_released_early() -> None:
     assert step.normal_text == "The <tool_call> tag wraps"
 
 
-def test_key_without_value_dropped_and_cut_off_closed() -> None:
+def test_key_without_value_dropped_and_unfinished_call() -> None:
     text = (
         "<tool_call>get_weather\n<arg_key>days</arg_key>\n<arg_key>city</arg_key>\n"
         "<arg_value>Rome</arg_value>\n<arg_key>days</arg_key><arg_value>4"
     )
-    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
+    result = assert_stream_matches_complete(P, text + "</arg_value></tool_call>", TOOLS)
     assert_calls(result, [("get_weather", {"city": "Rome", "days": 4})])
+    # Still open when the output ends: text; cut off by max_tokens: the call as received.
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
+    assert (result.calls, result.normal_text) == ([], text)
+    cut = assert_cut_off_consistent(P, text, TOOLS)
+    assert cut.calls == [ToolCall("get_weather", '{"city": "Rome", "days": 4')]
 
 
 def test_split_tags_never_leak() -> None:
@@ -106,3 +122,46 @@ def test_split_tags_never_leak() -> None:
     for sizes in [(1,), (2,), (3,)]:
         result = assert_stream_matches_complete(P, text, tools_for(["get_weather"]), sizes)
         assert result.normal_text == "ab"
+
+
+TODO_TOOLS: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "function": {
+            "name": "todo_write",
+            "parameters": {"properties": {"todos": {"type": "array"}, "note": {"type": "string"}}},
+        },
+    }
+]
+TODOS = [
+    {"id": "1", "task": "Check file at C:\\Users\\test.txt", "status": "pending"},
+    {"id": "2", "task": "Print \\n to see newline", "status": "in_progress"},
+]
+
+
+@pytest.mark.parametrize("parser", ["glm45", "glm47"])
+@pytest.mark.parametrize("separator", ["\n", "\\n", ""])
+def test_escaped_line_breaks_and_escaped_json(parser: str, separator: str) -> None:
+    """What GLM models sometimes emit and SGLang accepts: line breaks written as the two
+    characters ``\\n``, and an array of objects written with backslash-escaped quotes."""
+    plain = json.dumps(TODOS)  # the Windows path and the literal \n are escaped in the JSON
+    escaped = json.dumps(plain)[1:-1]  # [{\"id\": \"1\", \"task\": \"Check file at C:\\\\Users...
+    for value in (plain, escaped):
+        text = (
+            f"<tool_call>todo_write{separator}<arg_key>todos</arg_key>{separator}"
+            f"<arg_value>{value}</arg_value>{separator}<arg_key>note</arg_key>{separator}"
+            f'<arg_value>C:\\Users\\n [{{\\"a\\": 1}}]</arg_value>{separator}</tool_call>'
+        )
+        result = assert_stream_matches_complete(parser, f"Ok.{text}", TODO_TOOLS)
+        assert result.normal_text == "Ok."
+        # string parameters stay verbatim, backslashes and all
+        assert_calls(
+            result, [("todo_write", {"todos": TODOS, "note": 'C:\\Users\\n [{\\"a\\": 1}]'})]
+        )
+    # Without a schema the escaped array is read too; an escaped string value is not unescaped.
+    text = (
+        f"<tool_call>f\\n<arg_key>a</arg_key>\\n<arg_value>{escaped}</arg_value>\\n"
+        '<arg_key>s</arg_key><arg_value>\\"x\\"</arg_value></tool_call>'
+    )
+    result = assert_stream_matches_complete(parser, text, None)
+    assert_calls(result, [("f", {"a": TODOS, "s": '\\"x\\"'})])

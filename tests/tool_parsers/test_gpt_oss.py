@@ -7,10 +7,12 @@ import json
 import pytest
 
 import turnout
+from turnout.tool_calls.types import ToolCall, ToolCallDelta
 
 from .harness import (
     Call,
     assert_calls,
+    assert_cut_off_consistent,
     assert_stream_matches_complete,
     check_rendered,
     split,
@@ -110,20 +112,24 @@ def test_no_tools_any_recipient_is_a_call() -> None:
 def test_empty_and_malformed_bodies() -> None:
     empty = "<|channel|>commentary to=functions.search <|constrain|>json<|message|>  <|call|>"
     assert_calls(assert_stream_matches_complete(P, empty, TOOLS), [("search", {})])
+    # A body that is not JSON, or breaks, is not a call: the body is content.
     bad = "<|channel|>commentary to=functions.search<|message|>query: cats<|call|>"
     result = assert_stream_matches_complete(P, bad, TOOLS, [(1,), (1_000,)])
-    assert_calls(result, [("search", {})])
-    assert result.normal_text == "query: cats"
+    assert (result.calls, result.normal_text) == ([], "query: cats")
     broken = '<|channel|>commentary to=functions.search<|message|>{"q": "a", oops}<|call|>'
     result = assert_stream_matches_complete(P, broken, TOOLS, [(1,), (1_000,)])
-    assert_calls(result, [("search", {"q": "a"})])
-    assert result.normal_text == "oops}"
+    assert (result.calls, result.normal_text) == ([], '{"q": "a", oops}')
 
 
-def test_cut_off_call_and_cut_off_header() -> None:
+def test_unfinished_call_and_cut_off_header() -> None:
     text = '<|channel|>commentary to=functions.search<|message|>{"q": "long que'
     result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
-    assert_calls(result, [("search", {"q": "long que"})])
+    assert (result.calls, result.normal_text) == ([], '{"q": "long que')
+    # The same body ended by <|call|> (the model's stop token) is no call either.
+    result = assert_stream_matches_complete(P, text + "<|call|>", TOOLS, [(1,), (1_000,)])
+    assert (result.calls, result.normal_text) == ([], '{"q": "long que')
+    cut = assert_cut_off_consistent(P, text, TOOLS)
+    assert (cut.calls, cut.normal_text) == ([ToolCall("search", '{"q": "long que')], "")
     header = final("Hi") + "<|start|>assistant<|channel|>commentary to=functions.sea"
     result = assert_stream_matches_complete(P, header, TOOLS, [(1,), (1_000,)])
     assert (result.calls, result.normal_text) == ([], "Hi")
@@ -141,13 +147,13 @@ def test_overlong_header_is_text() -> None:
     assert result.normal_text == "x" * 600 + "body"
 
 
-def test_name_first_then_streamed_arguments() -> None:
+def test_call_released_whole_when_its_json_completes() -> None:
     text = render([("search", {"q": "y" * 200})])
     _, steps = stream(P, split(text, (4,)), TOOLS)
-    deltas = [d for s in steps for d in s.calls]
-    assert deltas[0].name == "search"
-    assert deltas[0].arguments == ""
-    assert len(deltas) > 40  # arguments arrive piece by piece
+    released = [(i, d) for i, s in enumerate(steps) for d in s.calls]
+    assert [d for _, d in released] == [ToolCallDelta(0, "search", json.dumps({"q": "y" * 200}))]
+    end = text.index("<|call|>")  # the JSON ends here: released in the chunk holding its "}"
+    assert released[0][0] == (end - 1) // 4
 
 
 @pytest.mark.slow  # a timing check: run by `tox -e slow`, never in the default suite

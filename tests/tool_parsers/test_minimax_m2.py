@@ -27,7 +27,9 @@ TOOLS: list[dict[str, Any]] = [
 
 
 def _raw(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    """A value as MiniMax writes it: strings raw, the rest as JSON, XML entities escaped."""
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def render(calls: list[Call]) -> str:
@@ -57,14 +59,52 @@ def test_parallel_in_one_block_with_text_around() -> None:
     check_rendered(P, render, calls, before="On it.\n\n", after="\n\nAnything else?", tools=TOOLS)
 
 
-def test_entities_are_not_decoded() -> None:
-    text = render([("get_weather", {"city": "Tom &amp; Jerry &lt;3"})])
+def test_entities_are_decoded_once() -> None:
+    value = "Tom &amp; Jerry &lt;3 &quot;hi&quot; &#x1F642;&#33; &amp;lt; &bogus; &#0;"
+    text = (
+        f'<minimax:tool_call>\n<invoke name="get_weather">\n<parameter name="city">{value}'
+        '</parameter>\n<parameter name="tags">[&quot;a&amp;b&quot;]</parameter>\n'
+        "</invoke>\n</minimax:tool_call>"
+    )
     result = assert_stream_matches_complete(P, text, TOOLS)
-    assert json.loads(result.calls[0].arguments) == {"city": "Tom &amp; Jerry &lt;3"}
+    assert json.loads(result.calls[0].arguments) == {
+        "city": 'Tom & Jerry <3 "hi" 🙂! &lt; &bogus; &#0;',
+        "tags": ["a&b"],
+    }
+
+
+def test_json_looking_values_stay_strings_without_a_schema() -> None:
+    text = (
+        '<minimax:tool_call>\n<invoke name="f">\n<parameter name="obj">{"y": 1}</parameter>\n'
+        '<parameter name="arr">[1, 2]</parameter>\n<parameter name="q">"quoted"</parameter>\n'
+        '<parameter name="n">5</parameter>\n<parameter name="b">true</parameter>\n'
+        '<parameter name="z">None</parameter>\n<parameter name="id">007</parameter>\n'
+        "</invoke>\n</minimax:tool_call>"
+    )
+    result = assert_stream_matches_complete(P, text, None)
+    assert json.loads(result.calls[0].arguments) == {
+        "obj": '{"y": 1}',
+        "arr": "[1, 2]",
+        "q": '"quoted"',
+        "n": 5,
+        "b": True,
+        "z": None,
+        "id": "007",
+    }
 
 
 def test_unicode_escapes_nested() -> None:
-    check_rendered(P, render, [("f", {"x": {"y": [None, '\\"🙂']}, "s": "中文\n"})])
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "f",
+                "parameters": {"properties": {"x": {"type": "object"}, "s": {"type": "string"}}},
+            },
+        }
+    ]
+    calls: list[Call] = [("f", {"x": {"y": [None, '\\"🙂 <a> &amp;']}, "s": "中文 <b>&\n"})]
+    check_rendered(P, render, calls, tools=tools)
 
 
 def test_invoke_without_name_is_text() -> None:

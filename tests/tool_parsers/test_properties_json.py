@@ -3,6 +3,8 @@ rendered calls are found exactly, text around them is kept, arbitrary input neve
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,6 +14,7 @@ from .harness import (
     Call,
     Render,
     assert_calls,
+    assert_cut_off_consistent,
     assert_no_text_lost,
     assert_stream_matches_complete,
     calls,
@@ -106,7 +109,7 @@ def test_arbitrary_input_never_breaks(
 
 @pytest.mark.parametrize("speed", SPEEDS)
 @pytest.mark.parametrize(("parser", "render", "fragments"), FORMATS, ids=IDS)
-def test_truncated_output_is_consistent(
+def test_output_ending_anywhere_gives_only_complete_calls(
     speed: settings, parser: str, render: Render, fragments: tuple[str, ...]
 ) -> None:
     @speed
@@ -114,6 +117,43 @@ def test_truncated_output_is_consistent(
     def check(rendered: list[Call], cut: float, sizes: list[int]) -> None:
         text = render(rendered)
         text = text[: int(len(text) * cut)]
-        assert_stream_matches_complete(parser, text, None, [sizes, (1,)])
+        result = assert_stream_matches_complete(parser, text, None, [sizes, (1,)])
+        assert_calls(result, rendered[: len(result.calls)])  # never a partial call
+        cut_off = assert_cut_off_consistent(parser, text, None, [sizes, (1,)])
+        if len(cut_off.calls) > len(result.calls):  # the call open at the cut, as received
+            assert cut_off.calls[-1].name == rendered[len(result.calls)][0]
+
+    check()
+
+
+SENTINEL = {"zz_sentinel": 12345}
+_SENTINEL = re.compile(r'"zz_sentinel":\s*12345\s*\}')
+
+
+@pytest.mark.parametrize("speed", SPEEDS)
+@pytest.mark.parametrize(("parser", "render", "fragments"), FORMATS, ids=IDS)
+def test_call_with_broken_arguments_is_text(
+    speed: settings, parser: str, render: Render, fragments: tuple[str, ...]
+) -> None:
+    """The issue's malformed call: arguments whose string never closes (the end marker and all
+    that follows end up inside it). That call is not returned; the calls before it are."""
+
+    @speed
+    @given(rendered=calls(), before=TEXT, after=TEXT, sizes=chunk_sizes(), with_tools=st.booleans())
+    def check(
+        rendered: list[Call], before: str, after: str, sizes: list[int], with_tools: bool
+    ) -> None:
+        good = rendered[:-1]
+        broken_name = rendered[-1][0]
+        text = render([*good, (broken_name, SENTINEL)])
+        text, count = _SENTINEL.subn('"zz_sentinel": "unterminated', text)
+        assert count == 1
+        text = before + text + after
+        tools = tools_for({n for n, _ in rendered}) if with_tools else None
+        result = assert_stream_matches_complete(parser, text, tools, [sizes, (1,)])
+        assert_calls(result, good)
+        assert '"zz_sentinel": "unterminated' in result.normal_text
+        assert result.normal_text.startswith(before)
+        assert result.normal_text.endswith(after)
 
     check()

@@ -1,19 +1,23 @@
 """Properties of the XML-family parsers (and gpt-oss): streaming == one-shot, calls found exactly.
 
 Each parser's test module exports ``render(calls)``; these tests generate calls (string values
-declared ``"type": "string"`` in the tools, other values left to inference), surround them with
-prose, and check every parser with one-character and random chunkings.
+declared ``"type": "string"`` in the tools, other values left to inference, except where a format
+does not infer them), surround them with prose, and check every parser with one-character and
+random chunkings. A call is only ever returned once complete: an output that ends inside one
+gives text, or (cut off by the token limit) the call as received.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from turnout.tool_calls.types import ToolParseResult
 from turnout.tool_calls.xml_stream import XmlToolParser
 
 from . import (
@@ -33,6 +37,7 @@ from .harness import (
     Render,
     arguments,
     assert_calls,
+    assert_cut_off_consistent,
     assert_no_text_lost,
     assert_stream_matches_complete,
     calls,
@@ -57,6 +62,10 @@ RENDERS: dict[str, Render] = {
 }
 XML_PARSERS = sorted(RENDERS)
 FEW = settings(PROPERTY_SETTINGS, max_examples=30)
+#: Formats that infer only scalars without a schema: their objects and arrays are declared.
+TYPED_CONTAINERS = {"minimax_m2"}
+#: Formats that trim string values at both ends.
+STRIPPED = {"qwen3_coder"}
 
 
 def raw_value(value: Any) -> str:
@@ -64,11 +73,21 @@ def raw_value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
-def schema_tools(calls: list[Call]) -> list[dict[str, Any]]:
-    """Tools for ``calls``: string values declared as strings, other values untyped."""
+def _schema(value: Any, containers: bool) -> dict[str, str]:
+    if isinstance(value, str):
+        return {"type": "string"}
+    if containers and isinstance(value, dict | list):
+        return {"type": "object" if isinstance(value, dict) else "array"}
+    return {}
+
+
+def schema_tools(calls: list[Call], parser_name: str = "") -> list[dict[str, Any]]:
+    """Tools for ``calls``: string values declared as strings, other values untyped (objects and
+    arrays declared for :data:`TYPED_CONTAINERS`)."""
     tools = []
+    containers = parser_name in TYPED_CONTAINERS
     for name, args in calls:
-        props = {k: {"type": "string"} if isinstance(v, str) else {} for k, v in args.items()}
+        props = {k: _schema(v, containers) for k, v in args.items()}
         tools.append(
             {
                 "type": "function",
@@ -98,6 +117,16 @@ _ARGS = st.dictionaries(_KEYS, json_values(max_leaves=6), max_size=4)
 _CALLS = st.lists(st.tuples(names(), _ARGS), min_size=1, max_size=3, unique_by=lambda c: c[0])
 
 
+def expected(parser_name: str, calls: list[Call]) -> list[Call]:
+    """The calls a parser returns for rendered ``calls`` (string values trimmed if it trims)."""
+    if parser_name not in STRIPPED:
+        return calls
+    return [
+        (name, {k: v.strip() if isinstance(v, str) else v for k, v in args.items()})
+        for name, args in calls
+    ]
+
+
 def _clean(parser_name: str, calls: list[Call]) -> bool:
     bad = [t for t in tags(parser_name) if t]
     return not any(t in raw_value(v) for _, args in calls for v in args.values() for t in bad)
@@ -113,7 +142,43 @@ def test_rendered_calls_round_trip(
     before = data.draw(plain_text(avoid=("<",)), label="before")
     after = data.draw(plain_text(avoid=("<",)), label="after")
     text = before + RENDERS[parser_name](calls) + after
-    result = assert_stream_matches_complete(parser_name, text, schema_tools(calls), [sizes, (1,)])
+    tools = schema_tools(calls, parser_name)
+    result = assert_stream_matches_complete(parser_name, text, tools, [sizes, (1,)])
+    assert_calls(result, expected(parser_name, calls))
+    assert result.normal_text == before + after
+
+
+def render_glm_escaped(calls: list[Call]) -> str:
+    """GLM output with the line breaks written as the two characters ``\\n`` and objects and
+    arrays as backslash-escaped JSON (as GLM models sometimes do)."""
+    blocks = []
+    for name, args in calls:
+        pairs = "".join(
+            f"<arg_key>{k}</arg_key>\\n<arg_value>{_escaped(v)}</arg_value>\\n"
+            for k, v in args.items()
+        )
+        blocks.append(f"<tool_call>{name}\\n{pairs}</tool_call>")
+    return "\\n".join(blocks)
+
+
+def _escaped(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(json.dumps(value, ensure_ascii=False), ensure_ascii=False)[1:-1]
+    return raw_value(value)
+
+
+@pytest.mark.parametrize("parser_name", ["glm45", "glm47"])
+@FEW
+@given(data=st.data(), calls=_CALLS, sizes=chunk_sizes())
+def test_glm_escaped_separators_and_json_round_trip(
+    parser_name: str, data: Any, calls: list[Call], sizes: list[int]
+) -> None:
+    assume(_clean(parser_name, calls))
+    before = data.draw(plain_text(avoid=("<", "\\")), label="before")
+    after = data.draw(plain_text(avoid=("<", "\\")), label="after")
+    text = before + render_glm_escaped(calls) + after
+    tools = schema_tools(calls, parser_name)
+    result = assert_stream_matches_complete(parser_name, text, tools, [sizes, (1,)])
     assert_calls(result, calls)
     assert result.normal_text == before + after
 
@@ -165,15 +230,28 @@ _TYPICAL: list[Call] = [
 
 
 @pytest.mark.parametrize("parser_name", [*XML_PARSERS, "gpt_oss"])
-def test_every_cut_off_point_is_consistent(parser_name: str) -> None:
-    """Output cut at any point (max_tokens): streaming == one-shot, arguments valid JSON."""
+def test_every_end_point_is_consistent(parser_name: str) -> None:
+    """Output ending at any point: only complete calls are calls and an open call's text is kept
+    (streaming == one-shot); cut off by the token limit, the open call is added as received."""
     render = RENDERS.get(parser_name, test_gpt_oss.render)
     text = "Hi.\n" + render(_TYPICAL) + "\nBye."
-    tools = schema_tools(_TYPICAL)
+    tools = schema_tools(_TYPICAL, parser_name)
+    want = expected(parser_name, _TYPICAL)
     for cut in range(len(text) + 1):
         result = assert_stream_matches_complete(parser_name, text[:cut], tools, [(1,), (3, 5)])
-        assert len(result.calls) <= len(_TYPICAL)
+        calls = result.calls
+        if parser_name == "gpt_oss" and _BLANK_BODY.search(text[:cut]):
+            assert calls[-1].arguments == "{}"  # a blank body: a call without arguments
+            calls = calls[:-1]
+        assert_calls(ToolParseResult("", calls), want[: len(calls)])
+        cut_off = assert_cut_off_consistent(parser_name, text[:cut], tools, [(1,), (3, 5)])
+        if len(cut_off.calls) > len(result.calls):  # a call was open at the cut: kept as text
+            assert cut_off.calls[-1].name == want[len(calls)][0]
+            assert result.normal_text.endswith(text[cut - 1 : cut])
     assert len(result.calls) == len(_TYPICAL)
+
+
+_BLANK_BODY = re.compile(r"<\|message\|>\s*\Z")
 
 
 # --- gpt-oss (harmony) -------------------------------------------------------------------------

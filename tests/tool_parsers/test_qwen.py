@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 
+from turnout.tool_calls.types import ToolCall, ToolCallDelta
+
 from .harness import (
     Call,
     assert_calls,
+    assert_cut_off_consistent,
     assert_stream_matches_complete,
     check_rendered,
     dumps,
@@ -71,11 +74,31 @@ def test_malformed_json_before_name_stays_text() -> None:
         assert result.normal_text == text
 
 
-def test_broken_call_after_name_is_closed_with_valid_json() -> None:
-    text = '<tool_call>{"name": "search", "arguments": {"q": "abc'
+def test_malformed_call_is_not_a_call() -> None:
+    # The issue's example: the arguments never close before the end marker and the output ends.
+    text = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Par\n</tool_call>'
+    result = assert_stream_matches_complete(P, text, tools_for(["get_weather"]))
+    assert (result.calls, result.normal_text) == ([], text)
+    # Invalid JSON after the name: the call's text, tags included, is text; later calls stand.
+    bad = '<tool_call>{"name": "search", "arguments": {"q": 1 x}}</tool_call>'
+    good = '<tool_call>{"name": "search", "arguments": {"q": 2}}</tool_call>'
+    result = assert_stream_matches_complete(P, f"a {bad} b {good}", TOOLS)
+    assert result.normal_text == f"a {bad} b "
+    assert [c.arguments for c in result.calls] == ['{"q": 2}']
+
+
+def test_call_cut_off_by_max_tokens_keeps_its_arguments_as_received() -> None:
+    text = 'Sure. <tool_call>{"name": "search", "arguments": {"q": "abc'
     result = assert_stream_matches_complete(P, text, TOOLS)
-    assert result.calls[0].arguments == '{"q": "abc"}'
-    assert result.normal_text == ""
+    assert (result.calls, result.normal_text) == ([], text)
+    cut = assert_cut_off_consistent(P, text, TOOLS)
+    assert cut.calls == [ToolCall("search", '{"q": "abc')]
+    assert cut.normal_text == "Sure. "
+    # Cut right after the name: the call, without arguments; before the name is complete: text.
+    named = assert_cut_off_consistent(P, '<tool_call>{"name": "search", "argu', TOOLS)
+    assert named.calls == [ToolCall("search", "")]
+    unnamed = assert_cut_off_consistent(P, '<tool_call>{"name": "sea', TOOLS)
+    assert (unnamed.calls, unnamed.normal_text) == ([], '<tool_call>{"name": "sea')
 
 
 def test_markers_split_across_deltas_never_leak() -> None:
@@ -88,9 +111,10 @@ def test_markers_split_across_deltas_never_leak() -> None:
     assert steps[0].normal_text == "a <b"
 
 
-def test_arguments_stream_before_the_call_ends() -> None:
-    text = '<tool_call>{"name": "search", "arguments": {"q": "hello world"}}</tool_call>'
+def test_a_call_is_released_once_complete() -> None:
+    text = '<tool_call>{"name": "search", "arguments": {"q": "hello world"}}</tool_call> after'
     cut = text.index("world")
-    _, steps = stream(P, [text[:cut], text[cut:]], TOOLS)
-    assert steps[0].calls[0].name == "search"
-    assert steps[0].calls[0].arguments.startswith('{"q": "hello')
+    _, steps = stream(P, [text[:cut], text[cut : cut + 20], text[cut + 20 :]], TOOLS)
+    assert steps[0].calls == []  # the name alone is not released: the call may still break
+    assert steps[1].calls == [ToolCallDelta(0, "search", '{"q": "hello world"}')]
+    assert steps[2].normal_text == " after"

@@ -7,9 +7,12 @@ from typing import Any
 
 import pytest
 
+from turnout.tool_calls.types import ToolCall, ToolCallDelta
+
 from .harness import (
     Call,
     assert_calls,
+    assert_cut_off_consistent,
     assert_stream_matches_complete,
     check_rendered,
     split,
@@ -98,11 +101,16 @@ def test_text_between_blocks_is_kept() -> None:
     assert_calls(result, [("get_weather", {"city": "A"}), ("get_weather", {"city": "B"})])
 
 
-def test_file_content_is_verbatim() -> None:
-    content = "def f():\n    return '&amp; <b>'\n\n"
-    text = render([("write_file", {"path": "f.py", "content": content})])
-    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (3, 1, 4)])
-    assert json.loads(result.calls[0].arguments) == {"path": "f.py", "content": content}
+def test_values_are_trimmed_at_both_ends() -> None:
+    # As SGLang and smg: whitespace around a value is format; a blank value is "".
+    content = "def f():\n    return '&amp; <b>'"
+    text = (
+        "<tool_call>\n<function=write_file>\n<parameter=path>  f.py \t</parameter>\n"
+        f"<parameter=content>\n\n{content}\n\n</parameter>\n"
+        "<parameter=mode>\n \n</parameter>\n</function>\n</tool_call>"
+    )
+    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (3, 1, 4), (1_000,)])
+    assert json.loads(result.calls[0].arguments) == {"path": "f.py", "content": content, "mode": ""}
 
 
 def test_unicode_and_escapes() -> None:
@@ -155,17 +163,13 @@ def test_markers_split_never_leak() -> None:
         assert all("<" not in s.normal_text for s in steps)
 
 
-def test_name_sent_once_complete_then_arguments_stream() -> None:
+def test_call_released_whole_at_its_function_end() -> None:
     text = render([("write_file", {"path": "a", "content": "x" * 50})])
     _, steps = stream(P, split(text, (1,)), TOOLS)
-    deltas = [d for s in steps for d in s.calls]
-    assert deltas[0].name == "write_file"
-    assert deltas[0].arguments == ""
-    assert all(d.name is None for d in deltas[1:])
-    assert deltas[1].arguments.startswith("{")
-    assert "}" in deltas[-1].arguments
-    # string values stream as they arrive: many deltas for the long content
-    assert sum(1 for d in deltas if d.arguments.strip("x")) < len(deltas) - 40
+    released = [(i, d) for i, s in enumerate(steps) for d in s.calls]
+    args = json.dumps({"path": "a", "content": "x" * 50})
+    assert [d for _, d in released] == [ToolCallDelta(0, "write_file", args)]
+    assert released[0][0] == text.index("</function>") + len("</function>") - 1
 
 
 def test_tool_call_tag_in_prose_is_text() -> None:
@@ -185,16 +189,20 @@ def test_missing_closing_tags_tolerated() -> None:
     assert result.normal_text == "after"
 
 
-def test_cut_off_call_is_closed() -> None:
-    text = "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar"
-    result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
-    assert_calls(result, [("get_weather", {"city": "Par"})])
-    cut_in_tag = text + "is\n</para"
-    result = assert_stream_matches_complete(P, cut_in_tag, TOOLS, [(1,), (2,), (1_000,)])
-    assert_calls(result, [("get_weather", {"city": "Paris"})])
-    cut_typed = "<tool_call>\n<function=get_weather>\n<parameter=days>\n12\n</param"
-    result = assert_stream_matches_complete(P, cut_typed, TOOLS, [(1,), (1_000,)])
-    assert_calls(result, [("get_weather", {"days": 12})])
+def test_unfinished_call_is_text_unless_cut_off_by_max_tokens() -> None:
+    text = "Sure.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nPar"
+    for unfinished in [text, text + "is\n</parameter>\n", text + "is\n</para"]:
+        result = assert_stream_matches_complete(P, unfinished, TOOLS, [(1,), (2,), (1_000,)])
+        assert (result.calls, result.normal_text) == ([], unfinished)
+    cut = assert_cut_off_consistent(P, text, TOOLS)
+    assert (cut.calls, cut.normal_text) == ([ToolCall("get_weather", '{"city": "Par')], "Sure.\n")
+    # a closing tag cut in half is not part of the value; a typed value is taken as received
+    cut = assert_cut_off_consistent(P, text + "is\n</para", TOOLS)
+    assert cut.calls == [ToolCall("get_weather", '{"city": "Paris\\n')]
+    typed = "<tool_call>\n<function=get_weather>\n<parameter=days>\n12\n</param"
+    assert assert_cut_off_consistent(P, typed, TOOLS).calls == [
+        ToolCall("get_weather", '{"days": 12\n')
+    ]
 
 
 def test_cut_off_before_name_is_text() -> None:

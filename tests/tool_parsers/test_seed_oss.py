@@ -5,7 +5,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .harness import Call, assert_calls, assert_stream_matches_complete, check_rendered, tools_for
+from turnout.tool_calls.types import ToolCall
+
+from .harness import (
+    Call,
+    assert_calls,
+    assert_cut_off_consistent,
+    assert_stream_matches_complete,
+    check_rendered,
+    tools_for,
+)
 
 P = "seed_oss"
 TOOLS: list[dict[str, Any]] = [
@@ -74,7 +83,11 @@ def test_unknown_function_and_empty_arguments() -> None:
 def test_malformed_value_and_cut_off() -> None:
     text = "<seed:tool_call>\n<function=get_weather>\n<parameter=days>\nmany\n</parameter>\n<para"
     result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
-    assert_calls(result, [("get_weather", {"days": "many"})])
+    assert (result.calls, result.normal_text) == ([], text)  # unfinished: not a call
+    cut = assert_cut_off_consistent(P, text, TOOLS)
+    assert cut.calls == [ToolCall("get_weather", '{"days": "many"')]
+    result = assert_stream_matches_complete(P, text + "meter=city> Rome </parameter>\n</function>")
+    assert_calls(result, [("get_weather", {"days": "many", "city": " Rome "})])
 
 
 def test_split_tags_never_leak() -> None:

@@ -5,7 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .harness import Call, assert_calls, assert_stream_matches_complete, check_rendered
+from turnout.tool_calls.types import ToolCall
+
+from .harness import (
+    Call,
+    assert_calls,
+    assert_cut_off_consistent,
+    assert_stream_matches_complete,
+    check_rendered,
+)
 
 P = "step3"
 TOOLS: list[dict[str, Any]] = [
@@ -78,6 +86,8 @@ def test_unknown_function_inside_block_with_known() -> None:
 
 
 def test_cut_off() -> None:
-    text = render([("get_weather", {"city": "Paris"})])[:-40]
+    text = render([("get_weather", {"city": "Paris"})])[:-40]  # inside </steptml:invoke>
     result = assert_stream_matches_complete(P, text, TOOLS, [(1,), (1_000,)])
-    assert_calls(result, [("get_weather", {"city": "Paris"})])
+    assert (result.calls, result.normal_text) == ([], text)
+    cut = assert_cut_off_consistent(P, text, TOOLS)
+    assert (cut.calls, cut.normal_text) == ([ToolCall("get_weather", '{"city": "Paris"')], "")

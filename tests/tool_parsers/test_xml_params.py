@@ -9,8 +9,13 @@ from typing import Any
 import pytest
 
 from turnout.tool_calls.xml_params import (
+    VERBATIM,
+    ValueRules,
+    decode_entities,
     function_schemas,
     is_string_param,
+    param_json,
+    partial_param_json,
     schema_types,
     strict_json,
     trim_value,
@@ -143,3 +148,58 @@ def test_strict_json_rejects_non_json_constants() -> None:
     assert strict_json("NaN") == (False, None)
     assert strict_json("[Infinity]") == (False, None)
     assert strict_json('{"a": 1}') == (True, {"a": 1})
+
+
+STRIP = ValueRules(trim="strip")
+NEWLINE = ValueRules(trim="newline")
+MINIMAX = ValueRules(decode_entities=True, infer="scalars")
+GLM = ValueRules(unescape_json=True)
+
+
+@pytest.mark.parametrize(
+    ("raw", "schema", "flag", "rules", "expected"),
+    [
+        # trimming: both ends (Qwen3-Coder), one line break each side (Seed-OSS), none
+        ("\n  Paris \t\n", S, None, STRIP, '"Paris"'),
+        (" \n\t ", S, None, STRIP, '""'),
+        ("\n  Paris \n\n", S, None, NEWLINE, '"  Paris \\n"'),
+        ("\n x \n", S, None, VERBATIM, '"\\n x \\n"'),
+        (" 7 ", I, None, STRIP, "7"),
+        # the format's own string flag (DSML) wins over inference
+        ("5", None, True, VERBATIM, '"5"'),
+        ("5", None, False, VERBATIM, "5"),
+        # entities decoded once (MiniMax), also before typing
+        ("a &amp;lt; b &#60;&#x3e; &quot;&apos;", S, None, MINIMAX, '"a &lt; b <> \\"\'"'),
+        ("&#1114112; &#xD800; &nbsp;", S, None, MINIMAX, '"&#1114112; &#xD800; &nbsp;"'),
+        ("[&quot;x&quot;]", A, None, MINIMAX, '["x"]'),
+        # MiniMax without a schema: scalars inferred, JSON-looking containers stay strings
+        ('{"a": 1}', None, None, MINIMAX, '"{\\"a\\": 1}"'),
+        ("[1]", None, None, MINIMAX, '"[1]"'),
+        ('"q"', None, None, MINIMAX, '"\\"q\\""'),
+        ("-2.5", None, None, MINIMAX, "-2.5"),
+        ("True", None, None, MINIMAX, "true"),
+        ("007", None, None, MINIMAX, '"007"'),
+        # GLM: backslash-escaped objects/arrays are read once unescaped (not strings)
+        ('[{\\"a\\": \\"C:\\\\\\\\x\\"}]', A, None, GLM, '[{"a": "C:\\\\x"}]'),
+        ('{\\"a\\": 1}', None, None, GLM, '{"a": 1}'),
+        ('{\\"a\\": 1}', S, None, GLM, '"{\\\\\\"a\\\\\\": 1}"'),
+        ('{\\"a\\": 1}', I, None, GLM, '"{\\\\\\"a\\\\\\": 1}"'),
+        ('\\"x\\"', None, None, GLM, '"\\\\\\"x\\\\\\""'),
+        ('{\\"a\\": 1}', None, None, VERBATIM, '"{\\\\\\"a\\\\\\": 1}"'),
+    ],
+)
+def test_param_json_rules(
+    raw: str, schema: dict[str, Any] | None, flag: bool | None, rules: ValueRules, expected: str
+) -> None:
+    out = param_json(raw, schema, flag, rules)
+    assert out == expected
+    json.loads(out)
+
+
+def test_partial_values_are_taken_as_received() -> None:
+    assert partial_param_json("\n  Par", S, None, STRIP) == '"Par'
+    assert partial_param_json("\nPar\n", None, None, NEWLINE) == '"Par\\n'
+    assert partial_param_json(" 12", I, None, VERBATIM) == "12"
+    assert partial_param_json("1", None, False, VERBATIM) == "1"
+    assert partial_param_json("a &amp", S, None, MINIMAX) == '"a &amp'
+    assert decode_entities("no entities") == "no entities"
