@@ -9,7 +9,9 @@
   the ``functions.`` prefix are kept (``api.tools.search:1`` -> ``api.tools.search``); ids that
   clients sanitised (``functions_get_weather_0``, ``functionsexec5``) are matched against the
   request's tools, or without tools stripped of the ``functions`` prefix and the index.
-* Arguments stream verbatim. A call is accepted without the section token (singular
+* Whitespace around the id and the argument markers is allowed
+  (``<|tool_call_begin|> functions.f:0 <|tool_call_argument_begin|> {...} <|tool_call_end|>``).
+* Arguments are verbatim. A call is accepted without the section token (singular
   ``<|tool_call_section_begin|>`` is accepted too); a missing section end is tolerated.
 * Tokens of a recognised section are dropped from the normal text, text around it is kept.
   Broken calls and unknown functions follow the DeepSeek V3.1 rules (see that module).
@@ -63,7 +65,11 @@ class KimiK2ToolParser(TaggedCallsParser):
     CALL_END: ClassVar[str] = CALL_END
 
     def _call_head(self) -> Generator[None, None, str | None]:
-        found = yield from self._name_until((ARG_BEGIN,), _ID_CHARS)
-        if found is None or not found[0]:
+        yield from self._ws()
+        call_id = yield from self._word(_ID_CHARS)
+        if not call_id:
             return None
-        return function_name(found[0], self._names)
+        yield from self._ws()
+        if not (yield from self._expect(ARG_BEGIN)):
+            return None
+        return function_name(call_id, self._names)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from turnout.plugins.tool_parsers.kimi_k2 import function_name
+from turnout.tool_calls.types import ToolCall
 
 from .harness import (
     Call,
@@ -25,6 +26,22 @@ def render(calls: list[Call]) -> str:
     """Kimi-K2's own rendering (ids ``functions.NAME:IDX``)."""
     body = "".join(f"{CB}functions.{n}:{i}{AB}{dumps(a)}{CE}" for i, (n, a) in enumerate(calls))
     return SB + body + SE
+
+
+def render_spaced(calls: list[Call]) -> str:
+    """Kimi-K2 output with spaces and line breaks around the id and the argument markers."""
+    body = "".join(
+        f"{CB} functions.{n}:{i} {AB} {dumps(a)}\n{CE}\n" for i, (n, a) in enumerate(calls)
+    )
+    return f"{SB}\n{body}{SE}"
+
+
+def test_spaces_around_id_and_markers() -> None:
+    text = f'{SB}{CB}  functions.search:0 \n{AB}\n {{"q": "x"}} {CE} {SE}'
+    result = assert_stream_matches_complete(P, text, TOOLS)
+    assert (result.calls, result.normal_text) == ([ToolCall("search", '{"q": "x"}')], "")
+    calls: list[Call] = [("search", {"q": "x"}), ("get_weather", {"city": "Oslo"})]
+    check_rendered(P, render_spaced, calls, before="Hm. ", after=" ok", tools=TOOLS)
 
 
 def test_single_parallel_and_text() -> None:

@@ -31,6 +31,7 @@ from .test_internlm import render as internlm
 from .test_jamba import render as jamba
 from .test_json_parser import render as json_render
 from .test_kimi_k2 import render as kimi_k2
+from .test_kimi_k2 import render_spaced as kimi_k2_spaced
 from .test_llama import render as llama
 from .test_mistral import render as mistral
 from .test_mistral import render_compact as mistral_compact
@@ -51,6 +52,7 @@ FORMATS: list[tuple[str, Render, tuple[str, ...]]] = [
         ("<｜tool▁call▁begin｜>", "<｜tool▁sep｜>", "<｜tool▁call▁end｜>"),
     ),
     ("kimi_k2", kimi_k2, ("<|tool_call_begin|>", "<|tool_call_argument_begin|>", "functions.f:0")),
+    ("kimi_k2", kimi_k2_spaced, ("<|tool_call_begin|>", " ", "<|tool_call_argument_begin|>")),
     ("cohere", cohere, ("<|START_ACTION|>", "<|END_ACTION|>", '"tool_name": ')),
     ("granite", granite, ("<|tool_call|>", "<tool_call>", "</tool_call>")),
     ("internlm", internlm, ("<|action_start|>", "<|plugin|>", "<|action_end|>")),
