@@ -12,7 +12,7 @@ import grpc
 
 from turnout import demo_model
 from turnout.sim.model import ScriptError
-from turnout.sim.worker import READY_PREFIX, SimWorker
+from turnout.sim.worker import BOOTSTRAP_PREFIX, DEFAULT_BOOTSTRAP_PORT, READY_PREFIX, SimWorker
 
 __all__ = ["build_parser", "main"]
 
@@ -41,7 +41,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--delay-ms", type=float, default=0.0, help="delay per token")
     parser.add_argument("--ttft-ms", type=float, default=0.0, help="extra delay before token 1")
     parser.add_argument("--tokens-per-chunk", type=int, default=1)
-    parser.add_argument("--max-running", type=int, default=0, help="0: unlimited")
+    parser.add_argument(
+        "--max-running", type=int, default=0, help="running requests per DP rank (0: unlimited)"
+    )
+    parser.add_argument(
+        "--dp-size",
+        type=int,
+        default=1,
+        help="data-parallel ranks behind the endpoint, each with its own queue and load",
+    )
+    parser.add_argument(
+        "--role",
+        choices=["regular", "prefill", "decode"],
+        default="regular",
+        help="prefill or decode: one half of a prefill-decode pair (default %(default)s)",
+    )
+    parser.add_argument(
+        "--bootstrap-port",
+        type=int,
+        default=DEFAULT_BOOTSTRAP_PORT,
+        help="a prefill sim's rendezvous port for decode sims (default %(default)s; 0: free)",
+    )
+    parser.add_argument(
+        "--bootstrap-timeout-s",
+        type=float,
+        default=300.0,
+        help="how long either PD leg waits for the other (default %(default)s)",
+    )
     parser.add_argument(
         "--fail-status", default=None, help="fail every Generate with this gRPC status name"
     )
@@ -58,6 +84,14 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--delay-ms and --ttft-ms must be >= 0"
     if not 0 <= args.port <= 65535:
         return "--port must be in 0..65535"
+    if not 0 <= args.bootstrap_port <= 65535:
+        return "--bootstrap-port must be in 0..65535"
+    if args.dp_size < 1:
+        return "--dp-size must be >= 1"
+    if args.max_running < 0:
+        return "--max-running must be >= 0"
+    if not args.bootstrap_timeout_s > 0:
+        return "--bootstrap-timeout-s must be > 0"
     if args.fail_status is not None and args.fail_status not in grpc.StatusCode.__members__:
         names = ", ".join(grpc.StatusCode.__members__)
         return f"--fail-status must be one of {names}"
@@ -79,12 +113,18 @@ async def _serve(args: argparse.Namespace) -> int:
         fail_after_tokens=args.fail_after_tokens,
         hang=args.hang,
         unhealthy=args.unhealthy,
+        dp_size=args.dp_size,
+        role=args.role,
+        bootstrap_port=args.bootstrap_port,
+        bootstrap_timeout_s=args.bootstrap_timeout_s,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     await sim.start()
+    if sim.bootstrap_port is not None:
+        print(f"{BOOTSTRAP_PREFIX}{args.host}:{sim.bootstrap_port}", flush=True)
     print(f"{READY_PREFIX}{sim.url}", flush=True)
     try:
         await stop.wait()

@@ -9,13 +9,14 @@ import json
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any, Final, NoReturn
+from typing import Any, Final, Literal, NoReturn
 
 import grpc
 import grpc.aio
 from google.protobuf import struct_pb2, timestamp_pb2
 
 import turnout
+from turnout.sim.disagg import BootstrapServer, DisaggError, PrefillRoom, receive_kv
 from turnout.sim.model import (
     ChoicePlan,
     InvalidRequest,
@@ -23,14 +24,19 @@ from turnout.sim.model import (
     synthetic_logprob,
     top_logprobs,
 )
+from turnout.sim.ranks import Rank, Running
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
 
-__all__ = ["SimKnobs", "SimRecords", "SimServicer"]
+__all__ = ["Role", "SimKnobs", "SimRecords", "SimServicer"]
 
 SIM_VERSION: Final = f"turnout-sim/{turnout.__version__}"
 _LOAD_SECTIONS: Final = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
-_CACHE_BLOCK: Final = 16
+
+#: ``regular`` serves whole requests; ``prefill``/``decode`` are the two halves of a PD pair.
+Role = Literal["regular", "prefill", "decode"]
+#: SGLang's ``disaggregation_mode`` server argument for each role.
+_MODES: Final = {"regular": "null", "prefill": "prefill", "decode": "decode"}
 
 
 @dataclass
@@ -54,10 +60,12 @@ class SimKnobs:
     unhealthy: bool = False
     #: Apply fail_status / fail_after_tokens / hang to this many more requests only (None: all).
     fault_budget: int | None = None
-    #: Requests generating at once; later ones queue (0: unlimited).
+    #: Requests generating at once per DP rank; later ones queue (0: unlimited).
     max_running: int = 0
     #: KV capacity reported by GetLoads / GetServerInfo, tokens.
     max_total_tokens: int = 65536
+    #: Prefill-decode rendezvous deadline, seconds (SGLang's bootstrap and KV waiting timeouts).
+    bootstrap_timeout_s: float = 300.0
 
     def update(self, changes: dict[str, Any]) -> None:
         """Set several knobs; ``ValueError`` names an unknown knob or a bad status name."""
@@ -90,6 +98,8 @@ class SimRecords:
     outcomes: dict[str, str] = field(default_factory=dict)
     #: request id → tokens generated (all choices).
     generated: dict[str, int] = field(default_factory=dict)
+    #: request id → the DP rank that served it.
+    ranks: dict[str, int] = field(default_factory=dict)
     health_checks: int = 0
 
     def clear(self) -> None:
@@ -99,33 +109,53 @@ class SimRecords:
         self.aborted.clear()
         self.outcomes.clear()
         self.generated.clear()
+        self.ranks.clear()
         self.health_checks = 0
 
 
-@dataclass(slots=True)
-class _Running:
-    request_id: str
-    tokens: int
-    aborted: asyncio.Event = field(default_factory=asyncio.Event)
-
-
 class SimServicer(pb_grpc.SglangSchedulerServicer):
-    """Deterministic SGLang scheduler: answers from a ``SimModel``, paced by ``SimKnobs``."""
+    """Deterministic SGLang scheduler: answers from a ``SimModel``, paced by ``SimKnobs``.
 
-    def __init__(self, model: SimModel, knobs: SimKnobs | None = None) -> None:
+    ``dp_size`` ranks (DP attention) share the endpoint, each with its own queue and load; a
+    request's ``data_parallel_rank`` pins it, otherwise ranks take turns (SGLang's default
+    ``round_robin``; PD workers follow ``bootstrap_room % dp_size``). A ``prefill`` or ``decode``
+    role serves one half of a prefill-decode pair (see :mod:`turnout.sim.disagg`); a prefill
+    servicer needs the ``bootstrap`` server its decode partners join.
+    """
+
+    def __init__(
+        self,
+        model: SimModel,
+        knobs: SimKnobs | None = None,
+        *,
+        dp_size: int = 1,
+        role: Role = "regular",
+        bootstrap: BootstrapServer | None = None,
+    ) -> None:
+        if dp_size < 1:
+            raise ValueError(f"dp_size must be >= 1, got {dp_size!r}")
+        if role not in _MODES:
+            raise ValueError(f"role must be one of {sorted(_MODES)}, got {role!r}")
+        if (role == "prefill") != (bootstrap is not None):
+            raise ValueError("a prefill servicer (and only one) needs a bootstrap server")
         self.model = model
         self.knobs = knobs or SimKnobs()
         self.records = SimRecords()
         self.started = time.time()
-        self._running: dict[str, _Running] = {}
-        self._waiting = 0
-        self._slots_used = 0
-        self._slot_freed = asyncio.Condition()
-        self._prefix_blocks: set[int] = set()
-        self._cache_hits = 0
-        self._cache_lookups = 0
-        self._tokens_out = 0
+        self.role: Role = role
+        self.bootstrap = bootstrap
+        self.ranks = [Rank(i, self._max_running) for i in range(dp_size)]
+        self._next_rank = 0
+        self._running: dict[str, Running] = {}
         self._last_receive = 0.0
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel ranks behind this endpoint."""
+        return len(self.ranks)
+
+    def _max_running(self) -> int:
+        return self.knobs.max_running
 
     # -- Generate ------------------------------------------------------------------------------
 
@@ -153,6 +183,24 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             plans = self.model.plan(request)
         except InvalidRequest as exc:
             await self._fail(context, rid, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        room = self._bootstrap_room(request)
+        if self.role != "regular" and room is None:
+            await self._fail(
+                context,
+                rid,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"a {self.role} server needs disaggregated_params "
+                "(bootstrap_host, bootstrap_port, bootstrap_room)",
+            )
+        rank = self._pick_rank(request, room)
+        if rank is None:
+            await self._fail(
+                context,
+                rid,
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"data_parallel_rank {request.data_parallel_rank} does not exist "
+                f"(dp_size {self.dp_size})",
+            )
         knobs = self.knobs
         faulty = self._take_fault()
         if faulty and knobs.fail_status:
@@ -163,37 +211,119 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 "simulated failure before the first token",
             )
         prompt = list(request.tokenized.input_ids)
-        cached = self._cached_prefix(prompt)
-        state = _Running(rid, len(prompt))
+        cached = rank.cached_prefix(prompt)
+        state = Running(rid, len(prompt), rank)
         self._running[rid] = state
+        rank.running[rid] = state
+        rank.stats.requests += 1
+        self.records.ranks[rid] = rank.index
+        if self.role == "prefill":
+            plans = [
+                ChoicePlan(p.token_ids[:1], "length", None, min(p.reasoning_tokens, 1))
+                for p in plans
+            ]
         outcome = "error"
+        prefill: PrefillRoom | None = None
         try:
-            await self._acquire_slot()
-            try:
-                await self._pause(state, knobs.ttft_ms / 1000)
-                if faulty and knobs.hang:
-                    await state.aborted.wait()
-                stream = _Emitter(
-                    self,
-                    request=request,
-                    plans=plans,
-                    prompt_tokens=len(prompt),
-                    cached=cached,
-                    state=state,
-                    faulty=faulty,
-                    context=context,
-                )
-                async for response in stream.run():
-                    yield response
-                outcome = stream.outcome
-            finally:
-                await self._release_slot()
+            async with contextlib.AsyncExitStack() as legs:
+                if room is not None:
+                    prefill = await self._meet_other_leg(context, request, state, room, legs)
+                await rank.acquire_slot()
+                try:
+                    if self.role != "decode":  # a decode server starts from the sent KV
+                        await self._pause(state, knobs.ttft_ms / 1000)
+                    if faulty and knobs.hang:
+                        await state.aborted.wait()
+                    if self.role == "prefill" and not state.aborted.is_set():
+                        assert prefill is not None
+                        prefill.transfer()
+                    stream = _Emitter(
+                        self,
+                        request=request,
+                        plans=plans,
+                        prompt_tokens=len(prompt),
+                        cached=cached,
+                        state=state,
+                        faulty=faulty,
+                        context=context,
+                    )
+                    async for response in stream.run():
+                        yield response
+                    outcome = stream.outcome
+                finally:
+                    await rank.release_slot()
         except asyncio.CancelledError:
             outcome = "cancelled"
             raise
         finally:
             self.records.outcomes[rid] = outcome
             self._running.pop(rid, None)
+            rank.running.pop(rid, None)
+
+    def _bootstrap_room(self, request: pb.GenerateRequest) -> int | None:
+        """The request's ``bootstrap_room``; None without a usable rendezvous address (as
+        SGLang's servicer, an empty host or port 0 means none)."""
+        if not request.HasField("disaggregated_params"):
+            return None
+        params = request.disaggregated_params
+        if not params.bootstrap_host or params.bootstrap_port <= 0:
+            return None
+        return params.bootstrap_room
+
+    def _pick_rank(self, request: pb.GenerateRequest, room: int | None) -> Rank | None:
+        """The pinned rank (None when out of range), else the scheduler's own choice."""
+        ranks = self.ranks
+        if request.HasField("data_parallel_rank") and request.data_parallel_rank >= 0:
+            pinned = request.data_parallel_rank
+            return ranks[pinned] if pinned < len(ranks) else None
+        if room is not None:  # SGLang's DP controller in PD mode: follow the bootstrap room
+            return ranks[room % len(ranks)]
+        rank = ranks[self._next_rank % len(ranks)]
+        self._next_rank = rank.index + 1
+        return rank
+
+    async def _meet_other_leg(
+        self,
+        context: grpc.aio.ServicerContext[Any, Any],
+        request: pb.GenerateRequest,
+        state: Running,
+        room: int,
+        legs: contextlib.AsyncExitStack,
+    ) -> PrefillRoom | None:
+        """Wait for the other half of the PD pair (returns early when the request is aborted).
+
+        A prefill leg holds its room in ``legs`` and gets the handle to send the KV with; a
+        decode leg returns once the KV arrived. A failed rendezvous fails the call as SGLang
+        does (INTERNAL, before any output).
+        """
+        timeout = self.knobs.bootstrap_timeout_s
+        prompt = request.tokenized.input_ids
+        state.rank.disagg_waiting += 1
+        try:
+            if self.role == "prefill":
+                assert self.bootstrap is not None
+                try:
+                    handle = await legs.enter_async_context(self.bootstrap.prefill(room, prompt))
+                except DisaggError as exc:
+                    await self._fail(
+                        context, state.request_id, grpc.StatusCode.INVALID_ARGUMENT, str(exc)
+                    )
+                await handle.wait_for_decode(timeout, state.aborted)
+                return handle
+            params = request.disaggregated_params
+            await receive_kv(
+                params.bootstrap_host,
+                params.bootstrap_port,
+                room,
+                prompt,
+                within_s=timeout,
+                aborted=state.aborted,
+            )
+            return None
+        except DisaggError as exc:
+            await self._fail(context, state.request_id, grpc.StatusCode.INTERNAL, str(exc))
+        finally:
+            state.rank.disagg_waiting -= 1
 
     async def _fail(
         self,
@@ -217,48 +347,13 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         knobs.fault_budget -= 1
         return True
 
-    async def _acquire_slot(self) -> None:
-        if self.knobs.max_running <= 0:
-            self._slots_used += 1
-            return
-        self._waiting += 1
-        try:
-            async with self._slot_freed:
-                await self._slot_freed.wait_for(lambda: self._slots_used < self.knobs.max_running)
-                self._slots_used += 1
-        finally:
-            self._waiting -= 1
-
-    async def _release_slot(self) -> None:
-        self._slots_used -= 1
-        if self.knobs.max_running > 0:
-            async with self._slot_freed:
-                self._slot_freed.notify_all()
-
     @staticmethod
-    async def _pause(state: _Running, seconds: float) -> None:
+    async def _pause(state: Running, seconds: float) -> None:
         """Sleep, but wake up early when the request is aborted."""
         if seconds <= 0 or state.aborted.is_set():
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(state.aborted.wait(), seconds)
-
-    def _cached_prefix(self, prompt: list[int]) -> int:
-        """Tokens of ``prompt`` seen before as a prefix (radix-cache imitation, 16-token blocks)."""
-        digest = 0
-        hit = 0
-        new: list[int] = []
-        for end in range(_CACHE_BLOCK, len(prompt) + 1, _CACHE_BLOCK):
-            digest = hash((digest, tuple(prompt[end - _CACHE_BLOCK : end])))
-            if digest in self._prefix_blocks and hit == end - _CACHE_BLOCK:
-                hit = end
-            new.append(digest)
-        if len(self._prefix_blocks) > 200_000:
-            self._prefix_blocks.clear()
-        self._prefix_blocks.update(new)
-        self._cache_lookups += len(prompt)
-        self._cache_hits += hit
-        return hit
 
     # -- unary RPCs ----------------------------------------------------------------------------
 
@@ -326,13 +421,17 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 "model_path": str(files.path),
                 "served_model_name": files.served_model_name,
                 "tp_size": 1,
-                "dp_size": 1,
+                "dp_size": self.dp_size,
+                "enable_dp_attention": self.dp_size > 1,
                 "max_running_requests": self.knobs.max_running,
                 "context_length": files.context_length,
+                "disaggregation_mode": _MODES[self.role],
                 "simulated": True,
                 "knobs": self.knobs.as_dict(),
             }
         )
+        if self.bootstrap is not None:
+            args.update({"disaggregation_bootstrap_port": self.bootstrap.port})
         scheduler = struct_pb2.Struct()
         scheduler.update({"simulated": True, "max_total_num_tokens": self.knobs.max_total_tokens})
         start = timestamp_pb2.Timestamp()
@@ -353,54 +452,41 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
     async def GetLoads(
         self, request: pb.GetLoadsRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetLoadsResponse:
-        """The requests it really has: running (holding a slot), waiting, tokens in use."""
+        """What each DP rank really has: running (holding a slot), waiting, tokens in use."""
         include = set(request.include) or {"core"}
         unknown = include - _LOAD_SECTIONS
         if unknown:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, f"unknown include sections {sorted(unknown)}"
             )
-        if request.HasField("dp_rank") and request.dp_rank != 0:
-            await context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                f"dp_rank {request.dp_rank} does not exist (dp_size 1)",
-            )
-        running = self._slots_used
-        used = sum(s.tokens for s in self._running.values())
+        ranks = self.ranks
+        if request.HasField("dp_rank"):
+            if not 0 <= request.dp_rank < len(ranks):
+                await context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"dp_rank {request.dp_rank} does not exist (dp_size {len(ranks)})",
+                )
+            ranks = [ranks[request.dp_rank]]
         capacity = self.knobs.max_total_tokens
-        max_running = self.knobs.max_running
-        uptime = max(time.time() - self.started, 1e-6)
-        load = pb.SchedulerLoad(
-            dp_rank=0,
-            num_running_reqs=running,
-            num_waiting_reqs=self._waiting,
-            num_total_reqs=running + self._waiting,
-            num_used_tokens=used,
-            max_total_num_tokens=capacity,
-            token_usage=used / capacity if capacity else 0.0,
-            gen_throughput=self._tokens_out / uptime,
-            cache_hit_rate=self._cache_hits / self._cache_lookups if self._cache_lookups else 0.0,
-            utilization=running / max_running if max_running else 0.0,
-            max_running_requests=max_running,
-        )
-        every = "all" in include
-        if every or "memory" in include:
-            load.memory.CopyFrom(pb.MemoryMetrics(token_capacity=capacity))
-        if every or "queues" in include:
-            load.queues.CopyFrom(pb.QueueMetrics(waiting=self._waiting))
+        uptime = time.time() - self.started
+        mode = _MODES[self.role]
+        loads = [
+            r.load(capacity=capacity, uptime_s=uptime, include=include, mode=mode) for r in ranks
+        ]
+        count = len(loads)
         aggregate = pb.AggregateMetrics(
-            total_running_reqs=running,
-            total_waiting_reqs=self._waiting,
-            total_reqs=running + self._waiting,
-            avg_token_usage=load.token_usage,
-            avg_throughput=load.gen_throughput,
-            avg_utilization=load.utilization,
+            total_running_reqs=sum(x.num_running_reqs for x in loads),
+            total_waiting_reqs=sum(x.num_waiting_reqs for x in loads),
+            total_reqs=sum(x.num_total_reqs for x in loads),
+            avg_token_usage=sum(x.token_usage for x in loads) / count,
+            avg_throughput=sum(x.gen_throughput for x in loads) / count,
+            avg_utilization=sum(x.utilization for x in loads) / count,
         )
         return pb.GetLoadsResponse(
             timestamp=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             version=SIM_VERSION,
-            dp_rank_count=1,
-            loads=[load],
+            dp_rank_count=self.dp_size,
+            loads=loads,
             aggregate=aggregate,
         )
 
@@ -432,7 +518,7 @@ class _Emitter:
         plans: list[ChoicePlan],
         prompt_tokens: int,
         cached: int,
-        state: _Running,
+        state: Running,
         faulty: bool,
         context: grpc.aio.ServicerContext[Any, Any],
     ) -> None:
@@ -448,6 +534,8 @@ class _Emitter:
         params = request.sampling_params
         self.per_chunk = params.stream_interval if params.HasField("stream_interval") else 0
         self.logprobs = request.return_logprob
+        # In a PD pair, prompt logprobs come from the prefill leg only.
+        self.input_logprobs = request.logprob_start_len >= 0 and servicer.role != "decode"
         self.top_k = max(request.top_logprobs_num, 0)
 
     async def run(self) -> AsyncIterator[pb.GenerateResponse]:
@@ -498,7 +586,7 @@ class _Emitter:
                         ),
                     )
             first = False
-            self.servicer._tokens_out += emitted
+            self.state.rank.count_tokens(emitted)
             self.state.tokens += emitted
             self.servicer.records.generated[rid] = sum(sent)
             if not all(done):
@@ -532,7 +620,7 @@ class _Emitter:
         )
         if self.logprobs:
             chunk.output_logprobs.CopyFrom(self._output_logprobs(ids, start))
-            if first and self.request.logprob_start_len >= 0:
+            if first and self.input_logprobs:
                 chunk.input_logprobs.CopyFrom(self._input_logprobs())
         return chunk
 
@@ -552,7 +640,7 @@ class _Emitter:
             complete.matched_token_id = plan.matched_token_id
         if self.logprobs and not stream:
             complete.output_logprobs.CopyFrom(self._output_logprobs(plan.token_ids, 0))
-            if self.request.logprob_start_len >= 0:
+            if self.input_logprobs:
                 complete.input_logprobs.CopyFrom(self._input_logprobs())
         return complete
 

@@ -23,8 +23,9 @@ import grpc
 import grpc.aio
 
 from turnout import demo_model
+from turnout.sim.disagg import BootstrapServer
 from turnout.sim.model import ModelFiles, Script, SimModel
-from turnout.sim.servicer import SimKnobs, SimRecords, SimServicer
+from turnout.sim.servicer import Role, SimKnobs, SimRecords, SimServicer
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
 
@@ -38,6 +39,10 @@ __all__ = [
 
 CONTROL_SERVICE: Final = "turnout.sim.Control"
 READY_PREFIX: Final = "turnout-sim listening on "
+#: Printed before the ready line by a prefill sim: its bootstrap ``host:port``.
+BOOTSTRAP_PREFIX: Final = "turnout-sim bootstrap on "
+#: SGLang's default ``--disaggregation-bootstrap-port``.
+DEFAULT_BOOTSTRAP_PORT: Final = 8998
 
 SERVER_OPTIONS: Final = [
     ("grpc.max_send_message_length", 256 * 1024 * 1024),
@@ -56,6 +61,10 @@ class SimWorker:
     ``sim.url``). Knob keyword arguments (``delay_ms=…``) set ``sim.knobs``, which can be changed
     at any time. ``sim.records`` keeps what it received. ``stop_serving()`` / ``resume_serving()``
     make it refuse connections and come back on the same port.
+
+    ``dp_size`` ranks share the endpoint (SGLang's DP attention). ``role="prefill"`` also listens
+    on ``bootstrap_port`` (0: a free one, see ``sim.bootstrap_port``) for decode sims
+    (``role="decode"``) to meet it; see :mod:`turnout.sim.disagg`.
     """
 
     def __init__(
@@ -67,6 +76,9 @@ class SimWorker:
         script: Script | str | Path | None = None,
         served_model_name: str | None = None,
         knobs: SimKnobs | None = None,
+        dp_size: int = 1,
+        role: Role = "regular",
+        bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT,
         **knob_values: Any,
     ) -> None:
         files = ModelFiles.load(model_dir or demo_model.path(), served_model_name)
@@ -74,7 +86,14 @@ class SimWorker:
             script = Script.load(script)
         knobs = knobs or SimKnobs()
         knobs.update(knob_values)
-        self.servicer = SimServicer(SimModel(files, script), knobs)
+        self.bootstrap = (
+            BootstrapServer(host, bootstrap_port, lambda: knobs.bootstrap_timeout_s)
+            if role == "prefill"
+            else None
+        )
+        self.servicer = SimServicer(
+            SimModel(files, script), knobs, dp_size=dp_size, role=role, bootstrap=self.bootstrap
+        )
         self.host = host
         self.port = port
         self._server: grpc.aio.Server | None = None
@@ -111,6 +130,16 @@ class SimWorker:
         return len(self.servicer._running)
 
     @property
+    def rank_stats(self) -> list[dict[str, float]]:
+        """Per DP rank: requests, generated tokens, peak queue, seconds spent queueing."""
+        return [rank.stats.as_dict() for rank in self.servicer.ranks]
+
+    @property
+    def bootstrap_port(self) -> int | None:
+        """A prefill sim's bootstrap port (bound once started); None for other roles."""
+        return None if self.bootstrap is None else self.bootstrap.port
+
+    @property
     def url(self) -> str:
         """``grpc://host:port`` of the running server."""
         host = f"[{self.host}]" if ":" in self.host else self.host
@@ -125,15 +154,22 @@ class SimWorker:
         """Bind and start serving (a second call does nothing)."""
         if self._server is not None:
             return self
+        if self.bootstrap is not None:
+            await self.bootstrap.start()
         server = grpc.aio.server(options=SERVER_OPTIONS)
         pb_grpc.add_SglangSchedulerServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
         server.add_generic_rpc_handlers((_control_handler(self),))
         try:
             port = server.add_insecure_port(f"{self.host}:{self.port}")
         except RuntimeError as exc:
-            raise OSError(f"cannot listen on {self.host}:{self.port}: {exc}") from None
+            port = 0
+            problem = f": {exc}"
+        else:
+            problem = ""
         if port == 0:
-            raise OSError(f"cannot listen on {self.host}:{self.port}")
+            if self.bootstrap is not None:
+                await self.bootstrap.stop()
+            raise OSError(f"cannot listen on {self.host}:{self.port}{problem}")
         self.port = port
         await server.start()
         self._server = server
@@ -144,6 +180,8 @@ class SimWorker:
         server, self._server = self._server, None
         if server is not None:
             await server.stop(grace)
+        if self.bootstrap is not None:
+            await self.bootstrap.stop()
 
     async def stop_serving(self) -> None:
         """Fault: drop every connection and refuse new ones (state and records are kept)."""
@@ -214,6 +252,10 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
             "generated": dict(records.generated),
             "health_checks": records.health_checks,
             "running": worker.running,
+            "role": worker.servicer.role,
+            "dp_size": worker.servicer.dp_size,
+            "ranks": dict(records.ranks),
+            "rank_stats": worker.rank_stats,
         }
 
     def handler(fn: Any) -> grpc.RpcMethodHandler[Any, Any]:
@@ -268,20 +310,24 @@ class SimProcess:
     """``python -m turnout.sim`` in a child process on a free port.
 
     ``with SimProcess("--delay-ms", "5") as sim: …sim.url…`` (or ``async with``). Extra
-    arguments are those of ``turnout sim``; ``--port`` defaults to 0 (a free port).
+    arguments are those of ``turnout sim``; ``--port`` and ``--bootstrap-port`` default to 0
+    (free ports; a prefill sim's is ``sim.bootstrap_port``).
     """
 
     def __init__(
         self, *args: str, python: str = sys.executable, startup_timeout: float = 30.0
     ) -> None:
         self.args = list(args)
-        if "--port" not in self.args:
-            self.args += ["--port", "0"]
+        for flag in ("--port", "--bootstrap-port"):
+            if flag not in self.args:
+                self.args += [flag, "0"]
         self.python = python
         self.startup_timeout = startup_timeout
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.port = 0
+        #: A prefill sim's bootstrap port (0 for other roles).
+        self.bootstrap_port = 0
 
     def start(self) -> Self:
         """Start the child and wait for its "listening" line; ``RuntimeError`` if it fails."""
@@ -289,7 +335,8 @@ class SimProcess:
         self.proc = subprocess.Popen(
             [self.python, "-m", "turnout.sim", *self.args],
             stdout=subprocess.PIPE,
-            text=True,
+            # Unbuffered: a line left in a read buffer would never wake the selector.
+            bufsize=0,
             env=env,
         )
         assert self.proc.stdout is not None
@@ -301,10 +348,12 @@ class SimProcess:
                 if left <= 0 or not selector.select(left):
                     self.stop()
                     raise RuntimeError(f"simulator did not start within {self.startup_timeout}s")
-                line = self.proc.stdout.readline()
+                line = self.proc.stdout.readline().decode(errors="replace")
                 if not line:
                     code = self.proc.wait()
                     raise RuntimeError(f"simulator exited with status {code} before listening")
+                if line.startswith(BOOTSTRAP_PREFIX):
+                    self.bootstrap_port = int(line.rsplit(":", 1)[1])
                 if line.startswith(READY_PREFIX):
                     self.url = line[len(READY_PREFIX) :].strip()
                     match = re.search(r":(\d+)$", self.url)
