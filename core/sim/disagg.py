@@ -205,8 +205,8 @@ class BootstrapServer:
             room.decode_joined.set()
             # The decode leg may give up first (its own deadline, or it was cancelled): then it
             # hangs up, and the room is freed without waiting out this side's deadline.
-            hangup = asyncio.ensure_future(reader.read(1))
-            outcome = asyncio.shield(room.outcome)
+            hangup: asyncio.Future[object] = asyncio.ensure_future(reader.read(1))
+            outcome: asyncio.Future[object] = asyncio.shield(room.outcome)
             try:
                 await asyncio.wait(
                     [outcome, hangup], timeout=timeout, return_when="FIRST_COMPLETED"
