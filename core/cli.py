@@ -72,6 +72,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from turnout.config import config_warnings, load_config
+    from turnout.discovery import describe_discovery
     from turnout.plugin_choice import choose_plugins, validate_plugin_names
     from turnout.plugin_loader import load_plugins
 
@@ -79,6 +80,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     config = load_config(args.config, _serve_overrides(args))
     plugins = load_plugins()
     validate_plugin_names(config, plugins)
+    discovery = describe_discovery(config.discovery, plugins.discovery)
     models = sorted(set(config.models) | {w.model for w in config.workers if w.model})
     for model_id in models:
         choice = choose_plugins(model_id, config, plugins)
@@ -86,6 +88,8 @@ def _cmd_check(args: argparse.Namespace) -> int:
             f"{model_id}: tool_parser={choice.tool_parser} "
             f"reasoning_parser={choice.reasoning_parser} policy={choice.policy.name}"
         )
+    for line in discovery:
+        print(line)
     for warning in config_warnings(config):
         print(f"turnout: warning: {warning}", file=sys.stderr)
     print("config OK")

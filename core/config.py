@@ -84,6 +84,13 @@ class PolicyConfig(_Section):
     params: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class DiscoveryConfig(_Section):
+    """One discovery provider (a plugin) by name, with its options."""
+
+    provider: str
+    options: dict[str, Any] = msgspec.field(default_factory=dict)
+
+
 class ModelConfig(_Section):
     """Per-model settings; every field is optional."""
 
@@ -114,6 +121,8 @@ class Config(_Section):
     server: ServerConfig = msgspec.field(default_factory=ServerConfig)
     #: Workers known at start-up (more can be added with ``POST /workers``).
     workers: list[WorkerSpec] = msgspec.field(default_factory=list)
+    #: Providers whose workers join and leave at run time (beside the static ``workers``).
+    discovery: list[DiscoveryConfig] = msgspec.field(default_factory=list)
     models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
     defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
     health: HealthSettings = msgspec.field(default_factory=HealthSettings)

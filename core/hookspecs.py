@@ -76,3 +76,14 @@ def turnout_register_policies(register: Register) -> None:
     arguments and returns an object implementing :class:`turnout.routing.Policy`. One instance
     serves one model for the life of the configuration.
     """
+
+
+@hookspec
+def turnout_register_discovery(register: Register) -> None:
+    """Register discovery providers (sources of workers that join and leave at run time).
+
+    A provider factory is called with the options of a ``discovery`` config entry as keyword
+    arguments and returns an object implementing :class:`turnout.discovery.DiscoveryProvider`.
+    It must only check its options (raise ``ValueError`` or ``TypeError`` naming the bad one)
+    and do no I/O: ``turnout check`` creates providers without starting them.
+    """

@@ -16,6 +16,7 @@ from turnout.errors import PluginError
 from turnout.plugin_registry import PluginFailure, Registration, Registry
 
 if TYPE_CHECKING:
+    from turnout.discovery.types import DiscoveryProvider
     from turnout.reasoning.types import ReasoningParser
     from turnout.routing.types import Policy
     from turnout.tool_calls.types import ToolParser
@@ -28,11 +29,13 @@ _HOOKS = {
     "tool_parsers": "turnout_register_tool_parsers",
     "reasoning_parsers": "turnout_register_reasoning_parsers",
     "policies": "turnout_register_policies",
+    "discovery": "turnout_register_discovery",
 }
 _KIND_LABEL = {
     "tool_parsers": "tool parser",
     "reasoning_parsers": "reasoning parser",
     "policies": "policy",
+    "discovery": "discovery provider",
 }
 
 
@@ -56,11 +59,13 @@ class Plugins:
     tool_parsers: Registry[ToolParser]
     reasoning_parsers: Registry[ReasoningParser]
     policies: Registry[Policy]
+    discovery: Registry[DiscoveryProvider]
     loaded: list[LoadedPlugin] = field(default_factory=list)
     failures: list[PluginFailure] = field(default_factory=list)
 
     def registry(self, kind: str) -> Registry[Any]:
-        """The registry for ``"tool_parsers"``, ``"reasoning_parsers"`` or ``"policies"``."""
+        """The registry of a kind: ``"tool_parsers"``, ``"reasoning_parsers"``, ``"policies"``
+        or ``"discovery"``."""
         registry: Registry[Any] = getattr(self, kind)
         return registry
 
@@ -138,6 +143,7 @@ def load_plugins(
         tool_parsers=registries["tool_parsers"],
         reasoning_parsers=registries["reasoning_parsers"],
         policies=registries["policies"],
+        discovery=registries["discovery"],
         loaded=list(origins.values()),
         failures=failures,
     )

@@ -6,11 +6,12 @@ from typing import Any
 
 from turnout.plugin_loader import Plugins, load_plugins
 
-_KINDS = ("tool_parsers", "reasoning_parsers", "policies")
+_KINDS = ("tool_parsers", "reasoning_parsers", "policies", "discovery")
 _LABELS = {
     "tool_parsers": "tool parser",
     "reasoning_parsers": "reasoning parser",
     "policies": "policy",
+    "discovery": "discovery",
 }
 
 

@@ -42,7 +42,7 @@ def main() -> None:
     check = (
         "import turnout\n"
         "p = turnout.load_plugins()\n"
-        "for kind in ('tool_parsers', 'reasoning_parsers', 'policies'):\n"
+        "for kind in ('tool_parsers', 'reasoning_parsers', 'policies', 'discovery'):\n"
         "    reg = p.registry(kind)\n"
         "    for name in reg.names():\n"
         "        reg.factory(name)\n"

@@ -16,6 +16,7 @@ from litestar.exceptions import HTTPException
 from litestar.types import ControllerRouterHandler
 
 from turnout.config import Config, ServerConfig, policy_config
+from turnout.discovery import DiscoveryManager, describe_discovery
 from turnout.observability.logs import current_record
 from turnout.observability.metrics import CONTENT_TYPE, MeteredSession, note_failure
 from turnout.plugin_choice import choose_plugins, validate_plugin_names
@@ -184,6 +185,7 @@ def create_app(
     """
     plugins = plugins or load_plugins()
     validate_plugin_names(config, plugins)
+    describe_discovery(config.discovery, plugins.discovery)
     ops = OpsState(config.server)
     server = config.server
 
@@ -200,7 +202,9 @@ def create_app(
             registry.unplaced,
         )
         services = Services(config, plugins, models, _opener(dispatcher, config, ops))
+        discovery = DiscoveryManager(registry, plugins.discovery)
         services.extras["registry"] = registry
+        services.extras["discovery"] = discovery
         services.extras["dispatcher"] = dispatcher
         services.extras["ops"] = ops
         if config_source is not None:
@@ -217,6 +221,7 @@ def create_app(
         registry.add_listener(lambda model, _workers: models.ensure_loading(model))
         await registry.start()
         try:
+            await discovery.start(config.discovery)
             async with contextlib.AsyncExitStack() as stack:
                 stack.enter_context(drain_hook(begin_drain))
                 if server.metrics_port is not None:
@@ -233,6 +238,7 @@ def create_app(
             # give those aborts a moment before the channels close.
             if not await ops.wait_idle(5.0):
                 log.warning("%d request(s) still running at shutdown", ops.running)
+            await discovery.stop()
             await registry.stop()
             ops.metrics.workers.detach()
             ops.metrics.process_exit()

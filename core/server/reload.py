@@ -16,6 +16,7 @@ from typing import Any
 from litestar import Request, Response, post
 
 from turnout.config import Config
+from turnout.discovery import DiscoveryManager, describe_discovery
 from turnout.errors import StartupError
 from turnout.plugin_choice import validate_plugin_names
 from turnout.server.auth import KeyRing
@@ -34,8 +35,10 @@ ConfigSource = Callable[[], Config]
 
 
 async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
-    """Swap in ``new``; returns what changed (workers added and drained)."""
+    """Swap in ``new``; returns what changed (workers added and drained, discovery entries
+    started and stopped)."""
     validate_plugin_names(new, services.plugins)
+    describe_discovery(new.discovery, services.plugins.discovery)
     registry = services.extras["registry"]
     dispatcher = services.extras["dispatcher"]
     assert isinstance(registry, WorkerRegistry)
@@ -72,8 +75,14 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
         if registry.get(worker_id) is not None:
             registry.start_drain(worker_id)
             drained.append(worker_id)
-    log.info("configuration reloaded: workers added %s, drained %s", added, drained)
-    return {"added": added, "drained": drained}
+    changes = {"added": added, "drained": drained}
+    discovery = services.extras.get("discovery")
+    if isinstance(discovery, DiscoveryManager) and new.discovery != old.discovery:
+        entries = await discovery.reconfigure(new.discovery)
+        changes["discovery_started"] = entries["started"]
+        changes["discovery_stopped"] = entries["stopped"]
+    log.info("configuration reloaded: %s", changes)
+    return changes
 
 
 @post("/admin/reload", status_code=200)

@@ -45,6 +45,8 @@ class WorkerRegistry:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._aux: set[asyncio.Task[Any]] = set()
         self._listeners: list[Listener] = []
+        #: Ids of workers whose removal has begun (draining until idle, then dropped).
+        self._removing: set[str] = set()
         self._running = False
         #: Per worker, the failure last logged as a warning (to log each reason once).
         self._warned: dict[str, str] = {}
@@ -130,6 +132,7 @@ class WorkerRegistry:
         if worker is None:
             raise WorkerNotFound(f"no worker {worker_id!r}")
         worker.draining = True
+        self._removing.add(worker_id)
         timeout = self.settings.drain_timeout_s if drain_timeout_s is None else drain_timeout_s
         try:
             async with asyncio.timeout(timeout):
@@ -138,6 +141,9 @@ class WorkerRegistry:
             log.warning(
                 "worker %s: removed with %d requests in flight", worker_id, worker.in_flight
             )
+        finally:
+            if self._workers.get(worker_id) is worker:
+                self._removing.discard(worker_id)
         await self._drop(worker)
         return worker
 
@@ -146,10 +152,22 @@ class WorkerRegistry:
         worker = self._workers.get(worker_id)
         if worker is None:
             raise WorkerNotFound(f"no worker {worker_id!r}")
-        if not worker.draining:
+        if worker_id not in self._removing:
             worker.draining = True
+            self._removing.add(worker_id)
             self._spawn(self.remove(worker_id))
         return worker
+
+    def set_draining(self, worker_id: str, draining: bool) -> bool:
+        """Hold a worker out of rotation (in-flight requests finish) or put it back, without
+        removing it. Returns whether the worker is now in that state: never for an unknown
+        worker, and a worker being removed cannot be put back.
+        """
+        worker = self._workers.get(worker_id)
+        if worker is None or worker_id in self._removing:
+            return worker is not None and draining
+        worker.draining = draining
+        return True
 
     async def wait_ready(self, worker_id: str, within: float) -> bool:
         """Wait until the worker is routable (True) or ``within`` seconds pass (False)."""
