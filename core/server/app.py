@@ -32,6 +32,7 @@ from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import OpsMiddleware, OpsState, gate_middleware
 from turnout.server.models import ModelTable
 from turnout.server.pipeline import GenerateSession
+from turnout.server.prompt_size import PromptLimit, limit_from_labels, widest_limit
 from turnout.server.protocol import nested_too_deeply
 from turnout.server.reload import admin_reload, install_sighup
 from turnout.server.respond import Answer, answer_error
@@ -141,6 +142,14 @@ def _tokenizer_hint(registry: WorkerRegistry) -> Callable[[str], str | None]:
     return hint
 
 
+def _prompt_limit(registry: WorkerRegistry) -> Callable[[str], PromptLimit | None]:
+    def limit(model_id: str) -> PromptLimit | None:
+        workers = [w for w in registry.workers_for(model_id) if w.routable]
+        return widest_limit(limit_from_labels(worker.labels) for worker in workers)
+
+    return limit
+
+
 def _opener(dispatcher: Dispatcher, config: Config, ops: OpsState) -> Any:
     timeout = config.server.request_timeout_s or None
     metrics = ops.metrics
@@ -200,6 +209,7 @@ def create_app(
             registry.models,
             _tokenizer_hint(registry),
             registry.unplaced,
+            prompt_limit=_prompt_limit(registry),
         )
         services = Services(config, plugins, models, _opener(dispatcher, config, ops))
         discovery = DiscoveryManager(registry, plugins.discovery)

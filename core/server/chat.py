@@ -23,6 +23,7 @@ from turnout.server.pipeline import (
     stream_events,
     worker_streaming,
 )
+from turnout.server.prompt_size import encode_prompt, render_off_loop
 from turnout.server.protocol import ChatCompletionRequest, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
 from turnout.server.tool_choice import ToolPlan, plan_tools
@@ -103,7 +104,9 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
     if request.reasoning_effort is not None:
         kwargs.setdefault("reasoning_effort", request.reasoning_effort)
     try:
-        prompt = tokenizer.apply_chat_template(
+        prompt = await render_off_loop(
+            len(body),
+            tokenizer.apply_chat_template,
             _messages(request),
             plan.template_tools,
             None if request.continue_final_message else request.add_generation_prompt,
@@ -113,7 +116,7 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
         )
     except ChatTemplateError as exc:
         raise ApiError(400, f"chat template error: {exc}", code="chat_template_error") from None
-    prompt_ids = tokenizer.encode(prompt, add_special_tokens=False)
+    prompt_ids = await encode_prompt(runtime, prompt, add_special_tokens=False, param="messages")
 
     thinking = _thinking(kwargs)
     reasoning = (

@@ -20,6 +20,7 @@ from turnout.server.pipeline import (
     stream_events,
     worker_streaming,
 )
+from turnout.server.prompt_size import check_prompt_ids, encode_prompt
 from turnout.server.protocol import CompletionRequest, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
 from turnout.server.tool_choice import plan_tools
@@ -79,10 +80,15 @@ async def handle_completion(services: Services, body: bytes, ctx: RequestContext
     prompts = _prompts(request)
     if len(prompts) * request.n > 128:
         raise bad_request("at most 128 choices (prompts × n) per request", "prompt")
+    ids_list: list[list[int]] = []
+    for p in prompts:
+        if isinstance(p, str):
+            ids = await encode_prompt(runtime, p, add_special_tokens=True, param="prompt")
+        else:
+            check_prompt_ids(runtime, p, "prompt")
+            ids = p
+        ids_list.append(ids)
     texts = [p if isinstance(p, str) else tokenizer.decode(p) for p in prompts]
-    ids_list = [
-        tokenizer.encode(p, add_special_tokens=True) if isinstance(p, str) else p for p in prompts
-    ]
     constraint = _constraint(request)
     logprobs = request.logprobs is not None
     options = output_options(request, logprobs=logprobs)

@@ -21,6 +21,7 @@ from turnout.server.pipeline import (
     stream_events,
     worker_streaming,
 )
+from turnout.server.prompt_size import check_prompt_ids, encode_prompt
 from turnout.server.protocol import GenerateRequestBody, NativeSamplingParams, decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
 from turnout.server.unsupported import GENERATE, refuse_unsupported
@@ -54,20 +55,22 @@ async def handle_generate(services: Services, body: bytes, ctx: RequestContext) 
     constraint = _constraint(sampling)
     model_id = services.models.resolve_name(request.model)
     runtime = await services.models.runtime(model_id)
-    tokenizer = runtime.tokenizer
     input_ids = request.input_ids
     batch = isinstance(request.text, list) or (
         input_ids is not None and len(input_ids) > 0 and isinstance(input_ids[0], list)
     )
     if request.text is not None:
         texts = request.text if isinstance(request.text, list) else [request.text]
-        id_lists = tokenizer.encode_batch(texts, add_special_tokens=False)
+        id_lists = [
+            await encode_prompt(runtime, text, add_special_tokens=False, param="text")
+            for text in texts
+        ]
     else:
         items = request.input_ids or []
         id_lists = [x for x in items if isinstance(x, list)] if batch else [cast(list[int], items)]
+        for ids in id_lists:
+            check_prompt_ids(runtime, ids, "input_ids")
         texts = ["" for _ in id_lists]
-    if not id_lists or any(not ids for ids in id_lists):
-        raise bad_request("the prompt must not be empty", "text")
     base_rid = request.rid or ctx.worker_request_id
     streams: list[AsyncIterator[list[Event]]] = []
     options = output_options(sampling, logprobs=request.return_logprob, keep_token_ids=True)

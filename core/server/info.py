@@ -14,6 +14,7 @@ from litestar.types import ControllerRouterHandler
 from turnout.routing.types import RoutingRequest
 from turnout.server.context import Services, new_request_id
 from turnout.server.errors import ApiError, bad_request
+from turnout.server.prompt_size import render_off_loop
 from turnout.server.protocol import (
     DetokenizeRequest,
     ParseFunctionCallRequest,
@@ -186,25 +187,36 @@ async def health_generate(
 
 @post("/v1/tokenize", status_code=200)
 async def tokenize(request: Request[Any, Any, Any]) -> Any:
-    """Token ids of a text, a list of texts, or chat messages."""
+    """Token ids of a text, a list of texts, or chat messages (long ones off the event loop)."""
     services = _services(request)
-    body = decode_body(await request.body(), TokenizeRequest)
+    raw = await request.body()
+    body = decode_body(raw, TokenizeRequest)
     model = services.models.resolve_name(body.model)
-    tokenizer = (await services.models.runtime(model)).tokenizer
+    runtime = await services.models.runtime(model)
+    tokenizer = runtime.tokenizer
+    limit = runtime.prompt_limit()
+    max_model_len = limit.context_length if limit is not None else None
     if body.messages is not None:
         messages = [msgspec.to_builtins(message) for message in body.messages]
         try:
-            text = tokenizer.apply_chat_template(messages, body.tools)
+            text = await render_off_loop(
+                len(raw), tokenizer.apply_chat_template, messages, body.tools
+            )
         except ChatTemplateError as exc:
             raise ApiError(400, f"chat template error: {exc}", code="chat_template_error") from None
-        ids = tokenizer.encode(text, add_special_tokens=False)
-        return answer_json({"tokens": ids, "count": len(ids), "prompt": text})
+        ids = await tokenizer.encode_off_loop(text, add_special_tokens=False)
+        return answer_json(
+            {"tokens": ids, "count": len(ids), "max_model_len": max_model_len, "prompt": text}
+        )
     prompt = body.prompt if body.prompt is not None else body.text
+    add_special = body.add_special_tokens
     if isinstance(prompt, str):
-        ids = tokenizer.encode(prompt, add_special_tokens=body.add_special_tokens)
-        return answer_json({"tokens": ids, "count": len(ids), "max_model_len": None})
-    batch = tokenizer.encode_batch(prompt or [], add_special_tokens=body.add_special_tokens)
-    return answer_json({"tokens": batch, "count": [len(ids) for ids in batch]})
+        ids = await tokenizer.encode_off_loop(prompt, add_special)
+        return answer_json({"tokens": ids, "count": len(ids), "max_model_len": max_model_len})
+    batch = [await tokenizer.encode_off_loop(text, add_special) for text in prompt or []]
+    return answer_json(
+        {"tokens": batch, "count": [len(ids) for ids in batch], "max_model_len": max_model_len}
+    )
 
 
 @post("/v1/detokenize", status_code=200)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import os
 import time
@@ -16,6 +17,7 @@ from turnout.plugin_choice import choose_plugins
 from turnout.plugin_loader import Plugins
 from turnout.reasoning.types import ReasoningParser
 from turnout.server.errors import ApiError
+from turnout.server.prompt_size import PromptLimit
 from turnout.tokenizer import ModelTokenizer
 from turnout.tool_calls.types import ToolParser
 from turnout.workers.worker import Worker
@@ -52,6 +54,8 @@ class ModelRuntime:
     reasoning_end_markers: tuple[str, ...] = ()
     parsers_need_special_tokens: bool = False
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
+    #: How long a prompt the model's workers take now (``None``: they did not say).
+    prompt_limit: Callable[[], PromptLimit | None] = lambda: None
 
 
 class ModelTable:
@@ -64,6 +68,8 @@ class ModelTable:
         served_models: Callable[[], list[str]],
         tokenizer_hint: Callable[[str], str | None] = lambda _model: None,
         unplaced_workers: Callable[[], list[Worker]] = list,
+        *,
+        prompt_limit: Callable[[str], PromptLimit | None] = lambda _model: None,
     ) -> None:
         self._config = config
         self._plugins = plugins
@@ -71,6 +77,8 @@ class ModelTable:
         self.tokenizer_hint = tokenizer_hint
         #: Registered workers whose model is not known yet: any requested model may be theirs.
         self.unplaced_workers = unplaced_workers
+        #: The prompt limit of a model, from its workers.
+        self.prompt_limit = prompt_limit
         self._runtimes: dict[str, ModelRuntime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
@@ -82,6 +90,17 @@ class ModelTable:
     def created(self) -> int:
         """The ``created`` time of every model listed: when the router started."""
         return router_started()
+
+    def with_config(self, config: Config) -> ModelTable:
+        """A new table for ``config`` (a reload) that asks the same workers."""
+        return ModelTable(
+            config,
+            self._plugins,
+            self._served,
+            self.tokenizer_hint,
+            self.unplaced_workers,
+            prompt_limit=self.prompt_limit,
+        )
 
     def served(self) -> list[str]:
         """Model ids with at least one registered worker, sorted."""
@@ -193,6 +212,7 @@ class ModelTable:
             tokenizer=tokenizer,
             stop_token_ids=tokenizer.eos_token_ids,
             array_parser=self._plugins.tool_parsers.factory("json"),
+            prompt_limit=functools.partial(self.prompt_limit, model_id),
         )
         if choices.tool_parser is not None:
             factory = self._plugins.tool_parsers.factory(choices.tool_parser)

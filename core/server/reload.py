@@ -23,7 +23,6 @@ from turnout.server.auth import KeyRing
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
 from turnout.server.middleware import OpsState
-from turnout.server.models import ModelTable
 from turnout.server.respond import answer_json
 from turnout.workers.dispatch import Dispatcher
 from turnout.workers.registry import WorkerRegistry
@@ -44,13 +43,7 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
     assert isinstance(registry, WorkerRegistry)
     assert isinstance(dispatcher, Dispatcher)
     old = services.config
-    models = ModelTable(
-        new,
-        services.plugins,
-        registry.models,
-        services.models.tokenizer_hint,
-        services.models.unplaced_workers,
-    )
+    models = services.models.with_config(new)
     await models.preload(sorted(m for m in new.models if new.models[m].tokenizer_path))
 
     from turnout.server.app import policies_for  # the app module owns policy construction

@@ -8,7 +8,7 @@ turns streamed ids into text deltas and :class:`StopStringMatcher` cuts the text
 from turnout.tokenizer.chat_template import ChatTemplate, prepare_messages
 from turnout.tokenizer.content_format import ContentFormat, detect_content_format
 from turnout.tokenizer.detokenizer import IncrementalDetokenizer
-from turnout.tokenizer.errors import ChatTemplateError, ModelFilesError
+from turnout.tokenizer.errors import ChatTemplateError, ModelFilesError, TooManyTokens
 from turnout.tokenizer.model_tokenizer import ModelTokenizer
 
 __all__ = [
@@ -18,6 +18,7 @@ __all__ = [
     "IncrementalDetokenizer",
     "ModelFilesError",
     "ModelTokenizer",
+    "TooManyTokens",
     "detect_content_format",
     "prepare_messages",
 ]

@@ -18,3 +18,15 @@ class ChatTemplateError(TurnoutError):
     Raised for the template's own ``raise_exception(...)`` calls, misuse of undefined values and
     malformed conversations. The message is meant for the client (the pipeline answers HTTP 400).
     """
+
+
+class TooManyTokens(TurnoutError):
+    """A text has more tokens than allowed; ``tokens`` is the count, or with ``at_least`` a lower
+    bound known from the text's length alone (the text was not tokenized)."""
+
+    def __init__(self, tokens: int, limit: int, *, at_least: bool) -> None:
+        bound = "at least " if at_least else ""
+        super().__init__(f"the text has {bound}{tokens} tokens, more than {limit}")
+        self.tokens = tokens
+        self.limit = limit
+        self.at_least = at_least

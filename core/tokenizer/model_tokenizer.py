@@ -12,10 +12,16 @@ from tokenizers import AddedToken, Tokenizer
 from turnout.tokenizer.chat_template import ChatTemplate, Message
 from turnout.tokenizer.content_format import ContentFormat
 from turnout.tokenizer.detokenizer import IncrementalDetokenizer, byte_fallback_ids
-from turnout.tokenizer.errors import ChatTemplateError, ModelFilesError
+from turnout.tokenizer.errors import ChatTemplateError, ModelFilesError, TooManyTokens
+from turnout.tokenizer.length_bound import chars_per_token, min_tokens
 from turnout.tokenizer.model_dir import DEFAULT_TEMPLATE, ModelFiles, TokenSpec, read_model_dir
+from turnout.tokenizer.offload import offloader
 from turnout.tokenizer.segment_cache import SegmentCache
 from turnout.tokenizer.token_bytes import TokenPieces
+
+#: Texts at least this long are encoded on a tokenizer thread (a few milliseconds of work and
+#: more); shorter ones are encoded in place, where a thread hop would cost more than it saves.
+OFF_LOOP_CHARS = 16 * 1024
 
 _cache: dict[tuple[Path, str | None], ModelTokenizer] = {}
 _cache_lock = threading.Lock()
@@ -92,6 +98,9 @@ class ModelTokenizer:
         self._segments = SegmentCache(backend)
         self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
         """Number of ids, added tokens included (``len(tokenizer)`` in transformers)."""
+        self.chars_per_token: int | None = chars_per_token(backend)
+        """The most characters one token stands for (``None``: no bound from length holds);
+        see :mod:`turnout.tokenizer.length_bound`."""
         self._templates: dict[str, ChatTemplate] = {}
         for name, source in files.chat_templates.items():
             try:
@@ -136,6 +145,37 @@ class ModelTokenizer:
             return [self._segments.encode(text) for text in texts]
         encodings = self.backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)
         return [encoding.ids for encoding in encodings]
+
+    def min_token_count(self, text: str) -> int:
+        """The fewest tokens ``text`` can encode to, known from its length alone (0 if unknown)."""
+        return min_tokens(len(text), self.chars_per_token)
+
+    async def encode_off_loop(
+        self, text: str, add_special_tokens: bool = True, *, max_tokens: int | None = None
+    ) -> list[int]:
+        """:meth:`encode` that keeps the event loop free: long texts are encoded on a tokenizer
+        thread. With ``max_tokens``, a text with more tokens raises :class:`TooManyTokens` —
+        before any encoding when its length alone proves it."""
+        if max_tokens is not None and (least := self.min_token_count(text)) > max_tokens:
+            raise TooManyTokens(least, max_tokens, at_least=True)
+        if len(text) < OFF_LOOP_CHARS:
+            ids = self.encode(text, add_special_tokens)
+            if max_tokens is not None and len(ids) > max_tokens:
+                raise TooManyTokens(len(ids), max_tokens, at_least=False)
+            return ids
+        return await offloader().run(self._encode_long, text, add_special_tokens, max_tokens)
+
+    def _encode_long(
+        self, text: str, add_special_tokens: bool, max_tokens: int | None
+    ) -> list[int]:
+        if not add_special_tokens:
+            return self._segments.encode_long(text, max_tokens)
+        # The batch encoder releases the GIL (encode() does not); the ids list is only built
+        # for a text that fits, as building it holds the GIL.
+        encoding = self.backend.encode_batch_fast([text], add_special_tokens=True)[0]
+        if max_tokens is not None and len(encoding) > max_tokens:
+            raise TooManyTokens(len(encoding), max_tokens, at_least=False)
+        return encoding.ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = False) -> str:
         """Text of ``ids`` (no clean-up of tokenization spaces)."""

@@ -13,8 +13,11 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
+from collections.abc import Iterator
 
 from tokenizers import Tokenizer
+
+from turnout.tokenizer.errors import TooManyTokens
 
 #: Pieces shorter than this are cheap to encode and not worth a cache slot.
 _MIN_CACHED = 16
@@ -63,25 +66,82 @@ class SegmentCache:
         if self._splitter is None:
             return self._backend.encode(text, add_special_tokens=False).ids
         ids: list[int] = []
+        for part in self._parts(text):
+            if isinstance(part, int):
+                ids.append(part)
+            else:
+                ids.extend(self._piece(part))
+        return ids
+
+    def encode_long(self, text: str, max_tokens: int | None = None) -> list[int]:
+        """:meth:`encode` for long texts, meant for a worker thread: the pieces not in the cache
+        are encoded in one batch, which releases the GIL and runs in parallel. With
+        ``max_tokens``, a text with more tokens raises :class:`TooManyTokens` before its ids
+        are built (building them holds the GIL)."""
+        parts: list[int | str | tuple[int, ...]] = (
+            [text] if self._splitter is None else list(self._parts(text))
+        )
+        missing: list[str] = []
+        for i, part in enumerate(parts):
+            if isinstance(part, str):
+                cached = self._cached(part)
+                if cached is None:
+                    missing.append(part)
+                else:
+                    parts[i] = cached
+        encoded = self._backend.encode_batch_fast(missing, add_special_tokens=False)
+        count = sum(1 if isinstance(p, int) else len(p) for p in parts if not isinstance(p, str))
+        count += sum(len(encoding) for encoding in encoded)
+        if max_tokens is not None and count > max_tokens:
+            raise TooManyTokens(count, max_tokens, at_least=False)
+        fresh = iter(encoded)
+        ids: list[int] = []
+        for part in parts:
+            if isinstance(part, int):
+                ids.append(part)
+            elif isinstance(part, str):
+                piece_ids = next(fresh).ids
+                self._store(part, tuple(piece_ids))
+                ids.extend(piece_ids)
+            else:
+                ids.extend(part)
+        return ids
+
+    def _parts(self, text: str) -> Iterator[int | str]:
+        """The text between added tokens (strings) and the added tokens' ids, in order."""
+        assert self._splitter is not None
         start = 0
         for match in self._splitter.finditer(text):
             if match.start() > start:
-                ids.extend(self._piece(text[start : match.start()]))
-            ids.append(self._ids[match.group()])
+                yield text[start : match.start()]
+            yield self._ids[match.group()]
             start = match.end()
         if start < len(text):
-            ids.extend(self._piece(text[start:]))
-        return ids
+            yield text[start:]
 
     def _piece(self, piece: str) -> tuple[int, ...] | list[int]:
         if len(piece) < _MIN_CACHED:
             return self._backend.encode(piece, add_special_tokens=False).ids
+        cached = self._cached(piece)
+        if cached is not None:
+            return cached
+        ids = tuple(self._backend.encode(piece, add_special_tokens=False).ids)
+        self._store(piece, ids)
+        return ids
+
+    def _cached(self, piece: str) -> tuple[int, ...] | None:
+        if len(piece) < _MIN_CACHED:
+            return None
         with self._lock:
             cached = self._pieces.get(piece)
             if cached is not None:
                 self._pieces.move_to_end(piece)
-                return cached
-        ids = tuple(self._backend.encode(piece, add_special_tokens=False).ids)
+            return cached
+
+    def _store(self, piece: str, ids: tuple[int, ...]) -> None:
+        # A piece larger than an eighth of the cache would only flush everything else.
+        if not _MIN_CACHED <= len(piece) <= self._max_chars // 8:
+            return
         with self._lock:
             if piece not in self._pieces:
                 self._pieces[piece] = ids
@@ -89,4 +149,3 @@ class SegmentCache:
                 while self._chars > self._max_chars and self._pieces:
                     old, _ = self._pieces.popitem(last=False)
                     self._chars -= len(old)
-        return ids

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 from tokenizers import AddedToken, Tokenizer
 
 from turnout.demo_model import path as demo_path
-from turnout.tokenizer import ModelTokenizer
+from turnout.tokenizer import ModelTokenizer, TooManyTokens
 from turnout.tokenizer.segment_cache import SegmentCache
 
 from .helpers import PIECES, SPECIALS
@@ -56,3 +56,42 @@ def test_tokens_that_strip_whitespace_are_left_to_the_tokenizer() -> None:
     cache = SegmentCache(backend)
     text = "<|im_start|>user\nfill  <mask>  here<|im_end|>"
     assert cache.encode(text) == backend.encode(text, add_special_tokens=False).ids
+
+
+@pytest.mark.parametrize("name", sorted(CACHES))
+@settings(max_examples=40, deadline=None)
+@given(text=prompts)
+def test_long_text_encoding_equals_the_tokenizer(name: str, text: str) -> None:
+    """encode_long (batched misses, for tokenizer threads) gives the same ids, cached or not."""
+    backend, _ = CACHES[name]
+    cache = SegmentCache(backend)
+    expected = backend.encode(text, add_special_tokens=False).ids
+    assert cache.encode_long(text) == expected
+    assert cache.encode_long(text) == expected
+    assert cache.encode(text) == expected
+
+
+def test_long_text_over_the_limit_raises_with_its_count() -> None:
+    backend, cache = CACHES["demo"]
+    text = "<|im_start|>user\n" + "many words here " * 50 + "<|im_end|>"
+    count = len(backend.encode(text, add_special_tokens=False).ids)
+    assert (
+        cache.encode_long(text, max_tokens=count)
+        == backend.encode(text, add_special_tokens=False).ids
+    )
+    with pytest.raises(TooManyTokens) as caught:
+        SegmentCache(backend).encode_long(text, max_tokens=count - 1)
+    assert (caught.value.tokens, caught.value.limit, caught.value.at_least) == (
+        count,
+        count - 1,
+        False,
+    )
+
+
+def test_a_huge_piece_does_not_flush_the_cache() -> None:
+    backend, _ = CACHES["demo"]
+    cache = SegmentCache(backend, max_chars=8000)
+    cache.encode("<|im_start|>system\nYou are a careful assistant.<|im_end|>")
+    kept = dict(cache._pieces)
+    cache.encode_long("<|im_start|>user\n" + "x y " * 1000 + "<|im_end|>")
+    assert kept.items() <= cache._pieces.items()

@@ -1,0 +1,111 @@
+"""Prompt size: the model's context limit, checked before and after tokenization, and long
+rendering and tokenization kept off the event loop.
+
+The limit comes from the workers (``GetModelInfo.max_req_input_len``, else the server's
+``context_length``), so a prompt the workers would refuse is refused before it costs a
+tokenization (when its length alone proves it, see :mod:`turnout.tokenizer.length_bound`) or
+a worker round trip.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from turnout.server.errors import ApiError
+from turnout.tokenizer import TooManyTokens
+from turnout.tokenizer.offload import offloader
+
+if TYPE_CHECKING:
+    from turnout.server.models import ModelRuntime
+
+#: Requests with a body at least this large render their chat template on a tokenizer thread.
+OFF_LOOP_BODY_BYTES = 256 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class PromptLimit:
+    """How long a prompt a model's workers accept."""
+
+    context_length: int
+    max_prompt_tokens: int
+
+
+def limit_from_labels(labels: Mapping[str, str]) -> PromptLimit | None:
+    """A worker's limit from its discovered labels (``None`` when it did not say)."""
+    max_input = _positive(labels.get("max_req_input_len"))
+    context = _positive(labels.get("context_length")) or _positive(labels.get("max_context_length"))
+    if max_input is not None:
+        return PromptLimit(context or max_input + 1, max_input)
+    if context is not None and context > 1:
+        return PromptLimit(context, context - 1)  # SGLang wants the prompt shorter than that
+    return None
+
+
+def widest_limit(limits: Iterable[PromptLimit | None]) -> PromptLimit | None:
+    """The limit of a model served by several workers: a prompt is refused only when no worker
+    would take it, and not at all while any worker's limit is unknown."""
+    known = list(limits)
+    if not known or any(limit is None for limit in known):
+        return None
+    return max((limit for limit in known if limit is not None), key=lambda x: x.max_prompt_tokens)
+
+
+def _positive(value: str | None) -> int | None:
+    if value is None or not value.isdigit():
+        return None
+    number = int(value)
+    return number if number > 0 else None
+
+
+async def encode_prompt(
+    runtime: ModelRuntime, text: str, *, add_special_tokens: bool, param: str
+) -> list[int]:
+    """Token ids of a prompt text: a 400 when it is empty or cannot fit the model's context
+    (before encoding, when its length proves it); long texts are encoded off the event loop."""
+    limit = runtime.prompt_limit()
+    try:
+        ids = await runtime.tokenizer.encode_off_loop(
+            text,
+            add_special_tokens,
+            max_tokens=limit.max_prompt_tokens if limit is not None else None,
+        )
+    except TooManyTokens as exc:
+        assert limit is not None
+        raise _too_long(limit, exc.tokens, param, at_least=exc.at_least) from None
+    check_prompt_ids(runtime, ids, param)
+    return ids
+
+
+def check_prompt_ids(runtime: ModelRuntime, ids: list[int], param: str) -> None:
+    """A 400 when a prompt's token ids are empty or more than the model's context allows."""
+    if not ids:
+        raise ApiError(
+            400, "the prompt is empty (it has no tokens)", param=param, code="empty_prompt"
+        )
+    limit = runtime.prompt_limit()
+    if limit is not None and len(ids) > limit.max_prompt_tokens:
+        raise _too_long(limit, len(ids), param, at_least=False)
+
+
+def _too_long(limit: PromptLimit, tokens: int, param: str, *, at_least: bool) -> ApiError:
+    count = f"at least {tokens}" if at_least else str(tokens)
+    return ApiError(
+        400,
+        f"This model's maximum context length is {limit.context_length} tokens, which allows "
+        f"prompts of at most {limit.max_prompt_tokens} tokens; the prompt has {count} tokens.",
+        param=param,
+        code="context_length_exceeded",
+    )
+
+
+async def render_off_loop(
+    body_size: int, render: Callable[..., str], *args: Any, **kwargs: Any
+) -> str:
+    """``render(*args, **kwargs)``, on a tokenizer thread when the request body is large (a
+    template over megabytes of messages takes tens of milliseconds)."""
+    if body_size < OFF_LOOP_BODY_BYTES:
+        return render(*args, **kwargs)
+    return await offloader().run(functools.partial(render, *args, **kwargs))
