@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import time
 from collections.abc import AsyncIterator, Iterable
@@ -17,6 +16,7 @@ from google.protobuf import struct_pb2, timestamp_pb2
 
 import turnout
 from turnout.sim.disagg import BootstrapServer, DisaggError, PrefillRoom, receive_kv
+from turnout.sim.embedding import embed_ids, embedding_dim
 from turnout.sim.model import (
     ChoicePlan,
     InvalidRequest,
@@ -24,6 +24,7 @@ from turnout.sim.model import (
     synthetic_logprob,
     top_logprobs,
 )
+from turnout.sim.multimodal import InvalidMultimodal, MultimodalRecord, record_multimodal
 from turnout.sim.ranks import Rank, Running
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
@@ -101,6 +102,10 @@ class SimRecords:
     #: request id → the DP rank that served it.
     ranks: dict[str, int] = field(default_factory=dict)
     health_checks: int = 0
+    #: EmbedRequests received, in order.
+    embed_requests: list[pb.EmbedRequest] = field(default_factory=list)
+    #: The ``mm_inputs`` of Generate and Embed requests that carried one, in order.
+    multimodal: list[MultimodalRecord] = field(default_factory=list)
 
     def clear(self) -> None:
         """Forget everything recorded."""
@@ -111,6 +116,8 @@ class SimRecords:
         self.generated.clear()
         self.ranks.clear()
         self.health_checks = 0
+        self.embed_requests.clear()
+        self.multimodal.clear()
 
 
 class SimServicer(pb_grpc.SglangSchedulerServicer):
@@ -175,6 +182,10 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             await self._fail(
                 context, rid, grpc.StatusCode.INVALID_ARGUMENT, "Tokenized input must be provided"
             )
+        try:
+            self._record_multimodal("Generate", rid, request)
+        except InvalidMultimodal as exc:
+            await self._fail(context, rid, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         if rid in self._running:
             await self._fail(
                 context, rid, grpc.StatusCode.INVALID_ARGUMENT, f"duplicate request id {rid!r}"
@@ -400,7 +411,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             served_model_name=files.served_model_name,
             max_context_length=files.context_length,
             vocab_size=self.model.vocab_size,
-            supports_vision=False,
+            supports_vision=isinstance(config.get("vision_config"), dict),
             model_type=str(config.get("model_type", "")),
             eos_token_ids=list(files.eos_token_ids),
             pad_token_id=int(config.get("pad_token_id") or 0),
@@ -493,18 +504,29 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
     async def Embed(
         self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.EmbedResponse:
-        """A deterministic unit vector (16 dims) derived from the token ids."""
-        ids = list(request.tokenized.input_ids)
+        """The deterministic unit vector of the token ids (see :mod:`turnout.sim.embedding`)."""
+        self._last_receive = time.time()
+        self.records.embed_requests.append(request)
+        self._record_multimodal("Embed", request.request_id, request)
+        ids = request.tokenized.input_ids
         if not ids:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "Tokenized input must be provided"
             )
-        digest = hashlib.sha256(b",".join(str(t).encode() for t in ids)).digest()
-        raw = [b / 255 - 0.5 for b in digest[:16]]
-        norm = sum(v * v for v in raw) ** 0.5 or 1.0
-        return pb.EmbedResponse(
-            embedding_dim=16, embedding=[v / norm for v in raw], prompt_tokens=len(ids)
-        )
+        vector = embed_ids(ids, embedding_dim(self.model.files.config))
+        return pb.EmbedResponse(embedding_dim=len(vector), embedding=vector, prompt_tokens=len(ids))
+
+    def _record_multimodal(
+        self,
+        rpc: Literal["Generate", "Embed"],
+        rid: str,
+        request: pb.GenerateRequest | pb.EmbedRequest,
+    ) -> None:
+        """Keep the request's ``mm_inputs``, if any (``InvalidMultimodal`` as SGLang refuses)."""
+        if request.HasField("mm_inputs"):
+            self.records.multimodal.append(
+                record_multimodal(rpc, rid, request.mm_inputs, request.tokenized.input_ids)
+            )
 
 
 class _Emitter:

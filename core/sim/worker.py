@@ -256,6 +256,8 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
             "dp_size": worker.servicer.dp_size,
             "ranks": dict(records.ranks),
             "rank_stats": worker.rank_stats,
+            "embeds": [r.request_id for r in records.embed_requests],
+            "multimodal": [m.as_dict() for m in records.multimodal],
         }
 
     def handler(fn: Any) -> grpc.RpcMethodHandler[Any, Any]:
