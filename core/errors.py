@@ -17,3 +17,17 @@ class PluginError(StartupError):
 
 class ConfigError(StartupError):
     """The configuration is invalid; the message names the key path and the bad value."""
+
+
+class ParserError(TurnoutError):
+    """A tool-call or reasoning parser raised while reading output: a defect of that parser
+    (any text is valid input to a parser), attributed to its registered name.
+
+    ``kind`` is ``"tool"`` or ``"reasoning"``; the parser's own exception is ``__cause__``.
+    """
+
+    def __init__(self, kind: str, name: str, cause: BaseException) -> None:
+        super().__init__(f"{kind} parser {name!r} failed: {type(cause).__name__}")
+        self.kind = kind
+        self.name = name
+        self.__cause__ = cause

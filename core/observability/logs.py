@@ -42,8 +42,8 @@ class RequestRecord:
     ttft_s: float | None = None
     attempts: int = 0
     response_started: bool = False
-    #: "tool" or "reasoning" when the request failed inside a parser.
-    parser_error: str | None = None
+    #: Kind ("tool" or "reasoning") and registered name of the first parser that raised.
+    parser_error: tuple[str, str] | None = None
 
     def ensure_id(self, prefix: str = "req") -> str:
         """The request id, generating ``<prefix>-<24 hex>`` when none was given or set yet."""

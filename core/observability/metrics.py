@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import time
-import traceback
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -29,6 +28,7 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from turnout.errors import ParserError
 from turnout.observability.logs import RequestRecord, current_record
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
@@ -135,8 +135,8 @@ class Metrics:
         )
         self.parser_errors = Counter(
             "turnout_parser_errors",
-            "Requests that failed inside a tool-call or reasoning parser",
-            ["model", "kind"],
+            "Requests during which a tool-call or reasoning parser raised, by parser",
+            ["model", "kind", "name"],
             registry=registry,
         )
         self.queue_depth = Gauge(
@@ -164,7 +164,8 @@ class Metrics:
         self.requests.labels(route, model, status).inc()
         self.request_duration.labels(route, model).observe(duration_s)
         if record.parser_error is not None:
-            self.parser_errors.labels(model, record.parser_error).inc()
+            kind, name = record.parser_error
+            self.parser_errors.labels(model, kind, name).inc()
 
     def meter(self, model: str, record: RequestRecord | None) -> RequestMeter:
         """Per-request observation of a worker stream, with the model's children bound once."""
@@ -373,29 +374,12 @@ class WorkerCollector(Collector):
         return [healthy, routable, state, circuit, load, in_flight, requests, failures]
 
 
-_PARSER_MODULES = (
-    ("turnout/tool_calls/", "tool"),
-    ("turnout/plugins/tool_parsers/", "tool"),
-    ("plugins/tool_parsers/", "tool"),
-    ("core/tool_calls/", "tool"),
-    ("turnout/reasoning/", "reasoning"),
-    ("turnout/plugins/reasoning_parsers/", "reasoning"),
-    ("plugins/reasoning_parsers/", "reasoning"),
-    ("core/reasoning/", "reasoning"),
-)
-
-
-def parser_failure_kind(exc: BaseException) -> str | None:
-    """ "tool" or "reasoning" when ``exc`` was raised inside a parser, else None.
-
-    Walks the traceback once (only on the error path) looking at the innermost frames.
-    """
-    for frame in reversed(traceback.extract_tb(exc.__traceback__)):
-        filename = frame.filename.replace("\\", "/")
-        for fragment, kind in _PARSER_MODULES:
-            if fragment in filename:
-                return kind
-    return None
+def note_parser_error(error: ParserError) -> None:
+    """Mark the current request as failed inside a parser (counted once per request in
+    ``turnout_parser_errors_total`` with the parser's kind and registered name)."""
+    record = current_record()
+    if record is not None and record.parser_error is None:
+        record.parser_error = (error.kind, error.name)
 
 
 def note_stream_cut(status: int) -> None:
@@ -409,8 +393,6 @@ def note_stream_cut(status: int) -> None:
 
 
 def note_failure(exc: BaseException) -> None:
-    """Mark the current request as failed inside a parser when ``exc`` came from one (counted
-    in ``turnout_parser_errors_total`` when the request ends)."""
-    record = current_record()
-    if record is not None and record.parser_error is None:
-        record.parser_error = parser_failure_kind(exc)
+    """Note an error that ended a request: a :class:`ParserError` is counted as above."""
+    if isinstance(exc, ParserError):
+        note_parser_error(exc)

@@ -17,6 +17,7 @@ from litestar.types import ControllerRouterHandler
 
 from turnout.config import Config, ServerConfig, policy_config
 from turnout.discovery import DiscoveryManager, describe_discovery
+from turnout.errors import ParserError
 from turnout.observability.logs import current_record
 from turnout.observability.metrics import CONTENT_TYPE, MeteredSession, note_failure
 from turnout.plugin_choice import choose_plugins, validate_plugin_names
@@ -276,6 +277,7 @@ def create_app(
             ApiError: _api_error,
             HTTPException: _http_error,
             RecursionError: _nested_too_deeply,
+            ParserError: _parser_error,
             Exception: _internal_error,
         },
         dependencies={WORKER_REGISTRY: Provide(_provide_registry, sync_to_thread=False)},
@@ -331,6 +333,13 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
 def _nested_too_deeply(request: Request[Any, Any, Any], exc: RecursionError) -> Response[bytes]:
     """JSON nested deeper than Python recursion follows (the decoders raise RecursionError)."""
     return answer_error(nested_too_deeply())
+
+
+def _parser_error(request: Request[Any, Any, Any], exc: ParserError) -> Response[bytes]:
+    """A parser raised (``/parse/*``): a defect of that parser, named in the 500 answer."""
+    log.error("%s on %s", exc, request.url.path, exc_info=exc.__cause__)
+    note_failure(exc)
+    return answer_error(ApiError(500, str(exc), code="parser_error"))
 
 
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:

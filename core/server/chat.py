@@ -15,6 +15,7 @@ from turnout.server.context import RequestContext, Services
 from turnout.server.errors import ApiError, bad_request
 from turnout.server.events import Event
 from turnout.server.forced_call import ForcedCallParser
+from turnout.server.models import ARRAY_PARSER
 from turnout.server.pipeline import (
     generate_request,
     make_processors,
@@ -128,22 +129,25 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
         prompt, runtime.reasoning_start_marker, runtime.reasoning_end_markers, thinking
     )
 
-    tool_parser = None
+    tool_parser, tool_parser_name = None, None
     if plan.mode == "model":
-        tool_parser = runtime.tool_parser
+        tool_parser, tool_parser_name = runtime.tool_parser, runtime.tool_parser_name
     elif plan.mode == "array":
-        tool_parser = runtime.array_parser
+        tool_parser, tool_parser_name = runtime.array_parser, ARRAY_PARSER
     elif plan.mode == "forced":
         forced_name = plan.forced_name or ""
 
         def tool_parser() -> ForcedCallParser:
             return ForcedCallParser(forced_name)
 
+        tool_parser_name = "forced_call"
+
     options = output_options(
         request,
         logprobs=request.logprobs,
         tools=plan.parse_tools,
         tool_parser=tool_parser,
+        tool_parser_name=tool_parser_name,
         reasoning=reasoning,
         start_in_reasoning=start_in_reasoning,
         history_calls=_history_calls(request),

@@ -18,7 +18,8 @@ import string
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from turnout.observability.metrics import note_failure
+from turnout.errors import ParserError
+from turnout.observability.metrics import note_parser_error
 from turnout.reasoning.types import ReasoningParser
 from turnout.server.events import ChoiceDelta, ChoiceEnd, TokenLogprob, ToolCallPiece
 from turnout.tool_calls.types import ToolCallDelta, ToolParser, ToolParseStep, Tools
@@ -112,15 +113,21 @@ class ChoiceProcessor:
         token_piece: TokenPiece | None = None,
         keep_token_ids: bool = False,
         max_calls: int | None = None,
+        tool_parser_name: str | None = None,
+        reasoning_parser_name: str | None = None,
     ) -> None:
         """``token_piece`` gives the text and bytes of logprob tokens (without it, logprobs are
-        not reported)."""
+        not reported). The parser names (as registered) attribute a parser's failure."""
         self.index = index
         self._decoder = decoder
         self._stops = stops
         self._reasoning = reasoning
         self._tool_parser = tool_parser
         self._tools = tools
+        self._parser_names = {
+            "tool": tool_parser_name or type(tool_parser).__name__,
+            "reasoning": reasoning_parser_name or type(reasoning).__name__,
+        }
         self._call_ids = call_ids or CallIds("openai")
         self._hidden_stop_ids = hidden_stop_ids
         self._token_piece = token_piece
@@ -229,10 +236,12 @@ class ChoiceProcessor:
         return round(tokens * reasoning / (reasoning + normal))
 
     def _parser_failed(self, which: str, exc: Exception) -> None:
-        # A broken (third-party) parser must not break the answer: log it once, count it, and
-        # let the rest of this output pass through as plain text.
-        log.exception("%s parser failed; the rest of this output passes through unparsed", which)
-        note_failure(exc)
+        # The boundary between turnout and a (maybe third-party) parser: the failure becomes a
+        # ParserError naming the parser. A broken parser must not break the answer: log it once,
+        # count it, and let the rest of this output pass through as plain text.
+        error = ParserError(which, self._parser_names[which], exc)
+        log.error("%s; the rest of this output passes through unparsed", error, exc_info=exc)
+        note_parser_error(error)
         if which == "reasoning":
             self._reasoning = None
         else:

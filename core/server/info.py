@@ -11,6 +11,7 @@ from litestar import Request, get, post
 from litestar.params import FromPath, FromQuery
 from litestar.types import ControllerRouterHandler
 
+from turnout.errors import ParserError
 from turnout.routing.types import RoutingRequest
 from turnout.server.context import Services, new_request_id
 from turnout.server.errors import ApiError, bad_request
@@ -243,8 +244,12 @@ async def parse_function_call(request: Request[Any, Any, Any]) -> Any:
     services = _services(request)
     body = decode_body(await request.body(), ParseFunctionCallRequest)
     name = body.tool_call_parser or body.parser
-    parser: ToolParser = _plugin(services, "tool_parsers", name, body.model, "tool_call_parser")
-    result = parser.parse_complete(body.text, body.tools)
+    name, parser = _plugin(services, "tool_parsers", name, body.model, "tool_call_parser")
+    tool_parser: ToolParser = parser
+    try:
+        result = tool_parser.parse_complete(body.text, body.tools)
+    except Exception as exc:
+        raise ParserError("tool", name, exc) from exc
     calls = [{"name": call.name, "arguments": call.arguments} for call in result.calls]
     return answer_json({"normal_text": result.normal_text, "calls": calls})
 
@@ -255,12 +260,20 @@ async def parse_reasoning(request: Request[Any, Any, Any]) -> Any:
     services = _services(request)
     body = decode_body(await request.body(), ParseReasoningRequest)
     name = body.reasoning_parser or body.parser
-    parser = _plugin(services, "reasoning_parsers", name, body.model, "reasoning_parser")
-    result = parser.parse_complete(body.text)
-    return answer_json({"reasoning_text": result.reasoning_text, "normal_text": result.normal_text})
+    name, parser = _plugin(services, "reasoning_parsers", name, body.model, "reasoning_parser")
+    try:
+        reasoning = parser.parse_complete(body.text)
+    except Exception as exc:
+        raise ParserError("reasoning", name, exc) from exc
+    return answer_json(
+        {"reasoning_text": reasoning.reasoning_text, "normal_text": reasoning.normal_text}
+    )
 
 
-def _plugin(services: Services, kind: str, name: str | None, model: str | None, key: str) -> Any:
+def _plugin(
+    services: Services, kind: str, name: str | None, model: str | None, key: str
+) -> tuple[str, Any]:
+    """The parser's registered name and a fresh instance (400 when none applies)."""
     registry = services.plugins.registry(kind)
     if name is None:
         model_id = services.models.resolve_name(model)
@@ -271,7 +284,7 @@ def _plugin(services: Services, kind: str, name: str | None, model: str | None, 
         raise bad_request(
             f"unknown {registry.kind} {name!r}; valid names: {', '.join(registry.names())}", key
         )
-    return registry.create(name)
+    return registry.canonical(name), registry.create(name)
 
 
 def info_routes() -> list[ControllerRouterHandler]:

@@ -37,6 +37,10 @@ def router_started() -> int:
 _PROCESS_STARTED = int(time.time())
 
 
+#: The tool parser reading a constrained JSON array of calls (``tool_choice: required``).
+ARRAY_PARSER = "json"
+
+
 @dataclass(slots=True)
 class ModelRuntime:
     """Everything a request for one model needs, looked up once at start-up or first use."""
@@ -211,7 +215,7 @@ class ModelTable:
             model_id=model_id,
             tokenizer=tokenizer,
             stop_token_ids=tokenizer.eos_token_ids,
-            array_parser=self._plugins.tool_parsers.factory("json"),
+            array_parser=self._plugins.tool_parsers.factory(ARRAY_PARSER),
             prompt_limit=functools.partial(self.prompt_limit, model_id),
         )
         if choices.tool_parser is not None:

@@ -61,6 +61,8 @@ class OutputOptions:
     keep_token_ids: bool = False
     tools: Tools = None
     tool_parser: Callable[[], ToolParser] | None = None
+    #: The tool parser's registered name (attributes its failures).
+    tool_parser_name: str | None = None
     reasoning: bool = False
     start_in_reasoning: bool | None = None
     history_calls: int = 0
@@ -174,6 +176,8 @@ def make_processors(runtime: ModelRuntime, options: OutputOptions) -> list[Choic
                 token_piece=token_piece,
                 keep_token_ids=options.keep_token_ids,
                 max_calls=options.max_calls,
+                tool_parser_name=options.tool_parser_name,
+                reasoning_parser_name=runtime.reasoning_parser_name,
             )
         )
     return processors
