@@ -32,9 +32,15 @@ from turnout.server.info import info_routes
 from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import OpsMiddleware, OpsState, gate_middleware
 from turnout.server.models import ModelTable
+from turnout.server.openapi import REQUEST_BODY, openapi_config
 from turnout.server.pipeline import GenerateSession
 from turnout.server.prompt_size import PromptLimit, limit_from_labels, widest_limit
-from turnout.server.protocol import nested_too_deeply
+from turnout.server.protocol import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerateRequestBody,
+    nested_too_deeply,
+)
 from turnout.server.reload import admin_reload, install_sighup
 from turnout.server.respond import Answer, answer_error
 from turnout.server.shutdown import drain_hook
@@ -82,8 +88,17 @@ def request_context(
     return RequestContext(request_id, headers, routing_key, worker_request_id=worker_id)
 
 
-def _generation_route(path: str, prefix: str, handler: Handler) -> ControllerRouterHandler:
-    @post(path, name=prefix, status_code=200)
+def _generation_route(
+    path: str, prefix: str, handler: Handler, body: type[Any]
+) -> ControllerRouterHandler:
+    @post(
+        path,
+        name=prefix,
+        status_code=200,
+        opt={REQUEST_BODY: body},
+        summary=body.__doc__.split("\n")[0].strip("`. ") if body.__doc__ else None,
+        description=handler.__doc__,
+    )
     async def route(request: Request[Any, Any, Any]) -> Answer:
         services = services_of(request)
         if services.draining:
@@ -260,9 +275,9 @@ def create_app(
         return Response(ops.metrics.render(), media_type=CONTENT_TYPE)
 
     routes: list[ControllerRouterHandler] = [
-        _generation_route("/v1/chat/completions", "chatcmpl", handle_chat),
-        _generation_route("/v1/completions", "cmpl", handle_completion),
-        _generation_route("/generate", "gnt", handle_generate),
+        _generation_route("/v1/chat/completions", "chatcmpl", handle_chat, ChatCompletionRequest),
+        _generation_route("/v1/completions", "cmpl", handle_completion, CompletionRequest),
+        _generation_route("/generate", "gnt", handle_generate, GenerateRequestBody),
         *info_routes(),
         metrics,
         workers_router(),
@@ -282,7 +297,7 @@ def create_app(
         },
         dependencies={WORKER_REGISTRY: Provide(_provide_registry, sync_to_thread=False)},
         request_max_body_size=server.max_body_bytes,
-        openapi_config=None,
+        openapi_config=openapi_config(),
         # Logging belongs to the process (turnout.observability.logs), not to the app.
         logging_config=None,
         debug=False,

@@ -21,6 +21,21 @@ _TYPES = {
 }
 
 
+class ErrorDetail(msgspec.Struct):
+    """The ``error`` object of an error answer."""
+
+    message: str
+    type: str
+    param: str | None
+    code: str
+
+
+class ErrorResponse(msgspec.Struct):
+    """Every error answer's body (OpenAI's shape); documents :meth:`ApiError.body`."""
+
+    error: ErrorDetail
+
+
 class ApiError(Exception):
     """An error answered to the client as ``{"error": {...}}`` with an HTTP status."""
 

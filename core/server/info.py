@@ -15,6 +15,7 @@ from turnout.errors import ParserError
 from turnout.routing.types import RoutingRequest
 from turnout.server.context import Services, new_request_id
 from turnout.server.errors import ApiError, bad_request
+from turnout.server.openapi import REQUEST_BODY
 from turnout.server.prompt_size import render_off_loop
 from turnout.server.protocol import (
     DetokenizeRequest,
@@ -186,7 +187,7 @@ async def health_generate(
     return answer_json({"status": "ok", "models": models})
 
 
-@post("/v1/tokenize", status_code=200)
+@post("/v1/tokenize", status_code=200, opt={REQUEST_BODY: TokenizeRequest})
 async def tokenize(request: Request[Any, Any, Any]) -> Any:
     """Token ids of a text, a list of texts, or chat messages (long ones off the event loop)."""
     services = _services(request)
@@ -220,7 +221,7 @@ async def tokenize(request: Request[Any, Any, Any]) -> Any:
     )
 
 
-@post("/v1/detokenize", status_code=200)
+@post("/v1/detokenize", status_code=200, opt={REQUEST_BODY: DetokenizeRequest})
 async def detokenize(request: Request[Any, Any, Any]) -> Any:
     """Text of token ids (a list, or a list of lists)."""
     services = _services(request)
@@ -238,7 +239,7 @@ async def detokenize(request: Request[Any, Any, Any]) -> Any:
     return answer_json({"text": tokenizer.decode(ids, skip_special_tokens=skip)})
 
 
-@post("/parse/function_call", status_code=200)
+@post("/parse/function_call", status_code=200, opt={REQUEST_BODY: ParseFunctionCallRequest})
 async def parse_function_call(request: Request[Any, Any, Any]) -> Any:
     """Run a tool parser (named, or the model's) over a text."""
     services = _services(request)
@@ -254,7 +255,7 @@ async def parse_function_call(request: Request[Any, Any, Any]) -> Any:
     return answer_json({"normal_text": result.normal_text, "calls": calls})
 
 
-@post("/parse/reasoning", status_code=200)
+@post("/parse/reasoning", status_code=200, opt={REQUEST_BODY: ParseReasoningRequest})
 async def parse_reasoning(request: Request[Any, Any, Any]) -> Any:
     """Run a reasoning parser (named, or the model's) over a text."""
     services = _services(request)

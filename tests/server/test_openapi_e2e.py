@@ -1,0 +1,97 @@
+"""``GET /openapi.json``: Litestar's schema of the routes, with the real request bodies (the JSON
+routes read raw bytes) and the error body, usable by clients and schema fuzzers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+
+from .conftest import MODEL
+from .harness import Router
+
+BODIES = {
+    "/v1/chat/completions": "ChatCompletionRequest",
+    "/v1/completions": "CompletionRequest",
+    "/generate": "GenerateRequestBody",
+    "/v1/tokenize": "TokenizeRequest",
+    "/v1/detokenize": "DetokenizeRequest",
+    "/parse/function_call": "ParseFunctionCallRequest",
+    "/parse/reasoning": "ParseReasoningRequest",
+}
+
+
+@pytest.fixture(scope="module")
+def schema(router: Router) -> dict[str, Any]:
+    response = httpx.get(f"{router.base_url}/openapi.json", timeout=30)
+    assert response.status_code == 200
+    assert response.headers["content-type"].startswith("application/json")
+    document: dict[str, Any] = response.json()
+    return document
+
+
+def body_validator(schema: dict[str, Any], path: str) -> jsonschema.protocols.Validator:
+    ref = schema["paths"][path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    document = {**ref, "components": schema["components"]}
+    return jsonschema.Draft202012Validator(document)
+
+
+def test_every_json_route_documents_its_request_body(schema: dict[str, Any]) -> None:
+    assert schema["openapi"].startswith("3.1")
+    assert schema["info"]["title"] == "turnout"
+    for path, component in BODIES.items():
+        body = schema["paths"][path]["post"]["requestBody"]
+        assert body["required"] is True
+        assert body["content"]["application/json"]["schema"] == {
+            "$ref": f"#/components/schemas/{component}"
+        }
+        assert component in schema["components"]["schemas"]
+    # The worker admin route's body comes from Litestar itself.
+    assert "requestBody" in schema["paths"]["/workers"]["post"]
+
+
+def test_errors_are_documented_in_the_shape_they_are_answered(schema: dict[str, Any]) -> None:
+    error = {"$ref": "#/components/schemas/ErrorResponse"}
+    for operations in schema["paths"].values():
+        for operation in operations.values():
+            responses = operation["responses"]
+            assert responses["default"]["content"]["application/json"]["schema"] == error
+            for status, response in responses.items():
+                if status.isdigit() and int(status) >= 400:
+                    assert response["content"]["application/json"]["schema"] == error
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "valid"),
+    [
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}]}, True),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}],
+                                  "top_k": 2**31}, False),
+        ("/v1/chat/completions", {"messages": []}, False),
+        ("/v1/chat/completions", {"messages": [{"role": "user"}], "stop": [""]}, False),
+        ("/v1/completions", {"prompt": [[1, 2], [3]], "logprobs": 5}, True),
+        ("/v1/completions", {"prompt": [-1]}, False),
+        ("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 0}}, True),
+        ("/generate", {"text": "x", "sampling_params": {"max_tokens": 5}}, False),
+        ("/generate", {"input_ids": [2**32]}, False),
+        ("/v1/tokenize", {"model": 5, "prompt": "x"}, False),
+        ("/parse/function_call", {"text": "x", "tools": 5}, False),
+    ],
+)  # fmt: skip
+def test_the_documented_bodies_are_the_ones_the_router_decodes(
+    router: Router, schema: dict[str, Any], path: str, body: dict[str, Any], valid: bool
+) -> None:
+    """The schema and the router agree on these bodies: what the schema refuses is a 400."""
+    assert body_validator(schema, path).is_valid(body) is valid
+    response = httpx.post(f"{router.base_url}{path}", json={"model": MODEL, **body}, timeout=30)
+    if not valid:
+        assert response.status_code == 400, response.text
+
+
+def test_nothing_else_is_served_under_the_schema_path(router: Router) -> None:
+    for path in ("/openapi.json/x", "/openapi.json/x.json", "/schema"):
+        response = httpx.get(f"{router.base_url}{path}", timeout=10)
+        assert response.status_code == 404
+        assert response.json()["error"]["code"] == "not_found"
