@@ -1,5 +1,8 @@
 """Structured logs: the per-request record (a contextvar), a filter that stamps every log line
-with the request id, text or JSON output, and the one access line per request."""
+with the request id, text or JSON output, and the one access line per request.
+
+Text lines escape control characters: a value a client chose (a path, a worker id) cannot end a
+line and forge the next one. JSON lines are safe by construction."""
 
 from __future__ import annotations
 
@@ -95,6 +98,44 @@ _STANDARD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__di
 }
 
 
+#: Characters that end a line for a log reader (``str.splitlines`` breaks on several of them)
+#: or hide text on a terminal, as visible escapes. Tab stays.
+_ESCAPES = {
+    **{code: f"\\x{code:02x}" for code in (*range(0x20), 0x7F, *range(0x80, 0xA0)) if code != 0x09},
+    0x0A: "\\n",
+    0x0D: "\\r",
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+_ESCAPES_BUT_NEWLINE = {code: text for code, text in _ESCAPES.items() if code != 0x0A}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` on one line: control characters and line separators as escapes."""
+    return text.translate(_ESCAPES)
+
+
+class TextFormatter(logging.Formatter):
+    """``time level logger [request id] message``, one line per record; a traceback follows on
+    lines indented by two spaces, so a line that starts in column 0 is always a record."""
+
+    def __init__(self) -> None:
+        super().__init__(_TEXT_FORMAT)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escape_controls(super().formatMessage(record))
+
+    def formatException(self, ei: Any) -> str:
+        return _indented(super().formatException(ei))
+
+    def formatStack(self, stack_info: str) -> str:
+        return _indented(super().formatStack(stack_info))
+
+
+def _indented(block: str) -> str:
+    return "\n".join("  " + line for line in block.translate(_ESCAPES_BUT_NEWLINE).split("\n"))
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, request id, extra fields."""
 
@@ -126,7 +167,7 @@ def configure_logging(level: str = "info", json_lines: bool = False) -> logging.
     """
     handler = logging.StreamHandler(sys.stderr)
     handler.addFilter(RequestIdFilter())
-    handler.setFormatter(JsonFormatter() if json_lines else logging.Formatter(_TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter())
     handler.set_name("turnout")
     root = logging.getLogger()
     for old in [h for h in root.handlers if h.get_name() == "turnout"]:

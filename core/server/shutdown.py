@@ -47,6 +47,11 @@ class DrainingServer(uvicorn.Server):
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         if not self.should_exit:
-            log.info("shutting down: draining (grace %ss)", self.config.timeout_graceful_shutdown)
+            # The signal interrupts whatever ran: that request's id does not belong on this line.
+            log.info(
+                "shutting down: draining (grace %ss)",
+                self.config.timeout_graceful_shutdown,
+                extra={"request_id": "-"},
+            )
             begin_drain_all()
         super().handle_exit(sig, frame)
