@@ -58,6 +58,15 @@ def test_serving_routes_need_a_serving_key(router: Router) -> None:
     assert_401(httpx.post(f"{router.base_url}/v1/tokenize", json={"prompt": "x"}, timeout=20))
 
 
+def test_the_bearer_scheme_is_matched_in_any_case(router: Router) -> None:
+    url = f"{router.base_url}/v1/models"
+    for scheme in ("Bearer", "bearer", "BEARER", "bEaReR"):
+        answer = httpx.get(url, headers={"authorization": f"{scheme} key-one"}, timeout=20)
+        assert answer.status_code == 200, scheme
+    assert_401(httpx.get(url, headers={"authorization": "Basic key-one"}, timeout=20))
+    assert_401(httpx.get(url, headers={"authorization": "Bearerkey-one"}, timeout=20))
+
+
 def test_rejected_requests_never_reach_a_worker(router: Router) -> None:
     before = len(router.sims[0].requests)
     assert_401(httpx.post(f"{router.base_url}/generate", json={"text": "hi"}, timeout=20))

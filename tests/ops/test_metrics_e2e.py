@@ -161,6 +161,31 @@ def test_every_route_answers_with_a_request_id(router: Router) -> None:
     assert bad.headers["x-request-id"].startswith("req-")
 
 
+def test_request_ids_up_to_200_characters_are_kept_longer_ones_replaced(router: Router) -> None:
+    longest = "i" * 199 + "~"  # printable ASCII, exactly at the cap
+    kept = httpx.post(
+        f"{router.base_url}{CHAT}", json=chat(), headers={"x-request-id": longest}, timeout=20
+    )
+    assert kept.headers["x-request-id"] == longest
+    assert kept.json()["id"] == longest
+    too_long = longest + "x"
+    replaced = httpx.post(
+        f"{router.base_url}{CHAT}", json=chat(), headers={"x-request-id": too_long}, timeout=20
+    )
+    assert replaced.status_code == 200
+    assert replaced.headers["x-request-id"].startswith("chatcmpl-")
+    # The next configured header is used when the first one's value is refused.
+    fallback = httpx.get(
+        f"{router.base_url}/v1/models",
+        headers={"x-request-id": too_long, "x-correlation-id": longest},
+        timeout=20,
+    )
+    assert fallback.headers["x-request-id"] == longest
+    seen = {r.request_id.rsplit("-", 1)[0] for sim in router.sims for r in sim.requests}
+    assert longest in seen
+    assert too_long not in seen
+
+
 class _Collect(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
