@@ -1,4 +1,4 @@
-"""Fixtures shared by the whole test suite."""
+"""Fixtures shared by the whole test suite; under CI a skipped test fails (tests/ci_skips.py)."""
 
 from __future__ import annotations
 
@@ -6,15 +6,21 @@ from pathlib import Path
 
 import pytest
 
+from tests.ci_skips import in_ci, pytest_make_collect_report, pytest_runtest_makereport
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DIR = REPO_ROOT.parent / "shared"
+
+__all__ = ["pytest_make_collect_report", "pytest_runtest_makereport"]
 
 
 @pytest.fixture
 def shared_dir() -> Path:
-    """The workplace's ``shared/`` folder; tests needing it skip where it is absent."""
+    """The workplace's ``shared/`` folder; tests needing it skip where it is absent (and fail
+    under CI)."""
     if not SHARED_DIR.is_dir():
-        pytest.skip(
-            f"{SHARED_DIR} is absent (a plain clone of the project has no shared/ fixtures)"
-        )
+        message = f"{SHARED_DIR} is absent (a plain clone of the project has no shared/ fixtures)"
+        if in_ci():
+            pytest.fail(message)
+        pytest.skip(message)
     return SHARED_DIR
