@@ -72,6 +72,17 @@ class ServerConfig(_Section):
     metrics_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
     #: On SIGTERM: how long in-flight requests may take to finish before they are aborted.
     shutdown_grace_s: _Seconds = 30.0
+    #: Client connections open at once; 0: 90 % of the file-descriptor limit. At the cap a new
+    #: connection closes the longest-idle one, or gets 503 when every connection is busy.
+    max_connections: _Count = 0
+    #: Close a connection that carries no request for this long (keep-alive included).
+    idle_timeout_s: _Seconds = 75.0
+    #: Answer 408 and close when a request's headers take longer than this to arrive.
+    header_timeout_s: _Seconds = 15.0
+    #: Answer 408 and close when a request's body takes longer than this to arrive.
+    body_timeout_s: _Seconds = 60.0
+    #: Close a connection whose client has read nothing of a pending response for this long.
+    send_timeout_s: _Seconds = 60.0
     #: Serving processes on the one port (each has its own worker registry, health checks,
     #: policy state and limits; metrics are summed across them). 1 serves in this process.
     processes: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1

@@ -2,10 +2,14 @@
 
 * :class:`OpsMiddleware` wraps the whole ASGI app (every route, 404s too): request id (from the
   configured headers or generated) echoed as ``x-request-id``, the current-request record for
-  log lines, request metrics and the access log line.
+  log lines, request metrics and the access log line, the request body deadline (408), the
+  connection's request bookkeeping, and a JSON 503 for a request cut by the end of the
+  shutdown grace period before it answered.
 * :func:`gate_middleware` runs per route, inside Litestar's error handling and CORS: API keys,
   and for generation routes draining, admission control (429/503), the request timeout (504)
-  and cancellation when the client leaves (which aborts the request on the worker).
+  and cancellation when the client leaves (which aborts the request on the worker). A stream
+  cut by the request timeout or the shutdown grace period ends with an error event and
+  ``[DONE]``; its admission slot is free before that tail is sent.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from turnout.config import ServerConfig
 from turnout.observability.logs import RequestRecord, current_record, log_access, request_scope
 from turnout.observability.metrics import Metrics, route_label
 from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of
+from turnout.server.connections import connection_of
 from turnout.server.errors import ApiError
 from turnout.server.limits import (
     AdmissionGate,
@@ -30,11 +35,15 @@ from turnout.server.limits import (
     QueueFull,
     QueueTimeout,
 )
+from turnout.server.shutdown import ShutDown, cancelled_by_shutdown
 from turnout.server.sse import DONE, sse_error
 
 ASGIApp = Callable[..., Any]
 #: A client-given request id is used only if it is short printable ASCII without spaces.
 _VALID_ID = re.compile(rb"[\x21-\x7e]{1,200}")
+#: Longest wait to hand the last piece of a response cut short (timeout, shutdown) to a client
+#: that does not read; then its connection is dropped.
+TAIL_WAIT_S = 5.0
 
 
 @dataclass(slots=True)
@@ -123,6 +132,12 @@ class OpsMiddleware:
             record.request_id, record.client_id = given, True
         metrics = self.ops.metrics
         gauge = metrics.in_flight.labels(route_label(record.path))
+        body_timeout = self.ops.server.body_timeout_s
+        body = (
+            _BodyDeadline(receive, body_timeout)
+            if body_timeout > 0 and _has_body(scope.get("headers", ()))
+            else None
+        )
 
         async def send_with_id(message: dict[str, Any]) -> None:
             if message["type"] == "http.response.start":
@@ -132,21 +147,30 @@ class OpsMiddleware:
                     (k, v) for k, v in message.get("headers", ()) if k.lower() != b"x-request-id"
                 ]
                 headers.append((b"x-request-id", record.ensure_id().encode()))
+                if body is not None and body.expired:
+                    headers.append((b"connection", b"close"))  # the rest of the body is unread
                 message = {**message, "headers": headers}
             await send(message)
 
+        conn = connection_of(scope)
+        if conn is not None:
+            conn.request_started()
         gauge.inc()
         with request_scope(record):
             try:
-                await self.app(scope, receive, send_with_id)
-            except asyncio.CancelledError:
-                if record.outcome == "ok":
-                    record.outcome = "cancelled"
-                raise
+                await self.app(scope, body or receive, send_with_id)
+            except asyncio.CancelledError as exc:
+                if record.response_started or not cancelled_by_shutdown(exc, self.ops.draining()):
+                    if record.outcome == "ok":
+                        record.outcome = "cancelled"
+                    raise
+                await self._answer_shutdown(record, send_with_id)
             except BaseException:
                 record.outcome = "error"
                 raise
             finally:
+                if conn is not None:
+                    conn.request_finished()
                 gauge.dec()
                 if record.status is None:
                     record.status = 499 if record.outcome in ("client_gone", "cancelled") else 500
@@ -156,6 +180,90 @@ class OpsMiddleware:
                 record.ensure_id()
                 metrics.observe_request(record, duration)
                 log_access(record, duration)
+
+    @staticmethod
+    async def _answer_shutdown(record: RequestRecord, send: Any) -> None:
+        """The grace period ended before the request answered: a JSON 503, not uvicorn's
+        plain-text 500 (this swallows the server's cancellation of the request)."""
+        task = asyncio.current_task()
+        if task is not None and task.uncancel() > 0:
+            raise asyncio.CancelledError  # somebody else cancelled it too
+        record.outcome = "shutdown"
+        error = ShutDown()
+        body = error.to_json()
+        start = {
+            "type": "http.response.start",
+            "status": error.status,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"connection", b"close"),
+            ],
+        }
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(TAIL_WAIT_S):
+                await send(start)
+                await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _has_body(headers: Iterable[tuple[bytes, bytes]]) -> bool:
+    for key, value in headers:
+        name = key.lower()
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() != b"0"):
+            return True
+    return False
+
+
+class _BodyDeadline:
+    """The app's ``receive`` while the request body arrives: a 408 when the whole body has not
+    come within ``limit_s`` of the request's start (a client trickling its body)."""
+
+    __slots__ = ("_deadline", "_limit_s", "_receive", "done", "expired")
+
+    def __init__(self, receive: Any, limit_s: float) -> None:
+        self._receive = receive
+        self._limit_s = limit_s
+        self._deadline = asyncio.get_running_loop().time() + limit_s
+        self.done = False
+        self.expired = False
+
+    async def __call__(self) -> dict[str, Any]:
+        if self.done:
+            return await self._receive()  # type: ignore[no-any-return]
+        try:
+            async with asyncio.timeout_at(self._deadline):
+                message: dict[str, Any] = await self._receive()
+        except TimeoutError:
+            self.expired = True
+            raise ApiError(
+                408,
+                f"the request body did not arrive within {self._limit_s:g}s",
+                code="request_body_timeout",
+                error_type="timeout_error",
+            ) from None
+        if message["type"] != "http.request" or not message.get("more_body", False):
+            self.done = True
+        return message
+
+
+async def _send_tail(send: Any, body: bytes, scope: dict[str, Any]) -> None:
+    """Send the last piece of a response cut short. A client that does not read within
+    ``TAIL_WAIT_S`` has its connection dropped (when the server runs with the connection
+    guard) rather than holding this task."""
+    message = {"type": "http.response.body", "body": body, "more_body": False}
+    sending = asyncio.ensure_future(send(message))
+    try:
+        done, _ = await asyncio.wait({sending}, timeout=TAIL_WAIT_S)
+        if not done:
+            conn = connection_of(scope)
+            if conn is not None:
+                conn.abort()  # the pending send returns once the connection is gone
+                await asyncio.wait({sending}, timeout=1.0)
+    finally:
+        if not sending.done():
+            sending.cancel()
+        with contextlib.suppress(BaseException):
+            await sending
 
 
 @dataclass(slots=True)
@@ -226,19 +334,33 @@ class _Gate:
                 ops.metrics.rejected.labels(exc.code or "rejected").inc()
                 raise
             ops._enter()
+            released = False
+
+            def release() -> None:
+                nonlocal released
+                if not released:
+                    released = True
+                    permit.release()
+                    ops._leave()
+
             try:
-                await self._run(scope, watch, send, record)
+                await self._run(scope, watch, send, record, release)
             finally:
-                permit.release()
-                ops._leave()
+                release()
         finally:
             await watch.close()
 
     async def _run(
-        self, scope: dict[str, Any], watch: ClientWatch, send: Any, record: RequestRecord | None
+        self,
+        scope: dict[str, Any],
+        watch: ClientWatch,
+        send: Any,
+        record: RequestRecord | None,
+        release: Callable[[], None],
     ) -> None:
         """Run the app in this task, under the request timeout; a client that leaves cancels
-        it (which closes its worker stream and so aborts the request on the worker)."""
+        it (which closes its worker stream and so aborts the request on the worker).
+        ``release`` gives the admission slot back before a cut-short response's tail is sent."""
         progress = _Progress()
         task = asyncio.current_task()
         assert task is not None
@@ -266,11 +388,27 @@ class _Gate:
             async with asyncio.timeout(timeout if timeout > 0 else None):
                 await self.app(scope, watch.receive, tracked_send)
         except TimeoutError:
-            await self._timed_out(progress, send, record, timeout)
-        except asyncio.CancelledError:
-            if not progress.gone:
+            release()
+            if record is not None:
+                record.outcome = "timeout"
+            error = ApiError(
+                504, f"the request timed out after {timeout:g}s", code="request_timeout"
+            )
+            await self._cut_short(progress, send, scope, error)
+        except asyncio.CancelledError as exc:
+            if progress.gone:
+                self._client_gone(task, record)
+                return
+            if not (progress.started and progress.sse) or not cancelled_by_shutdown(
+                exc, self.ops.draining()
+            ):
+                raise  # not started: the ops middleware answers 503 JSON at shutdown
+            if task.uncancel() > 0:
                 raise
-            self._client_gone(task, record)
+            release()
+            if record is not None:
+                record.outcome = "shutdown"
+            await self._cut_short(progress, send, scope, ShutDown())
         finally:
             watch.on_disconnect.remove(client_left)
 
@@ -282,16 +420,14 @@ class _Gate:
         if task.uncancel() > 0:
             raise asyncio.CancelledError
 
-    async def _timed_out(
-        self, progress: _Progress, send: Any, record: RequestRecord | None, limit_s: float
+    @staticmethod
+    async def _cut_short(
+        progress: _Progress, send: Any, scope: dict[str, Any], error: ApiError
     ) -> None:
-        error = ApiError(504, f"the request timed out after {limit_s:g}s", code="request_timeout")
-        if record is not None:
-            record.outcome = "timeout"
+        """End a response that cannot finish: ``error`` as the answer when none started, else
+        an SSE error event and ``[DONE]`` (a started non-stream just ends)."""
         if not progress.started:
             raise error
         if progress.complete:
             return
-        body = sse_error(error) + DONE if progress.sse else b""
-        with contextlib.suppress(Exception):
-            await send({"type": "http.response.body", "body": body, "more_body": False})
+        await _send_tail(send, sse_error(error) + DONE if progress.sse else b"", scope)

@@ -21,12 +21,14 @@ from turnout.config import Config, ModelConfig, ServerConfig
 from turnout.errors import ConfigError, StartupError
 from turnout.observability.logs import configure_logging
 from turnout.server.app import create_app
+from turnout.server.connections import ConnectionLimits, guarded_protocol
 from turnout.server.context import Services
 from turnout.server.models import STARTED_ENV, router_started
 from turnout.server.shutdown import DrainingServer
 from turnout.workers.settings import WorkerSpec
 
 DEMO_MODEL = "turnout-demo"
+_NEVER_S = 10**9
 log = logging.getLogger("turnout")
 
 
@@ -176,6 +178,10 @@ def _uvicorn_settings(server: ServerConfig) -> dict[str, Any]:
         "access_log": False,  # turnout writes its own access line
         "lifespan": "on",
         "timeout_graceful_shutdown": math.ceil(server.shutdown_grace_s),
+        # Connection cap and deadlines (turnout.server.connections); uvicorn's own keep-alive
+        # timer gets the same idle deadline.
+        "http": guarded_protocol(ConnectionLimits.from_server(server)),
+        "timeout_keep_alive": server.idle_timeout_s or _NEVER_S,
     }
 
 

@@ -3,8 +3,10 @@
 On SIGTERM/SIGINT :class:`DrainingServer` first marks every app of this process as draining
 (``/readiness`` answers 503, new generation requests get 503, queued ones are refused), then
 lets uvicorn stop accepting connections and wait ``shutdown_grace_s`` for in-flight requests.
-Requests still running after that are cancelled, which aborts them on their workers; the
-app's lifespan waits briefly for those aborts before closing the worker channels.
+Requests still running after that are cancelled, which aborts them on their workers: one that
+has not answered yet gets a JSON 503, a stream ends with an SSE error event and ``[DONE]``
+(see :func:`cancelled_by_shutdown`). The app's lifespan waits briefly for those aborts before
+closing the worker channels.
 """
 
 from __future__ import annotations
@@ -17,7 +19,29 @@ from types import FrameType
 
 import uvicorn
 
+from turnout.server.errors import ApiError
+
 log = logging.getLogger("turnout.server")
+#: uvicorn's message when it cancels requests at the end of the grace period.
+_UVICORN_GRACE_EXPIRED = "graceful shutdown exceeded"
+
+
+class ShutDown(ApiError):
+    """503: the router shut down before the request could finish."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            503,
+            "turnout shut down before the request finished; retry it",
+            code="shutting_down",
+        )
+
+
+def cancelled_by_shutdown(exc: BaseException, draining: bool) -> bool:
+    """True when a request's cancellation is the end of the shutdown grace period: the app
+    drains (``turnout serve``), or uvicorn said so (several processes under uvicorn)."""
+    return draining or any(_UVICORN_GRACE_EXPIRED in str(arg) for arg in exc.args)
+
 
 #: Callbacks that start draining, one per running app in this process (see ``drain_hook``).
 _hooks: dict[int, tuple[asyncio.AbstractEventLoop, Callable[[], None]]] = {}

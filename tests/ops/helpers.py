@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -65,9 +66,16 @@ def sse_events(body: str) -> list[str]:
 
 class Serve:
     """``python -m turnout serve`` with a config file (``server`` settings merged in), on a
-    free port, logging to ``self.log``."""
+    free port, logging to ``self.log``; ``fd_limit`` lowers its file-descriptor limit."""
 
-    def __init__(self, tmp_path: Path, sim_url: str, server: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        sim_url: str,
+        server: dict[str, Any] | None = None,
+        *,
+        fd_limit: int | None = None,
+    ) -> None:
         self.config: dict[str, Any] = {
             "server": {"port": free_port(), "log_json": True, **(server or {})},
             "workers": [{"url": sim_url, "model": MODEL}],
@@ -86,12 +94,13 @@ class Serve:
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            preexec_fn=None if fd_limit is None else lambda: _limit_fds(fd_limit),  # noqa: PLW1509
         )
 
     def write_config(self) -> None:
         self.path.write_text(yaml.safe_dump(self.config))
 
-    def wait_ready(self, limit_s: float = 30.0) -> None:
+    def wait_ready(self, limit_s: float = 90.0) -> None:
         deadline = time.monotonic() + limit_s
         while time.monotonic() < deadline:
             assert self.proc.poll() is None, self.log.read_text()
@@ -112,3 +121,7 @@ class Serve:
 
 #: The ``serve`` fixture: start ``turnout serve`` with extra ``server`` settings.
 StartServe = Callable[..., Serve]
+
+
+def _limit_fds(limit: int) -> None:
+    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))

@@ -14,7 +14,7 @@ from tests.server.harness import run_router
 from turnout.server.shutdown import begin_drain_all
 from turnout.sim import SimProcess, get_records
 
-from .helpers import StartServe, chat
+from .helpers import StartServe, chat, scrape, value
 
 CHAT = "/v1/chat/completions"
 
@@ -78,7 +78,7 @@ def test_sigterm_lets_active_streams_finish_and_refuses_new_work(
     assert {line.get("request_id") for line in access} >= {"drain-0", "drain-1"}
 
 
-def test_streams_outliving_the_grace_period_are_aborted_on_the_worker(
+def test_streams_outliving_the_grace_period_end_with_an_error_event_and_abort_on_the_worker(
     sim: SimProcess, serve: StartServe
 ) -> None:
     server = serve({"shutdown_grace_s": 1})
@@ -91,7 +91,11 @@ def test_streams_outliving_the_grace_period_are_aborted_on_the_worker(
     assert time.monotonic() - signalled < 6
     stream.join(5)
     assert not stream.is_alive()
-    assert "[DONE]" not in stream.events
+    assert stream.error is None
+    assert stream.events[-1] == "[DONE]"
+    error = json.loads(stream.events[-2])["error"]
+    assert error["code"] == "shutting_down"
+    assert error["type"] == "service_unavailable_error"
 
     records = asyncio.run(get_records(sim.url))
     outcomes = [v for k, v in records["outcomes"].items() if k.startswith("outlives-grace-")]
@@ -113,3 +117,32 @@ def test_draining_fails_readiness_and_new_generation_but_not_liveness() -> None:
         assert refused.status_code == 503
         assert refused.json()["error"]["code"] == "shutting_down"
         assert httpx.get(f"{router.base_url}/health", timeout=5).status_code == 200
+
+
+def test_requests_outliving_the_grace_period_get_a_json_503(serve: StartServe) -> None:
+    server = serve({"shutdown_grace_s": 1})
+    answers: list[httpx.Response | BaseException] = []
+
+    def ask() -> None:
+        body = chat(" ".join(["word"] * 80), max_tokens=1000)  # 30 s of tokens
+        try:
+            answers.append(httpx.post(f"{server.base_url}{CHAT}", json=body, timeout=30))
+        except BaseException as exc:
+            answers.append(exc)
+
+    asker = threading.Thread(target=ask, daemon=True)
+    asker.start()
+    deadline = time.monotonic() + 10
+    while value(scrape(server.base_url), "turnout_requests_in_flight", route=CHAT) < 1:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(0.3)  # it reached the worker
+    server.proc.send_signal(signal.SIGTERM)
+    asker.join(15)
+    assert server.proc.wait(15) in (0, -signal.SIGTERM)
+    assert len(answers) == 1
+    answer = answers[0]
+    assert isinstance(answer, httpx.Response), answer
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["content-type"] == "application/json"
+    assert answer.json()["error"]["code"] == "shutting_down"

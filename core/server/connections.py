@@ -1,0 +1,329 @@
+"""Client connections under uvicorn: a cap on how many are open, and deadlines for connections
+that carry no request, requests whose headers trickle in and clients that stop reading.
+
+Each open connection costs a file descriptor. A client that opens sockets and sends nothing
+(or a few header bytes now and then) would otherwise keep them forever, and once the process
+runs out of descriptors nobody can connect. :class:`GuardedProtocol` wraps uvicorn's HTTP
+protocol (``http=guarded_protocol(limits)`` in uvicorn's settings) and
+
+* caps open connections at ``max_connections``: a new connection at the cap closes the
+  longest-idle one (no request in progress), or is answered 503 when all are busy;
+* closes a connection that carries no request for ``idle_timeout_s`` (keep-alive included);
+* answers 408 and closes when a request's headers take longer than ``header_timeout_s``;
+* closes a connection whose client has not read its pending response for ``send_timeout_s``
+  (which also ends any wait on that client's socket).
+
+The ASGI side (the ops middleware) tells the connection when a request starts and ends, and
+can abort it (:func:`connection_of`). The request body deadline is enforced there too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import logging
+import math
+import resource
+import socket
+import struct
+import time
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, cast
+
+from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+from turnout.config import ServerConfig
+from turnout.server.errors import ApiError
+
+__all__ = ["CONNECTION_KEY", "ConnectionLimits", "GuardedProtocol", "connection_of"]
+
+log = logging.getLogger("turnout.server")
+
+#: Key of the connection in each request's ``scope["state"]``.
+CONNECTION_KEY = "turnout.connection"
+#: Share of the file-descriptor limit that client connections may use when
+#: ``max_connections`` is 0; the rest is for workers, listeners, logs and files.
+FD_SHARE = 0.9
+#: At most one "connection limit reached" warning per this many seconds.
+_WARN_EVERY_S = 10.0
+
+
+def fd_limit() -> int | None:
+    """This process's soft limit on open file descriptors (None when unlimited or unknown)."""
+    try:
+        soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):  # pragma: no cover - every POSIX system has it
+        return None
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def resolve_max_connections(configured: int) -> int:
+    """The connection cap: ``configured``, or ``FD_SHARE`` of the descriptor limit when 0
+    (0 again when the process has no limit)."""
+    limit = fd_limit()
+    share = None if limit is None else max(int(limit * FD_SHARE), 1)
+    if configured > 0:
+        if share is not None and configured > share:
+            log.warning(
+                "server.max_connections=%d is close to or above the file-descriptor limit "
+                "(%d): raise the limit (ulimit -n, LimitNOFILE) or lower max_connections, "
+                "else new connections fail once descriptors run out",
+                configured,
+                limit,
+            )
+        return configured
+    return share or 0
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    """The connection cap and deadlines (0 disables each)."""
+
+    max_connections: int = 0
+    idle_timeout_s: float = 0.0
+    header_timeout_s: float = 0.0
+    send_timeout_s: float = 0.0
+
+    @classmethod
+    def from_server(cls, server: ServerConfig) -> ConnectionLimits:
+        """The limits of the ``server`` config section (the cap resolved for this process)."""
+        return cls(
+            resolve_max_connections(server.max_connections),
+            server.idle_timeout_s,
+            server.header_timeout_s,
+            server.send_timeout_s,
+        )
+
+
+def guarded_protocol(limits: ConnectionLimits) -> Callable[..., asyncio.Protocol]:
+    """A protocol factory for uvicorn's ``http`` setting (picklable, for worker processes)."""
+    return functools.partial(GuardedProtocol, limits=limits)
+
+
+def connection_of(scope: dict[str, Any]) -> GuardedProtocol | None:
+    """The connection a request came on (None when the server runs without the guard)."""
+    state = scope.get("state")
+    conn = state.get(CONNECTION_KEY) if isinstance(state, dict) else None
+    return conn if isinstance(conn, GuardedProtocol) else None
+
+
+class _Pool:
+    """The connections of one uvicorn server."""
+
+    __slots__ = ("__weakref__", "idle", "last_warning", "open")
+
+    def __init__(self) -> None:
+        self.open = 0
+        #: Connections without a request in progress, longest-idle first.
+        self.idle: dict[GuardedProtocol, None] = {}
+        self.last_warning = -math.inf
+
+
+_pools: weakref.WeakKeyDictionary[Any, _Pool] = weakref.WeakKeyDictionary()
+
+
+def _response(status: int, error: ApiError) -> bytes:
+    body = error.to_json()
+    return (
+        f"HTTP/1.1 {status} {_REASONS[status]}\r\ncontent-type: application/json\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
+
+
+_REASONS = {408: "Request Timeout", 503: "Service Unavailable"}
+
+
+class GuardedProtocol(asyncio.Protocol):
+    """uvicorn's HTTP protocol for one connection, under the limits (see the module doc)."""
+
+    def __init__(
+        self,
+        config: Any,
+        server_state: Any,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        limits: ConnectionLimits,
+    ) -> None:
+        self._limits = limits
+        self._loop = _loop or asyncio.get_event_loop()
+        pool = _pools.get(server_state)
+        if pool is None:
+            pool = _pools[server_state] = _Pool()
+        self._pool = pool
+        self._inner: asyncio.Protocol = AutoHTTPProtocol(  # type: ignore[call-arg]
+            config=config,
+            server_state=server_state,
+            app_state={**app_state, CONNECTION_KEY: self},
+            _loop=_loop,
+        )
+        self._transport: asyncio.Transport | None = None
+        self._accepted = False
+        #: Requests of this connection in progress (more than one when pipelined).
+        self._busy = 0
+        self._reading_headers = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._stall: asyncio.TimerHandle | None = None
+
+    # asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        pool = self._pool
+        cap = self._limits.max_connections
+        if cap and pool.open >= cap and not self._evict_idle():
+            self._refuse(transport)
+            return
+        pool.open += 1
+        self._accepted = True
+        self._transport = transport
+        self._inner.connection_made(transport)
+        self._wait_for_request()
+
+    def data_received(self, data: bytes) -> None:
+        if not self._busy and not self._reading_headers:
+            self._reading_headers = True
+            self._arm(self._limits.header_timeout_s, self._header_timed_out)
+        self._inner.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        return self._inner.eof_received() if self._accepted else None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        if self._accepted:
+            self._accepted = False
+            self._pool.open -= 1
+            self._pool.idle.pop(self, None)
+            self._inner.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self._inner.pause_writing()
+        if self._limits.send_timeout_s > 0 and self._stall is None:
+            self._stall = self._loop.call_later(self._limits.send_timeout_s, self._stalled)
+
+    def resume_writing(self) -> None:
+        if self._stall is not None:
+            self._stall.cancel()
+            self._stall = None
+        self._inner.resume_writing()
+
+    # The ASGI side ------------------------------------------------------------------------
+
+    def request_started(self) -> None:
+        """A request's headers are in and the app runs it."""
+        self._busy += 1
+        self._reading_headers = False
+        self._pool.idle.pop(self, None)
+        self._disarm()
+
+    def request_finished(self) -> None:
+        """The app is done with a request."""
+        self._busy -= 1
+        if self._busy <= 0:
+            self._busy = 0
+            self._wait_for_request()
+
+    def abort(self) -> None:
+        """Drop the connection now: a reset, discarding what the client has not read (the
+        kernel would otherwise keep sending it after close)."""
+        transport = self._transport
+        if transport is None:
+            return
+        sock = transport.get_extra_info("socket")
+        with contextlib.suppress(OSError, AttributeError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        transport.abort()
+
+    # internals ----------------------------------------------------------------------------
+
+    def _wait_for_request(self) -> None:
+        transport = self._transport
+        if transport is None or transport.is_closing():
+            return
+        self._reading_headers = False
+        self._pool.idle[self] = None
+        self._arm(self._limits.idle_timeout_s, self._idle_timed_out)
+
+    def _arm(self, delay: float, callback: Callable[[], None]) -> None:
+        self._disarm()
+        if delay > 0:
+            self._timer = self._loop.call_later(delay, callback)
+
+    def _disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _close(self) -> None:
+        self._disarm()
+        self._pool.idle.pop(self, None)
+        if self._transport is not None:
+            self._transport.close()
+
+    def _idle_timed_out(self) -> None:
+        self._timer = None
+        if not self._busy:
+            self._close()
+
+    def _header_timed_out(self) -> None:
+        self._timer = None
+        if self._busy or self._transport is None:
+            return
+        seconds = self._limits.header_timeout_s
+        error = ApiError(
+            408,
+            f"the request headers did not arrive within {seconds:g}s",
+            code="request_header_timeout",
+            error_type="timeout_error",
+        )
+        self._transport.write(_response(408, error))
+        self._close()
+
+    def _stalled(self) -> None:
+        self._stall = None
+        log.info(
+            "closing a connection from %s: it read nothing of its response for %gs",
+            _peer(self._transport),
+            self._limits.send_timeout_s,
+            extra={"request_id": "-"},
+        )
+        self.abort()
+
+    def _evict_idle(self) -> bool:
+        """Close the longest-idle connection to make room; False when none is idle."""
+        for conn in self._pool.idle:
+            conn._close()
+            return True
+        return False
+
+    def _refuse(self, transport: asyncio.Transport) -> None:
+        pool = self._pool
+        now = time.monotonic()
+        if now - pool.last_warning >= _WARN_EVERY_S:
+            pool.last_warning = now
+            log.warning(
+                "connection limit reached: %d connections are open and busy; refusing new "
+                "ones with 503 (server.max_connections, see docs/deploy.md)",
+                pool.open,
+                extra={"request_id": "-"},
+            )
+        error = ApiError(
+            503,
+            "too many open connections; retry later",
+            code="connection_limit",
+            error_type="service_unavailable_error",
+        )
+        transport.write(_response(503, error))
+        transport.close()
+
+
+def _peer(transport: asyncio.BaseTransport | None) -> str:
+    peer = transport.get_extra_info("peername") if transport is not None else None
+    return f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) and len(peer) >= 2 else "?"
