@@ -72,8 +72,8 @@ class ServerConfig(_Section):
     metrics_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
     #: On SIGTERM: how long in-flight requests may take to finish before they are aborted.
     shutdown_grace_s: _Seconds = 30.0
-    #: Client connections open at once; 0: 90 % of the file-descriptor limit. At the cap a new
-    #: connection closes the longest-idle one, or gets 503 when every connection is busy.
+    #: Client connections open at once; 0: the file-descriptor limit less a reserve. At the cap
+    #: a new connection closes the longest-idle one, or gets 503 when every connection is busy.
     max_connections: _Count = 0
     #: Close a connection that carries no request for this long (keep-alive included).
     idle_timeout_s: _Seconds = 75.0

@@ -44,9 +44,9 @@ log = logging.getLogger("turnout.server")
 
 #: Key of the connection in each request's ``scope["state"]``.
 CONNECTION_KEY = "turnout.connection"
-#: Share of the file-descriptor limit that client connections may use when
-#: ``max_connections`` is 0; the rest is for workers, listeners, logs and files.
-FD_SHARE = 0.9
+#: Descriptors kept for workers, listeners, logs, files and connections being closed when
+#: ``max_connections`` is 0: a tenth of the limit, at least this many.
+FD_RESERVE = 64
 #: At most one "connection limit reached" warning per this many seconds.
 _WARN_EVERY_S = 10.0
 
@@ -61,10 +61,10 @@ def fd_limit() -> int | None:
 
 
 def resolve_max_connections(configured: int) -> int:
-    """The connection cap: ``configured``, or ``FD_SHARE`` of the descriptor limit when 0
-    (0 again when the process has no limit)."""
+    """The connection cap: ``configured``, or the descriptor limit less a reserve (a tenth,
+    at least ``FD_RESERVE``) when 0 (0 again when the process has no limit)."""
     limit = fd_limit()
-    share = None if limit is None else max(int(limit * FD_SHARE), 1)
+    share = None if limit is None else max(limit - max(limit // 10, FD_RESERVE), 16)
     if configured > 0:
         if share is not None and configured > share:
             log.warning(

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.server.harness import MODEL, Router, run_router
+from turnout.server import connections
 from turnout.sim import SimProcess
 
 from .helpers import Serve, chat, scrape, value
@@ -206,10 +207,16 @@ def test_more_idle_connections_than_descriptors_do_not_lock_others_out(
         answer = httpx.post(f"{server.base_url}{CHAT}", json=chat(max_tokens=4), timeout=30)
         assert answer.status_code == 200, answer.text
         assert httpx.get(f"{server.base_url}/readiness", timeout=30).status_code == 200
-        time.sleep(0.5)
-        closed, _, _ = select.select(idle[:100], [], [], 0)  # EOF: readable
-        evicted = sum(sock.recv(1) == b"" for sock in closed)
-        assert evicted >= 50
+        # The oldest idle sockets were closed by the router (EOF), not the newest.
+        evicted: set[socket.socket] = set()
+        deadline = time.monotonic() + 20
+        while len(evicted) < 50:
+            assert time.monotonic() < deadline, len(evicted)
+            readable, _, _ = select.select([s for s in idle if s not in evicted], [], [], 1)
+            for sock in readable:
+                assert sock.recv(1) == b""
+                evicted.add(sock)
+        assert all(idle.index(sock) < 150 for sock in evicted)
     finally:
         for sock in idle:
             sock.close()
@@ -246,3 +253,18 @@ def test_at_the_cap_with_every_connection_busy_a_new_one_gets_503(
             time.sleep(0.1)
     finally:
         server.close()
+
+
+def test_the_default_cap_leaves_descriptors_for_workers_and_files(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(connections, "fd_limit", lambda: 1024)
+    assert connections.resolve_max_connections(0) == 1024 - 102
+    monkeypatch.setattr(connections, "fd_limit", lambda: 256)
+    assert connections.resolve_max_connections(0) == 256 - 64
+    assert connections.resolve_max_connections(100) == 100
+    assert not caplog.records
+    assert connections.resolve_max_connections(250) == 250
+    assert "file-descriptor limit" in caplog.text
+    monkeypatch.setattr(connections, "fd_limit", lambda: None)
+    assert connections.resolve_max_connections(0) == 0  # no limit, no cap
