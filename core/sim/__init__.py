@@ -8,6 +8,7 @@ from turnout.sim.servicer import SimKnobs, SimRecords, SimServicer
 from turnout.sim.worker import (
     SimProcess,
     SimWorker,
+    get_counters,
     get_records,
     refuse_connections,
     set_knobs,
@@ -23,6 +24,7 @@ __all__ = [
     "SimRecords",
     "SimServicer",
     "SimWorker",
+    "get_counters",
     "get_records",
     "refuse_connections",
     "set_knobs",

@@ -39,6 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--served-model-name", default=None)
     parser.add_argument("--script", type=Path, default=None, help="YAML/JSON reply rules")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="delay per token")
+    parser.add_argument(
+        "--delay-jitter-ms", type=float, default=0.0, help="up to this much more per token"
+    )
     parser.add_argument("--ttft-ms", type=float, default=0.0, help="extra delay before token 1")
     parser.add_argument("--tokens-per-chunk", type=int, default=1)
     parser.add_argument(
@@ -80,8 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(args: argparse.Namespace) -> str | None:
     if args.tokens_per_chunk < 1:
         return "--tokens-per-chunk must be >= 1"
-    if args.delay_ms < 0 or args.ttft_ms < 0:
-        return "--delay-ms and --ttft-ms must be >= 0"
+    if args.delay_ms < 0 or args.ttft_ms < 0 or args.delay_jitter_ms < 0:
+        return "--delay-ms, --delay-jitter-ms and --ttft-ms must be >= 0"
     if not 0 <= args.port <= 65535:
         return "--port must be in 0..65535"
     if not 0 <= args.bootstrap_port <= 65535:
@@ -106,6 +109,7 @@ async def _serve(args: argparse.Namespace) -> int:
         script=args.script,
         served_model_name=args.served_model_name,
         delay_ms=args.delay_ms,
+        delay_jitter_ms=args.delay_jitter_ms,
         ttft_ms=args.ttft_ms,
         tokens_per_chunk=args.tokens_per_chunk,
         max_running=args.max_running,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import time
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import asdict, dataclass, field, fields
@@ -46,6 +47,8 @@ class SimKnobs:
 
     #: Delay per generated token, milliseconds.
     delay_ms: float = 0.0
+    #: Up to this much more per token, drawn uniformly per chunk (GPU-like pacing), milliseconds.
+    delay_jitter_ms: float = 0.0
     #: Extra delay before the first token (prefill), milliseconds.
     ttft_ms: float = 0.0
     #: Tokens per streamed chunk (a request's ``stream_interval`` overrides it).
@@ -612,7 +615,8 @@ class _Emitter:
             self.state.tokens += emitted
             self.servicer.records.generated[rid] = sum(sent)
             if not all(done):
-                await self.servicer._pause(self.state, knobs.delay_ms * step / 1000)
+                per_token = knobs.delay_ms + knobs.delay_jitter_ms * random.random()
+                await self.servicer._pause(self.state, per_token * step / 1000)
         if self.state.aborted.is_set() and not all(done):
             self.outcome = "abort"
             for index, plan in enumerate(self.plans):

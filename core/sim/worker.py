@@ -1,8 +1,9 @@
 """Run a simulated SGLang worker: in-process (``SimWorker``) or as a subprocess (``SimProcess``).
 
 Besides ``SglangScheduler``, the server offers a small JSON control service
-(``turnout.sim.Control``: ``SetKnobs``, ``GetRecords``) so that a test or benchmark can change the
-knobs of a simulator running in another process (``set_knobs`` / ``get_records``).
+(``turnout.sim.Control``: ``SetKnobs``, ``GetRecords``, ``GetCounters``) so that a test or benchmark
+can change the knobs of a simulator running in another process (``set_knobs`` / ``get_records`` /
+``get_counters``).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
 __all__ = [
     "SimProcess",
     "SimWorker",
+    "get_counters",
     "get_records",
     "refuse_connections",
     "set_knobs",
@@ -260,6 +262,14 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
             "multimodal": [m.as_dict() for m in records.multimodal],
         }
 
+    async def get_counters_rpc(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        servicer = worker.servicer
+        return {
+            "tokens_out": servicer._tokens_out,
+            "requests": len(servicer.records.requests),
+            "running": worker.running,
+        }
+
     def handler(fn: Any) -> grpc.RpcMethodHandler[Any, Any]:
         return grpc.unary_unary_rpc_method_handler(
             fn, request_deserializer=_json_value, response_serializer=_json_bytes
@@ -270,6 +280,7 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
         {
             "SetKnobs": handler(set_knobs_rpc),
             "GetRecords": handler(get_records_rpc),
+            "GetCounters": handler(get_counters_rpc),
             "RefuseFor": handler(refuse_for_rpc),
         },
     )
@@ -302,6 +313,13 @@ async def refuse_connections(url: str, seconds: float, deadline: float = 5.0) ->
 async def get_records(url: str, deadline: float = 5.0) -> dict[str, Any]:
     """Summary of what the simulator at ``url`` received (request ids, aborts, outcomes…)."""
     result: dict[str, Any] = await _control_call(url, "GetRecords", None, deadline)
+    return result
+
+
+async def get_counters(url: str, deadline: float = 5.0) -> dict[str, int]:
+    """Cheap running totals of the simulator at ``url``: tokens generated, requests received,
+    requests generating now (a benchmark reads them at the edges of its window)."""
+    result: dict[str, int] = await _control_call(url, "GetCounters", None, deadline)
     return result
 
 
