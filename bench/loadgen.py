@@ -3,10 +3,19 @@
 ``python -m bench.loadgen --target http://127.0.0.1:8000 --scenario chat --concurrency 32
 --duration 20 --out result.json`` (or ``--target direct:grpc://h:p,grpc://h:p`` to talk to the
 workers themselves). Closed loop: ``concurrency`` tasks each send their next request as soon
-as the previous one finished. After ``--warmup`` seconds it prints ``{"event":
-"window_start"}`` on stdout, after ``--duration`` more ``{"event": "window_end"}`` (the
-parent samples the router's CPU at those two lines), then writes the summary of the requests
-that *finished inside the window* to ``--out``.
+as the previous one finished (task ``k`` starts ``ramp * k / concurrency`` seconds late). After
+``--warmup`` seconds it prints ``{"event": "window_start"}`` on stdout, after ``--duration``
+more ``{"event": "window_end"}`` (the parent samples the router's CPU at those two lines), then
+writes the summary of the requests that *finished inside the window* to ``--out``.
+
+Several processes can drive one target together (``--sync``): each prints ``{"event":
+"ready"}`` once set up and waits for one JSON line on stdin, ``{"start": T0, "end": T1}`` in
+``time.perf_counter`` seconds (CLOCK_MONOTONIC, one clock for every process of the machine).
+It starts its tasks at once and its window is [T0, T1]. ``--task-offset`` and
+``--total-concurrency`` give the tasks of all processes distinct prompt indices and one ramp.
+``--out`` also holds this process's raw records, and ``<out>.itl`` its inter-token gaps
+(float64 pairs: arrival time, gap), so that the parent can merge the processes exactly
+(``bench.analysis``).
 """
 
 from __future__ import annotations
@@ -20,41 +29,24 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from bench.analysis import Record, summarize, write_gaps
 from bench.httpclient import HttpConnection, HttpError
-from bench.stats import summarize_ms
+from bench.scenarios import DEFAULT_SCENARIOS, SCENARIOS
 from bench.workload import (
-    DEFAULT_SCENARIOS,
-    SCENARIOS,
-    STREAMING,
+    GapLog,
     Outcome,
     PromptPool,
     make_body,
-    path_for,
     read_json_answer,
     read_sse_answer,
 )
 
-__all__ = ["Record", "main", "run_load", "summarize"]
+__all__ = ["main", "run_load"]
 
-MAX_ERROR_SAMPLES = 5
 Sender = Callable[[int, str], Awaitable[Outcome]]
-
-
-@dataclass(slots=True)
-class Record:
-    """One finished request (times from ``time.perf_counter``)."""
-
-    scenario: str
-    start: float
-    end: float
-    first: float | None
-    tokens: int
-    error: str | None
-    events: int = 0
 
 
 def emit(event: str, **fields: Any) -> None:
@@ -63,25 +55,41 @@ def emit(event: str, **fields: Any) -> None:
 
 
 def _http_sender(
-    target: str, scenarios: list[str], pool: PromptPool, model: str, max_tokens: int
+    target: str,
+    scenarios: list[str],
+    pool: PromptPool,
+    model: str,
+    max_tokens: int,
+    *,
+    gaps: GapLog,
 ) -> Callable[[], Sender]:
     parts = urlsplit(target)
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     bodies = {
-        name: [make_body(name, model, pool.text(i), max_tokens) for i in range(len(pool))]
+        name: [
+            make_body(name, model, pool.text(i), max_tokens, pool.system(i))
+            for i in range(len(pool))
+        ]
         for name in scenarios
     }
 
     def new_sender() -> Sender:
         conn = HttpConnection(host, port)
 
-        async def send(i: int, scenario: str) -> Outcome:
-            body = bodies[scenario][i % len(pool)]
+        async def send(i: int, name: str) -> Outcome:
+            scenario = SCENARIOS[name]
+            parsed = scenario.env == "parsers"
+            body = bodies[name][i % len(pool)]
             try:
-                response = await conn.request("POST", path_for(scenario), body)
-                if scenario in STREAMING and response.status == 200:
-                    return await read_sse_answer(response.iter_body())
-                return read_json_answer(response.status, await response.read())
+                response = await conn.request("POST", scenario.path, body)
+                if scenario.streaming and response.status == 200:
+                    return await read_sse_answer(response.iter_body(), gaps=gaps, parsed=parsed)
+                return read_json_answer(
+                    response.status,
+                    await response.read(),
+                    parsed=parsed,
+                    tagged=scenario.env == "routing",
+                )
             except HttpError as exc:
                 return Outcome(error=str(exc))
 
@@ -90,33 +98,45 @@ def _http_sender(
     return new_sender
 
 
-def _direct_sender(urls: list[str], pool: PromptPool, max_tokens: int) -> Callable[[], Sender]:
+def _direct_sender(
+    urls: list[str], pool: PromptPool, max_tokens: int, gaps: GapLog, offset: int
+) -> Callable[[], Sender]:
     from turnout.wire import WorkerClient
     from turnout.wire.errors import WorkerCallError
     from turnout.wire.sampling import build_generate_request, build_sampling_params
 
     clients = [WorkerClient(url) for url in urls]
-    params = build_sampling_params(max_new_tokens=max_tokens, ignore_eos=True, temperature=0)
-    counter = itertools.count()
+    # like make_body: pinned lengths, but the parser scenarios' scripted answers end with EOS
+    params = {
+        pin: build_sampling_params(max_new_tokens=max_tokens, ignore_eos=pin, temperature=0)
+        for pin in (True, False)
+    }
+    counter = itertools.count(offset)  # processes spread their first requests over the workers
 
     def new_sender() -> Sender:
-        async def send(i: int, scenario: str) -> Outcome:
+        async def send(i: int, name: str) -> Outcome:
             n = next(counter)
             client = clients[n % len(clients)]
             request = build_generate_request(
                 request_id=f"bench-{uuid.uuid4().hex}",
                 input_ids=pool.ids(i),
-                sampling_params=params,
-                stream=scenario in STREAMING,
+                sampling_params=params[SCENARIOS[name].env != "parsers"],
+                stream=SCENARIOS[name].streaming,
             )
             outcome = Outcome()
+            last: float | None = None
             try:
                 async with client.generate(request) as stream:
                     async for response in stream:
                         outcome.events += 1
                         if response.HasField("chunk"):
-                            if outcome.first_token_at is None and response.chunk.token_ids:
-                                outcome.first_token_at = time.perf_counter()
+                            if response.chunk.token_ids:
+                                now = time.perf_counter()
+                                if outcome.first_token_at is None:
+                                    outcome.first_token_at = now
+                                elif last is not None:
+                                    gaps.add(now, now - last)
+                                last = now
                         elif response.HasField("complete"):
                             done = response.complete
                             outcome.tokens += done.completion_tokens or len(done.output_ids)
@@ -131,27 +151,46 @@ def _direct_sender(urls: list[str], pool: PromptPool, max_tokens: int) -> Callab
     return new_sender
 
 
+async def _sleep_until(moment: float) -> None:
+    left = moment - time.perf_counter()
+    if left > 0:
+        await asyncio.sleep(left)
+
+
 async def run_load(
     new_sender: Callable[[], Sender],
     scenarios: list[str],
     *,
     concurrency: int,
-    warmup: float,
-    duration: float,
+    window: tuple[float, float],
     request_timeout: float,
     progress_every: float = 0.0,
-) -> tuple[list[Record], float, float]:
-    """Drive the target; returns the records and the window's (start, end)."""
+    ramp: float = 0.0,
+    offset: int = 0,
+    total: int | None = None,
+    group_of: Callable[[int], int | None] = lambda i: None,
+) -> list[Record]:
+    """Drive the target until ``window`` (perf_counter start, end) is over; returns the records.
+
+    Task ``k`` of this process is task ``offset + k`` of ``total`` (all processes): it sends
+    prompts ``offset + k + n * total`` and starts ``ramp * (offset + k) / total`` seconds late.
+    """
+    total = total or concurrency
+    window_start, window_end = window
+    began = time.perf_counter()
     records: list[Record] = []
     stop = False
     mixed = len(scenarios) > 1
 
     async def loop(k: int) -> None:
+        task = offset + k
+        if ramp > 0:
+            await _sleep_until(began + ramp * task / total)
         send = new_sender()
         for n in itertools.count():
             if stop:
                 return
-            i = k + n * concurrency  # distinct prompts across tasks
+            i = task + n * total  # distinct prompts across tasks
             scenario = scenarios[i % len(scenarios)] if mixed else scenarios[0]
             start = time.perf_counter()
             try:
@@ -168,18 +207,18 @@ async def run_load(
                     outcome.tokens,
                     outcome.error,
                     outcome.events,
+                    group_of(i),
+                    outcome.worker,
                 )
             )
 
     tasks = [asyncio.create_task(loop(k)) for k in range(concurrency)]
     try:
-        await asyncio.sleep(warmup)
-        window_start = time.perf_counter()
+        await _sleep_until(window_start)
         emit("window_start")
-        if progress_every > 0:
-            end_at = window_start + duration
-            while (left := end_at - time.perf_counter()) > 0:
-                await asyncio.sleep(min(progress_every, left))
+        while (left := window_end - time.perf_counter()) > 0:
+            await asyncio.sleep(min(progress_every, left) if progress_every > 0 else left)
+            if progress_every > 0 and time.perf_counter() < window_end:
                 done = [r for r in records if r.end >= window_start]
                 emit(
                     "progress",
@@ -187,44 +226,13 @@ async def run_load(
                     errors=sum(1 for r in done if r.error),
                     elapsed=round(time.perf_counter() - window_start, 3),
                 )
-        else:
-            await asyncio.sleep(duration)
-        window_end = time.perf_counter()
         emit("window_end")
     finally:
         stop = True
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    return records, window_start, window_end
-
-
-def summarize(records: list[Record], window_start: float, window_end: float) -> dict[str, Any]:
-    """Throughput, latency and TTFT of the requests that finished inside the window."""
-    inside = [r for r in records if window_start <= r.end <= window_end]
-    good = [r for r in inside if r.error is None]
-    errors = [r for r in inside if r.error is not None]
-    seconds = window_end - window_start
-    tokens = sum(r.tokens for r in good)
-    samples: list[str] = []
-    for r in errors:
-        if r.error not in samples:
-            samples.append(r.error or "")
-        if len(samples) >= MAX_ERROR_SAMPLES:
-            break
-    return {
-        "window_s": round(seconds, 3),
-        "requests": len(good),
-        "errors": len(errors),
-        "error_samples": samples,
-        "output_tokens": tokens,
-        "tokens_per_request": round(tokens / len(good), 2) if good else None,
-        "events_per_request": round(sum(r.events for r in good) / len(good), 2) if good else None,
-        "requests_per_s": round(len(good) / seconds, 3) if seconds > 0 else None,
-        "output_tokens_per_s": round(tokens / seconds, 1) if seconds > 0 else None,
-        "latency_ms": summarize_ms([r.end - r.start for r in good]),
-        "ttft_ms": summarize_ms([r.first - r.start for r in good if r.first is not None]),
-    }
+    return records
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -241,35 +249,62 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--duration", type=float, default=20.0, help="measured seconds")
     parser.add_argument("--warmup", type=float, default=3.0, help="unmeasured seconds first")
+    parser.add_argument("--ramp", type=float, default=0.0, help="seconds over which tasks start")
     parser.add_argument("--prompt-tokens", type=int, default=300)
     parser.add_argument("--max-tokens", type=int, default=128)
+    parser.add_argument("--groups", type=int, default=0, help="prompt groups sharing a prefix")
     parser.add_argument("--model", default="turnout-demo")
     parser.add_argument("--request-timeout", type=float, default=60.0)
     parser.add_argument("--progress-every", type=float, default=0.0, help="seconds; 0: quiet")
+    parser.add_argument("--sync", action="store_true", help="wait for the window on stdin")
+    parser.add_argument("--task-offset", type=int, default=0)
+    parser.add_argument("--total-concurrency", type=int, default=0, help="0: --concurrency")
     parser.add_argument("--out", required=True, help="write the JSON summary here")
     return parser
 
 
+def _read_window(args: argparse.Namespace) -> tuple[float, float]:
+    if not args.sync:
+        start = time.perf_counter() + args.warmup
+        return start, start + args.duration
+    line = sys.stdin.readline()
+    order = json.loads(line) if line.strip() else {}
+    return float(order["start"]), float(order["end"])
+
+
 async def _amain(args: argparse.Namespace) -> dict[str, Any]:
     scenarios = list(DEFAULT_SCENARIOS) if args.scenario == "mix" else [args.scenario]
-    pool = PromptPool(args.prompt_tokens)
+    pool = PromptPool(args.prompt_tokens, groups=args.groups)
+    gaps = GapLog()
     if args.target.startswith("direct:"):
-        new_sender = _direct_sender(args.target[len("direct:") :].split(","), pool, args.max_tokens)
+        urls = args.target[len("direct:") :].split(",")
+        new_sender = _direct_sender(urls, pool, args.max_tokens, gaps, args.task_offset)
     else:
-        new_sender = _http_sender(args.target, scenarios, pool, args.model, args.max_tokens)
+        new_sender = _http_sender(
+            args.target, scenarios, pool, args.model, args.max_tokens, gaps=gaps
+        )
     emit("ready", pid=os.getpid())
-    records, start, end = await run_load(
+    window = await asyncio.get_running_loop().run_in_executor(None, _read_window, args)
+    records = await run_load(
         new_sender,
         scenarios,
         concurrency=args.concurrency,
-        warmup=args.warmup,
-        duration=args.duration,
+        window=window,
         request_timeout=args.request_timeout,
         progress_every=args.progress_every,
+        ramp=args.ramp,
+        offset=args.task_offset,
+        total=args.total_concurrency or args.concurrency,
+        group_of=pool.group,
     )
-    summary = summarize(records, start, end)
+    write_gaps(args.out + ".itl", gaps)
+    summary = summarize(records, *window, gaps=gaps)
     summary["prompt_tokens"] = len(pool.ids(0))
-    return summary
+    return {
+        "summary": summary,
+        "window": list(window),
+        "records": [record.as_row() for record in records],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -278,21 +313,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario != "mix" and args.scenario not in SCENARIOS:
         print(f"loadgen: unknown scenario {args.scenario!r}", file=sys.stderr)
         return 2
-    if args.concurrency < 1 or args.duration <= 0 or args.warmup < 0:
-        print("loadgen: need --concurrency >= 1, --duration > 0, --warmup >= 0", file=sys.stderr)
+    if args.concurrency < 1 or args.duration <= 0 or args.warmup < 0 or args.ramp < 0:
+        print(
+            "loadgen: need --concurrency >= 1, --duration > 0, --warmup >= 0, --ramp >= 0",
+            file=sys.stderr,
+        )
         return 2
     if args.target.startswith("direct:"):
         # grpc.aio runs its own poller and is markedly slower under uvloop: plain asyncio here
-        summary = asyncio.run(_amain(args))
+        result = asyncio.run(_amain(args))
     else:
         try:
             import uvloop
         except ImportError:
-            summary = asyncio.run(_amain(args))
+            result = asyncio.run(_amain(args))
         else:
-            summary = uvloop.run(_amain(args))
+            result = uvloop.run(_amain(args))
     with open(args.out, "w", encoding="utf-8") as handle:
-        json.dump(summary, handle, indent=2)
+        json.dump(result, handle)
     emit("done")
     return 0
 

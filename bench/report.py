@@ -61,27 +61,59 @@ def ratios(results: dict[str, dict[str, Any]], num: str, den: str) -> dict[str, 
     return out
 
 
-def check_targets(turnout_vs_smg: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The project's targets against smg: CPU within 2.5x, throughput at least half."""
+#: Same-run turnout/smg ratios the project aims for (issue 21): (scenario, ratio, limit, label).
+RATIO_TARGETS: tuple[tuple[str, str, float, str], ...] = (
+    ("chat", "cpu_per_request", 1.0, "cpu per non-streaming chat request"),
+    ("generate", "cpu_per_request", 1.0, "cpu per /generate request"),
+    ("chat_stream", "ttft_p50", 1.5, "streaming TTFT p50"),
+    ("chat_stream", "ttft_p99", 1.5, "streaming TTFT p99"),
+    ("parse_chat", "cpu_per_token", 1.5, "cpu per token, parsers, non-streaming"),
+    ("parse_chat_stream", "cpu_per_token", 1.5, "cpu per token, parsers, streaming"),
+)
+#: Inter-token delay turnout may add to direct's at p99 with paced workers, milliseconds.
+ADDED_ITL_P99_MS = 3.0
+#: Throughput floor against smg in every scenario.
+MIN_THROUGHPUT = 0.5
+
+
+def check_targets(
+    turnout_vs_smg: dict[str, dict[str, Any]],
+    results: dict[str, dict[str, Any]] | None = None,
+    concurrency: int | None = None,
+) -> list[dict[str, Any]]:
+    """The project's targets: CPU and TTFT ratios to smg, the paced delay turnout adds, and a
+    throughput floor. Only scenarios that ran are checked."""
     checks: list[dict[str, Any]] = []
 
-    def add(name: str, value: Any, limit: float, at_most: bool) -> None:
+    def add(name: str, value: Any, limit: float, at_most: bool, unit: str = "ratio") -> None:
         ok = None if value is None else (value <= limit if at_most else value >= limit)
         checks.append(
-            {"target": name, "ratio": value, "limit": limit, "at_most": at_most, "met": ok}
+            {
+                "target": name,
+                "value": value,
+                "unit": unit,
+                "limit": limit,
+                "at_most": at_most,
+                "met": ok,
+            }
         )
 
-    if "chat" in turnout_vs_smg:
-        add(
-            "cpu per non-streaming chat request",
-            turnout_vs_smg["chat"]["cpu_per_request"],
-            2.5,
-            True,
-        )
-    if "chat_stream" in turnout_vs_smg:
-        add("cpu per streamed token", turnout_vs_smg["chat_stream"]["cpu_per_token"], 2.5, True)
+    for scenario, ratio, limit, label in RATIO_TARGETS:
+        if scenario in turnout_vs_smg:
+            where = f" at c={concurrency}" if concurrency and "ttft" in ratio else ""
+            add(label + where, turnout_vs_smg[scenario][ratio], limit, True)
+    for scenario, targets in (results or {}).items():
+        added = (targets.get("turnout") or {}).get("itl_added_ms")
+        if added is not None:
+            add(
+                f"inter-token delay turnout adds at p99 ({scenario})",
+                added["p99"],
+                ADDED_ITL_P99_MS,
+                True,
+                unit="ms",
+            )
     for scenario, values in turnout_vs_smg.items():
-        add(f"throughput ({scenario})", values["requests_per_s"], 0.5, False)
+        add(f"throughput ({scenario})", values["requests_per_s"], MIN_THROUGHPUT, False)
     return checks
 
 
@@ -91,37 +123,90 @@ def _cell(value: Any, fmt: str) -> str:
     return fmt.format(value)
 
 
+_PACED_COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("streams", ("concurrency",), "{}"),
+    ("wkr tok/s", ("worker_tokens_per_s",), "{:.0f}"),
+    ("itl p50", ("itl_ms", "p50"), "{:.1f}"),
+    ("itl p99", ("itl_ms", "p99"), "{:.1f}"),
+    ("+p50 ms", ("itl_added_ms", "p50"), "{:+.2f}"),
+    ("+p99 ms", ("itl_added_ms", "p99"), "{:+.2f}"),
+    ("cpu µs/tok", ("router_cpu", "us_per_token"), "{:.2f}"),
+    ("KiB/stream", ("memory", "kib_per_stream"), "{:.1f}"),
+    ("idle MB", ("memory", "idle_rss_mb"), "{:.1f}"),
+    ("max MB", ("memory", "max_rss_mb"), "{:.1f}"),
+    ("after MB", ("memory", "after_rss_mb"), "{:.1f}"),
+    ("MB/min", ("memory", "slope_mb_per_min"), "{:+.2f}"),
+    ("errors", ("errors",), "{}"),
+    ("lg cores", ("loadgen_max_cores",), "{:.2f}"),
+)
+_ROUTING_COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("req/s", ("requests_per_s",), "{:.1f}"),
+    ("cpu ms/req", ("router_cpu", "ms_per_request"), "{:.3f}"),
+    ("cores", ("router_cpu", "cores"), "{:.2f}"),
+    ("same wkr", ("routing", "same_worker_share"), "{:.3f}"),
+    ("wkrs/group", ("routing", "workers_per_group"), "{:.2f}"),
+    ("errors", ("errors",), "{}"),
+)
+_NAME = 18
+_TARGET = 11
+
+
+def _table(
+    rows: list[tuple[str, str, dict[str, Any]]],
+    columns: tuple[tuple[str, tuple[str, ...], str], ...],
+) -> list[str]:
+    header = f"{'scenario':<{_NAME}}{'target':<{_TARGET}}" + "".join(f"{c[0]:>11}" for c in columns)
+    lines = [header, "-" * len(header)]
+    for scenario, target, data in rows:
+        row = f"{scenario:<{_NAME}}{target:<{_TARGET}}"
+        row += "".join(f"{_cell(_get(data, path), fmt):>11}" for _, path, fmt in columns)
+        lines.append(row)
+    return lines
+
+
+def _ratio_table(title: str, table: dict[str, dict[str, Any]]) -> list[str]:
+    names = list(_RATIOS)
+    lines = ["", title, f"{'scenario':<{_NAME}}" + "".join(f"{n:>20}" for n in names)]
+    for scenario, values in table.items():
+        lines.append(
+            f"{scenario:<{_NAME}}" + "".join(f"{_cell(values[n], '{:.3f}'):>20}" for n in names)
+        )
+    return lines
+
+
 def render_results(result: dict[str, Any]) -> str:
-    """Text tables: one row per (scenario, target), then the turnout/smg ratios and targets."""
-    lines: list[str] = []
-    header = f"{'scenario':<16}{'target':<9}" + "".join(f"{c[0]:>11}" for c in _COLUMNS)
-    lines.append(header)
-    lines.append("-" * len(header))
-    for scenario, targets in result["results"].items():
-        for target, data in targets.items():
-            row = f"{scenario:<16}{target:<9}"
-            row += "".join(f"{_cell(_get(data, path), fmt):>11}" for _, path, fmt in _COLUMNS)
-            lines.append(row)
-    compare = result.get("ratios", {}).get("turnout/smg") or {}
-    if compare:
-        lines.append("")
-        lines.append("turnout / smg (same run; < 1 is better for latency and CPU)")
-        names = list(_RATIOS)
-        lines.append(f"{'scenario':<16}" + "".join(f"{n:>20}" for n in names))
-        for scenario, values in compare.items():
-            lines.append(
-                f"{scenario:<16}" + "".join(f"{_cell(values[n], '{:.3f}'):>20}" for n in names)
-            )
+    """Text tables: one row per (scenario, target); the paced and routing figures; the
+    same-run ratios (turnout/smg, turnout-pN/turnout) and the targets."""
+    results: dict[str, dict[str, Any]] = result["results"]
+    rows = [(s, t, data) for s, targets in results.items() for t, data in targets.items()]
+    lines = _table(rows, _COLUMNS)
+    paced = [row for row in rows if "memory" in row[2] or row[2].get("itl_added_ms")]
+    paced += [row for row in rows if row[1] == "direct" and row[0] in {r[0] for r in paced}]
+    if paced:
+        lines += [
+            "",
+            "paced streams: inter-token delay (+: added to direct), memory, load generators",
+        ]
+        lines += _table(sorted(paced, key=lambda r: (r[0], r[1] != "direct")), _PACED_COLUMNS)
+    routed = [row for row in rows if row[2].get("routing")]
+    if routed:
+        lines += ["", "routing quality: share of a prefix group's requests on its usual worker"]
+        lines += _table(routed, _ROUTING_COLUMNS)
+    for name, table in (result.get("ratios") or {}).items():
+        if table and (name == "turnout/smg" or name.startswith("turnout-p")):
+            lines += _ratio_table(f"{name} (same run; < 1 is better for latency and CPU)", table)
     checks = result.get("targets") or []
     if checks:
         lines.append("")
         for check in checks:
             verdict = {True: "met", False: "MISSED", None: "n/a"}[check["met"]]
             sign = "<=" if check["at_most"] else ">="
-            lines.append(
-                f"target {check['target']}: turnout/smg = {_cell(check['ratio'], '{:.3f}')} "
-                f"(want {sign} {check['limit']}) {verdict}"
-            )
+            if check.get("unit") == "ms":
+                value = f"{_cell(check['value'], '{:+.2f}')} ms"
+                limit = f"{check['limit']} ms"
+            else:
+                value, limit = f"turnout/smg = {_cell(check['value'], '{:.3f}')}", check["limit"]
+            lines.append(f"target {check['target']}: {value} (want {sign} {limit}) {verdict}")
     return "\n".join(lines)
 
 

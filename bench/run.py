@@ -1,35 +1,51 @@
 """Benchmark turnout against SGLang's Rust router (smg) and against the workers themselves.
 
     python bench/run.py --duration 20 --concurrency 32        # compare (default)
+    python bench/run.py --scenarios paced_stream,parse_chat,parse_chat_stream,processes
     python bench/run.py --profile --duration 15               # where turnout's CPU goes
     python bench/run.py --soak --soak-duration 600            # RSS over time at concurrency 64
 
-Simulated workers run with zero delay; each router (turnout, and smg when the ``smg`` command is
-installed) is put in front of the same workers, and a separate load-generator process drives
-each target with the same workload. The router's CPU is read from ``/proc`` (its whole process
-tree) at the start and end of each measured window. See docs/benchmarks.md.
+Simulated workers serve every scenario (zero delay, or paced like a GPU, or scripted); each
+router (turnout, and smg when the ``smg`` command is installed) is put in front of the same
+workers, and separate load-generator processes drive each target with the same workload. The
+router's CPU is read from ``/proc`` (its whole process tree) at the start and end of each
+measured window. See docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import datetime
 import json
 import os
 import platform
+import queue
+import resource
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench import procfs  # noqa: E402
+from bench.analysis import (  # noqa: E402
+    Record,
+    added_delay,
+    affinity,
+    memory_per_stream,
+    read_gaps,
+    slope_per_minute,
+    split_concurrency,
+    summarize,
+)
 from bench.profiling import find_py_spy, parse_collapsed, start_py_spy  # noqa: E402
 from bench.report import (  # noqa: E402
     check_targets,
@@ -37,6 +53,17 @@ from bench.report import (  # noqa: E402
     render_profile,
     render_results,
     render_soak,
+)
+from bench.scenarios import (  # noqa: E402
+    DEFAULT_SCENARIOS,
+    SCENARIOS,
+    LoadPlan,
+    RouterSpec,
+    by_env,
+    load_plan,
+    parse_delay_range,
+    router_specs,
+    sim_args,
 )
 from bench.services import (  # noqa: E402
     MODEL,
@@ -47,10 +74,13 @@ from bench.services import (  # noqa: E402
     start_smg,
     start_turnout,
 )
-from bench.workload import DEFAULT_SCENARIOS, SCENARIOS  # noqa: E402
 
 SCHEMA = "turnout-bench/1"
 ROUTERS = ("turnout", "smg")
+#: Seconds the load generators get to set up (tokenize their prompts) before the window is set.
+LOADGEN_SETUP_TIMEOUT = 120.0
+
+OnEvent = Callable[[dict[str, Any], list[int]], None]
 
 
 class BenchError(RuntimeError):
@@ -59,6 +89,13 @@ class BenchError(RuntimeError):
 
 def _csv(value: str) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()]
+
+
+def _int_csv(value: str) -> list[int]:
+    try:
+        return [int(part) for part in _csv(value)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want a comma list of integers, got {value!r}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,6 +132,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--turnout-processes", type=int, default=1, help="serving processes of turnout"
     )
+    parser.add_argument(
+        "--loadgen-processes",
+        type=int,
+        default=0,
+        help="load-generator processes per run (0: one per 250 streams)",
+    )
+    paced = parser.add_argument_group("paced_stream")
+    paced.add_argument("--paced-streams", type=int, default=1000, help="open streams")
+    paced.add_argument(
+        "--paced-delay-ms", default="20-40", help="per-token delay range of the workers"
+    )
+    paced.add_argument("--paced-max-tokens", type=int, default=256, help="answer length")
+    routing = parser.add_argument_group("processes")
+    routing.add_argument(
+        "--process-counts", type=_int_csv, default=[1, 2], help="turnout serving processes"
+    )
+    routing.add_argument("--routing-policy", default="cache_aware", help="policy of both routers")
+    routing.add_argument(
+        "--prefix-groups", type=int, default=32, help="prompt groups sharing a system prompt"
+    )
     parser.add_argument("--request-timeout", type=float, default=60.0)
     parser.add_argument("--profile-top", type=int, default=15, help="hot spots to print")
     parser.add_argument("--profile-rate", type=int, default=200, help="py-spy samples/s")
@@ -114,111 +171,243 @@ def _check_args(args: argparse.Namespace) -> str | None:
         bad = [r for r in args.routers if r not in ROUTERS]
         if bad:
             return f"--routers: unknown {bad}; choose from {', '.join(ROUTERS)}"
-    positive = ("duration", "concurrency", "workers", "tokens_per_chunk", "prompt_tokens")
-    for name in (*positive, "max_tokens", "soak_duration", "soak_concurrency", "soak_interval"):
+    positive = (
+        "duration",
+        "concurrency",
+        "workers",
+        "tokens_per_chunk",
+        "prompt_tokens",
+        "max_tokens",
+        "soak_duration",
+        "soak_concurrency",
+        "soak_interval",
+        "paced_streams",
+        "paced_max_tokens",
+        "prefix_groups",
+    )
+    for name in positive:
         if getattr(args, name) <= 0:
             return f"--{name.replace('_', '-')} must be > 0"
-    if args.warmup < 0:
-        return "--warmup must be >= 0"
+    if args.warmup < 0 or args.loadgen_processes < 0:
+        return "--warmup and --loadgen-processes must be >= 0"
+    if not args.process_counts or min(args.process_counts) < 1:
+        return "--process-counts must list serving process counts >= 1"
+    try:
+        parse_delay_range(args.paced_delay_ms)
+    except ValueError as exc:
+        return f"--paced-delay-ms: {exc}"
     return None
 
 
-# -- the load generator ------------------------------------------------------------------------
+def raise_fd_limit(wanted: int) -> tuple[int, int]:
+    """Raise the soft RLIMIT_NOFILE towards the hard limit (children inherit it); returns the
+    (soft, hard) limits now in force."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, wanted)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError):
+            pass
+    return soft, hard
+
+
+# -- the load generators -----------------------------------------------------------------------
+
+
+def _reader(index: int, stream: IO[str], events: queue.Queue[tuple[int, str | None]]) -> None:
+    for line in stream:
+        events.put((index, line))
+    events.put((index, None))
 
 
 def run_loadgen(
     args: argparse.Namespace,
     target: str,
     scenario: str,
+    plan: LoadPlan,
     *,
-    concurrency: int,
     duration: float,
-    on_event: Callable[[dict[str, Any], int], None],
-    progress_every: float = 0.0,
+    on_event: OnEvent,
 ) -> dict[str, Any]:
-    """Run ``bench.loadgen`` against ``target``; ``on_event(event, loadgen_pid)`` sees its
-    stdout events as they come. Returns its summary."""
+    """Drive ``target`` with ``plan.processes`` ``bench.loadgen`` processes sharing one window;
+    ``on_event(event, loadgen_pids)`` sees the first one's stdout events as they come. Returns
+    the summary of all their records merged."""
+    shares = split_concurrency(plan.concurrency, plan.processes)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     with tempfile.TemporaryDirectory(prefix="turnout-bench-") as tmp:
-        out = Path(tmp) / "summary.json"
-        argv = [
-            sys.executable,
-            "-m",
-            "bench.loadgen",
-            "--target",
-            target,
-            "--scenario",
-            scenario,
-            "--concurrency",
-            str(concurrency),
-            "--duration",
-            str(duration),
-            "--warmup",
-            str(args.warmup),
-            "--prompt-tokens",
-            str(args.prompt_tokens),
-            "--max-tokens",
-            str(args.max_tokens),
-            "--model",
-            MODEL,
-            "--request-timeout",
-            str(args.request_timeout),
-            "--progress-every",
-            str(progress_every),
-            "--out",
-            str(out),
-        ]
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        }
-        proc = subprocess.Popen(
-            argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env
-        )
-        assert proc.stdout is not None
+        outs = [Path(tmp) / f"loadgen-{p}.json" for p in range(len(shares))]
+        errs = [Path(tmp) / f"loadgen-{p}.err" for p in range(len(shares))]
+        procs: list[subprocess.Popen[str]] = []
+        events: queue.Queue[tuple[int, str | None]] = queue.Queue()
         try:
-            for line in proc.stdout:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                on_event(event, proc.pid)
-            proc.wait(timeout=args.request_timeout + 30)
+            for p, (offset, count) in enumerate(shares):
+                argv = [
+                    *(sys.executable, "-m", "bench.loadgen", "--sync"),
+                    *("--target", target, "--scenario", scenario),
+                    *("--concurrency", str(count), "--total-concurrency", str(plan.concurrency)),
+                    *("--task-offset", str(offset), "--ramp", str(plan.ramp)),
+                    *("--duration", str(duration), "--warmup", str(plan.warmup)),
+                    *("--prompt-tokens", str(args.prompt_tokens)),
+                    *("--max-tokens", str(plan.max_tokens), "--groups", str(plan.groups)),
+                    *("--model", MODEL, "--request-timeout", str(args.request_timeout)),
+                    *("--progress-every", str(plan.progress_every if p == 0 else 0)),
+                    *("--out", str(outs[p])),
+                ]
+                with errs[p].open("w") as err:
+                    proc = subprocess.Popen(
+                        argv,
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        stderr=err,
+                        text=True,
+                        cwd=ROOT,
+                        env=env,
+                    )
+                procs.append(proc)
+                assert proc.stdout is not None
+                threading.Thread(target=_reader, args=(p, proc.stdout, events), daemon=True).start()
+            window = _start_window(procs, events, plan.warmup, duration)
+            pids = [proc.pid for proc in procs]
+            _follow(procs, events, on_event, pids, deadline=window[1] + args.request_timeout + 60)
         finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        stderr = proc.stderr.read() if proc.stderr else ""
-        if proc.returncode != 0 or not out.exists():
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        failed = [p for p, proc in enumerate(procs) if proc.returncode != 0 or not outs[p].exists()]
+        if failed:
+            p = failed[0]
             raise BenchError(
-                f"load generator failed ({proc.returncode}) on {target} {scenario}:\n"
-                f"{stderr[-2000:]}"
+                f"load generator {p} failed ({procs[p].returncode}) on {target} {scenario}:\n"
+                f"{errs[p].read_text(errors='replace')[-2000:]}"
             )
-        summary: dict[str, Any] = json.loads(out.read_text())
-        return summary
+        dumps = [json.loads(out.read_text()) for out in outs]
+        records = [Record(*row) for dump in dumps for row in dump["records"]]
+        gaps = read_gaps([f"{out}.itl" for out in outs])
+    summary = summarize(records, *window, gaps=gaps)
+    summary["prompt_tokens"] = dumps[0]["summary"]["prompt_tokens"]
+    summary["concurrency"] = plan.concurrency
+    summary["loadgen_processes"] = len(procs)
+    inside = [r for r in records if window[0] <= r.end <= window[1]]
+    summary["routing"] = affinity(inside) if plan.groups else None
+    return summary
+
+
+def _start_window(
+    procs: list[subprocess.Popen[str]],
+    events: queue.Queue[tuple[int, str | None]],
+    warmup: float,
+    duration: float,
+) -> tuple[float, float]:
+    """Wait until every load generator is ready, then give them all the same window."""
+    ready: set[int] = set()
+    deadline = time.monotonic() + LOADGEN_SETUP_TIMEOUT
+    while len(ready) < len(procs):
+        try:
+            index, line = events.get(timeout=max(deadline - time.monotonic(), 0.01))
+        except queue.Empty:
+            raise BenchError(
+                f"load generators not ready within {LOADGEN_SETUP_TIMEOUT:g}s"
+            ) from None
+        if line is None:
+            raise BenchError(f"load generator {index} exited before it was ready")
+        if '"ready"' in line:
+            ready.add(index)
+    start = time.perf_counter() + warmup
+    window = (start, start + duration)
+    order = json.dumps({"start": window[0], "end": window[1]}) + "\n"
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(order)
+        proc.stdin.close()
+    return window
+
+
+def _follow(
+    procs: list[subprocess.Popen[str]],
+    events: queue.Queue[tuple[int, str | None]],
+    on_event: OnEvent,
+    pids: list[int],
+    deadline: float,
+) -> None:
+    """Hand the first load generator's events to ``on_event`` until every one has exited."""
+    open_streams = len(procs)
+    while open_streams:
+        left = deadline - time.perf_counter()
+        try:
+            index, line = events.get(timeout=max(left, 0.01))
+        except queue.Empty:
+            raise BenchError("load generators did not finish in time") from None
+        if line is None:
+            open_streams -= 1
+            continue
+        if index != 0:
+            continue
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        on_event(event, pids)
+    for proc in procs:
+        proc.wait(timeout=30)
+
+
+def _sim_counters(urls: list[str]) -> list[dict[str, int]] | None:
+    """Tokens generated so far by each simulated worker (None if one does not answer)."""
+    from turnout.sim import get_counters
+
+    async def read() -> list[dict[str, int]]:
+        return list(await asyncio.gather(*(get_counters(url) for url in urls)))
+
+    try:
+        return asyncio.run(read())
+    except Exception:  # a benchmark figure less, not a failed run
+        return None
 
 
 class _Window:
-    """CPU samples of the watched process trees at window start and end."""
+    """CPU samples of the watched process trees at window start and end, RSS of the router
+    at every progress event, and the workers' token counters at both edges."""
 
-    def __init__(self, watched: dict[str, int]) -> None:
+    def __init__(self, watched: dict[str, int], sim_urls: list[str], router: str | None) -> None:
         self.watched = watched
+        self.sim_urls = sim_urls
+        self.router = router
         self.start: dict[str, procfs.TreeSample] = {}
         self.end: dict[str, procfs.TreeSample] = {}
+        self.counters: dict[str, list[dict[str, int]] | None] = {}
+        self.began = time.monotonic()
+        self.rss: list[tuple[float, float]] = []
 
-    def on_event(self, event: dict[str, Any], loadgen_pid: int) -> None:
+    def on_event(self, event: dict[str, Any], loadgen_pids: list[int]) -> None:
         kind = event.get("event")
         if kind in ("window_start", "window_end"):
-            pids = {**self.watched, "loadgen": loadgen_pid}
+            pids = {**self.watched, **{f"loadgen{i}": p for i, p in enumerate(loadgen_pids)}}
             snapshot = {name: procfs.sample_tree(pid) for name, pid in pids.items()}
             if kind == "window_start":
                 self.start = snapshot
             else:
                 self.end = snapshot
+            self.counters[kind] = _sim_counters(self.sim_urls)
+        if self.router is not None and kind in ("window_start", "progress", "window_end"):
+            tree = procfs.sample_tree(self.watched[self.router])
+            self.rss.append((time.monotonic() - self.began, tree.rss / 2**20))
 
     def cpu_s(self, name: str) -> float | None:
         if name not in self.start or name not in self.end:
             return None
         return round(self.end[name].cpu_s - self.start[name].cpu_s, 3)
+
+    def worker_tokens(self) -> int | None:
+        first, last = self.counters.get("window_start"), self.counters.get("window_end")
+        if not first or not last:
+            return None
+        return sum(b["tokens_out"] - a["tokens_out"] for a, b in zip(first, last, strict=True))
 
 
 def measure(
@@ -228,29 +417,36 @@ def measure(
     scenario: str,
     *,
     router: Router | None,
-    sim_pids: list[int],
+    sims: list[Any],
 ) -> dict[str, Any]:
-    """One measured run of ``scenario`` against ``target`` with CPU accounting."""
+    """One measured run of ``scenario`` against ``target`` with CPU and memory accounting."""
+    plan = load_plan(SCENARIOS[scenario], args)
+    sim_pids = [sim.proc.pid for sim in sims]
     watched = {f"sim{i}": pid for i, pid in enumerate(sim_pids)}
     if router is not None:
         watched["router"] = router.pid
-    window = _Window(watched)
+    window = _Window(watched, [sim.url for sim in sims], "router" if router else None)
+    idle = procfs.sample_tree(router.pid).rss / 2**20 if router is not None else None
     summary = run_loadgen(
-        args,
-        target,
-        scenario,
-        concurrency=args.concurrency,
-        duration=args.duration,
-        on_event=window.on_event,
+        args, target, scenario, plan, duration=args.duration, on_event=window.on_event
     )
     seconds = summary["window_s"]
     sims_cpu = [window.cpu_s(f"sim{i}") for i in range(len(sim_pids))]
     summary["workers_cpu_s"] = round(sum(c or 0.0 for c in sims_cpu), 3)
-    summary["loadgen_cpu_s"] = window.cpu_s("loadgen")
+    loadgen_cpu = [window.cpu_s(f"loadgen{i}") or 0.0 for i in range(summary["loadgen_processes"])]
+    summary["loadgen_cpu_s"] = round(sum(loadgen_cpu), 3)
+    summary["loadgen_max_cores"] = round(max(loadgen_cpu) / seconds, 3) if seconds else None
+    worker_tokens = window.worker_tokens()
+    summary["worker_tokens"] = worker_tokens
+    summary["worker_tokens_per_s"] = (
+        round(worker_tokens / seconds, 1) if worker_tokens is not None and seconds else None
+    )
     if router is not None:
         cpu = window.cpu_s("router")
         requests = summary["requests"]
-        tokens = summary["output_tokens"]
+        # long paced streams span windows: count the tokens the workers made inside this one
+        long_streams = SCENARIOS[scenario].env == "paced" and worker_tokens
+        tokens = worker_tokens if long_streams else summary["output_tokens"]
         summary["router_cpu"] = {
             "seconds": cpu,
             "cores": round(cpu / seconds, 3) if cpu is not None and seconds else None,
@@ -259,8 +455,10 @@ def measure(
         }
         end = window.end.get("router")
         summary["router_rss_mb"] = round(end.rss / 2**20, 1) if end else None
+        if plan.progress_every > 0:
+            summary["memory"] = _memory(window.rss, idle, router, plan.concurrency)
     print(
-        f"  {scenario:<16}{name:<9}{summary['requests_per_s'] or 0:>9.1f} req/s "
+        f"  {scenario:<18}{name:<11}{summary['requests_per_s'] or 0:>9.1f} req/s "
         f"{summary['errors']:>5} errors"
         + (
             f"  router {summary['router_cpu']['ms_per_request'] or 0:.3f} ms CPU/req"
@@ -272,25 +470,56 @@ def measure(
     return summary
 
 
+def _memory(
+    samples: list[tuple[float, float]], idle_mb: float | None, router: Router, streams: int
+) -> dict[str, Any]:
+    """Router memory under a long run: per open stream, over time, and after the load."""
+    after = procfs.sample_tree(router.pid).rss / 2**20
+    loaded = [mb for _, mb in samples]
+    return {
+        "idle_rss_mb": round(idle_mb, 1) if idle_mb is not None else None,
+        "loaded_rss_mb": round(sum(loaded) / len(loaded), 1) if loaded else None,
+        "max_rss_mb": round(max(loaded), 1) if loaded else None,
+        "after_rss_mb": round(after, 1),
+        "kib_per_stream": memory_per_stream(idle_mb, loaded, streams),
+        "slope_mb_per_min": round(slope_per_minute(samples), 3),
+        "samples": [[round(t, 1), round(mb, 2)] for t, mb in samples],
+    }
+
+
 # -- modes ---------------------------------------------------------------------------------------
 
 
 def _start_routers(
-    args: argparse.Namespace, names: list[str], urls: list[str], log_dir: Path
+    specs: list[RouterSpec], urls: list[str], log_dir: Path, env: str
 ) -> dict[str, Router]:
     routers: dict[str, Router] = {}
     try:
-        for name in names:
-            if name == "turnout":
-                routers[name] = start_turnout(
-                    urls, log_dir, policy=args.policy, processes=args.turnout_processes
+        for spec in specs:
+            log_name = f"{env}-{spec.target}"
+            if spec.kind == "turnout":
+                routers[spec.target] = start_turnout(
+                    urls,
+                    log_dir,
+                    policy=spec.policy,
+                    processes=spec.processes,
+                    extra=spec.extra,
+                    name=log_name,
                 )
             else:
                 command = find_smg()
                 if command is None:
                     raise BenchError("smg is not installed (pip install smg)")
-                routers[name] = start_smg(urls, log_dir, policy=args.policy, command=command)
-            print(f"{name} {routers[name].version} ready at {routers[name].url}", flush=True)
+                routers[spec.target] = start_smg(
+                    urls,
+                    log_dir,
+                    policy=spec.policy,
+                    command=command,
+                    extra=spec.extra,
+                    name=log_name,
+                )
+            router = routers[spec.target]
+            print(f"{spec.target} {router.version} ready at {router.url} ({env})", flush=True)
     except BaseException:
         for router in routers.values():
             router.stop()
@@ -298,107 +527,122 @@ def _start_routers(
     return routers
 
 
-def compare(
-    args: argparse.Namespace, sims: list[Any], names: list[str], log_dir: Path
-) -> dict[str, Any]:
-    """The default mode: every scenario against direct, turnout and smg, in turn."""
+def compare_env(
+    args: argparse.Namespace,
+    env: str,
+    scenarios: list[str],
+    *,
+    sims: list[Any],
+    names: list[str],
+    log_dir: Path,
+) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
+    """Every scenario of ``env`` against direct and the routers, in turn."""
     urls = [sim.url for sim in sims]
-    sim_pids = [sim.proc.pid for sim in sims]
-    routers = _start_routers(args, names, urls, log_dir)
+    routers = _start_routers(router_specs(env, args, names), urls, log_dir, env)
     results: dict[str, dict[str, Any]] = {}
     try:
-        for scenario in args.scenarios:
+        for scenario in scenarios:
             results[scenario] = {}
             if not args.no_direct:
                 results[scenario]["direct"] = measure(
-                    args,
-                    "direct",
-                    "direct:" + ",".join(urls),
-                    scenario,
-                    router=None,
-                    sim_pids=sim_pids,
+                    args, "direct", "direct:" + ",".join(urls), scenario, router=None, sims=sims
                 )
-            for name, router in routers.items():
-                results[scenario][name] = measure(
-                    args, name, router.url, scenario, router=router, sim_pids=sim_pids
+            for target, router in routers.items():
+                results[scenario][target] = measure(
+                    args, target, router.url, scenario, router=router, sims=sims
                 )
     finally:
         for router in routers.values():
             router.stop()
-    out: dict[str, Any] = {
-        "results": results,
-        "versions": {name: r.version for name, r in routers.items()},
-    }
-    out["ratios"] = {
-        "turnout/smg": ratios(results, "turnout", "smg"),
-        "turnout/direct": ratios(results, "turnout", "direct"),
-        "smg/direct": ratios(results, "smg", "direct"),
-    }
-    out["targets"] = check_targets(out["ratios"]["turnout/smg"])
+    return results, {target: r.version for target, r in routers.items()}
+
+
+def _with_paced_delay(results: dict[str, dict[str, Any]]) -> None:
+    """Add to every router's paced measurement the inter-token delay it adds to direct's."""
+    for scenario, targets in results.items():
+        if SCENARIOS[scenario].env != "paced" or "direct" not in targets:
+            continue
+        for name, data in targets.items():
+            if name != "direct":
+                data["itl_added_ms"] = added_delay(data.get("itl_ms"), targets["direct"]["itl_ms"])
+
+
+def compare(
+    args: argparse.Namespace, names: list[str], log_dir: Path, sim_dir: Path
+) -> dict[str, Any]:
+    """The default mode: every scenario against direct and the routers, environment by
+    environment (each with its own workers and routers)."""
+    results: dict[str, dict[str, Any]] = {}
+    versions: dict[str, str] = {}
+    for env, scenarios in by_env(args.scenarios):
+        with _sims(args, env, sim_dir) as sims:
+            env_results, env_versions = compare_env(
+                args, env, scenarios, sims=sims, names=names, log_dir=log_dir
+            )
+        results.update(env_results)
+        versions.update(env_versions)
+    _with_paced_delay(results)
+    out: dict[str, Any] = {"results": results, "versions": versions}
+    pairs = [("turnout", "smg"), ("turnout", "direct"), ("smg", "direct")]
+    pairs += [(f"turnout-p{n}", "turnout") for n in args.process_counts if n != 1]
+    out["ratios"] = {f"{a}/{b}": ratios(results, a, b) for a, b in pairs}
+    out["targets"] = check_targets(out["ratios"]["turnout/smg"], results, args.concurrency)
     return out
 
 
-def profile(args: argparse.Namespace, sims: list[Any], log_dir: Path) -> dict[str, Any]:
+def _sims(args: argparse.Namespace, env: str, sim_dir: Path) -> Any:
+    return start_sims(args.workers, args_for=lambda i: sim_args(env, args, i, sim_dir))
+
+
+def profile(args: argparse.Namespace, log_dir: Path, sim_dir: Path) -> dict[str, Any]:
     """Run each scenario against turnout while py-spy samples it; rank the hot spots."""
     command = find_py_spy()
     if command is None:
         raise BenchError("py-spy is not installed (pip install py-spy)")
-    urls = [sim.url for sim in sims]
-    router = _start_routers(args, ["turnout"], urls, log_dir)["turnout"]
     results: dict[str, Any] = {}
+    version = ""
+    for env, scenarios in by_env(args.scenarios):
+        with _sims(args, env, sim_dir) as sims:
+            spec = router_specs(env, args, ["turnout"])[0]
+            router = _start_routers([spec], [sim.url for sim in sims], log_dir, env)[spec.target]
+            version = router.version
+            try:
+                for scenario in scenarios:
+                    results[scenario] = _profile_one(args, command, router, scenario, log_dir)
+            finally:
+                router.stop()
+    return {"profile": results, "versions": {"turnout": version}}
+
+
+def _profile_one(
+    args: argparse.Namespace, command: str, router: Router, scenario: str, log_dir: Path
+) -> dict[str, Any]:
+    raw = log_dir / f"profile-{scenario}.txt"
+    spy: list[subprocess.Popen[bytes]] = []
+
+    def on_event(event: dict[str, Any], _pids: list[int]) -> None:
+        if event.get("event") == "window_start":
+            spy.append(start_py_spy(command, router.pid, args.duration, raw, args.profile_rate))
+
+    plan = load_plan(SCENARIOS[scenario], args)
+    summary = run_loadgen(
+        args, router.url, scenario, plan, duration=args.duration, on_event=on_event
+    )
+    entry: dict[str, Any] = {"requests_per_s": summary["requests_per_s"]}
+    if not spy:
+        entry["error"] = "the load generator never opened its window"
+        return entry
     try:
-        for scenario in args.scenarios:
-            raw = log_dir / f"profile-{scenario}.txt"
-            spy: list[subprocess.Popen[bytes]] = []
-
-            def on_event(
-                event: dict[str, Any], _pid: int, raw: Path = raw, spy: list[Any] = spy
-            ) -> None:
-                if event.get("event") == "window_start":
-                    spy.append(
-                        start_py_spy(command, router.pid, args.duration, raw, args.profile_rate)
-                    )
-
-            summary = run_loadgen(
-                args,
-                router.url,
-                scenario,
-                concurrency=args.concurrency,
-                duration=args.duration,
-                on_event=on_event,
-            )
-            entry: dict[str, Any] = {"requests_per_s": summary["requests_per_s"]}
-            if spy:
-                try:
-                    _, err = spy[0].communicate(timeout=args.duration + 30)
-                except subprocess.TimeoutExpired:
-                    spy[0].kill()
-                    _, err = spy[0].communicate()
-                if raw.exists():
-                    entry.update(parse_collapsed(raw.read_text()).top(args.profile_top))
-                    entry["raw"] = str(raw)
-                else:
-                    entry["error"] = (err or b"").decode(errors="replace")[-500:] or "no output"
-            else:
-                entry["error"] = "the load generator never opened its window"
-            results[scenario] = entry
-    finally:
-        router.stop()
-    return {"profile": results, "versions": {"turnout": router.version}}
-
-
-def _slope_per_minute(points: list[tuple[float, float]]) -> float:
-    """Least-squares slope of (seconds, value) points, per minute; 0 with < 2 points."""
-    if len(points) < 2:
-        return 0.0
-    n = len(points)
-    mean_t = sum(t for t, _ in points) / n
-    mean_v = sum(v for _, v in points) / n
-    var = sum((t - mean_t) ** 2 for t, _ in points)
-    if var == 0:
-        return 0.0
-    cov = sum((t - mean_t) * (v - mean_v) for t, v in points)
-    return cov / var * 60
+        _, err = spy[0].communicate(timeout=args.duration + 30)
+    except subprocess.TimeoutExpired:
+        spy[0].kill()
+        _, err = spy[0].communicate()
+    if raw.exists():
+        entry.update(parse_collapsed(raw.read_text()).top(args.profile_top))
+        entry["raw"] = str(raw)
+    else:
+        entry["error"] = (err or b"").decode(errors="replace")[-500:] or "no output"
+    return entry
 
 
 class _RssSampler:
@@ -411,7 +655,7 @@ class _RssSampler:
         self.cpu_start: float | None = None
         self.samples: list[dict[str, Any]] = []
 
-    def on_event(self, event: dict[str, Any], _loadgen_pid: int) -> None:
+    def on_event(self, event: dict[str, Any], _loadgen_pids: list[int]) -> None:
         kind = event.get("event")
         if kind not in ("window_start", "progress", "window_end"):
             return
@@ -435,64 +679,76 @@ class _RssSampler:
 
 
 def soak(
-    args: argparse.Namespace, sims: list[Any], names: list[str], log_dir: Path
+    args: argparse.Namespace, names: list[str], log_dir: Path, sim_dir: Path
 ) -> dict[str, Any]:
     """Mixed load at ``--soak-concurrency`` for ``--soak-duration``; RSS sampled over time."""
-    urls = [sim.url for sim in sims]
     results: dict[str, Any] = {}
     versions: dict[str, str] = {}
-    for name in names:
-        router = _start_routers(args, [name], urls, log_dir)[name]
-        versions[name] = router.version
-        sampler = _RssSampler(name, router.pid)
-
-        try:
-            summary = run_loadgen(
-                args,
-                router.url,
-                "mix",
-                concurrency=args.soak_concurrency,
-                duration=args.soak_duration,
-                on_event=sampler.on_event,
-                progress_every=args.soak_interval,
-            )
-        finally:
-            router.stop()
-        samples = sampler.samples
-        rss = [s["rss_mb"] for s in samples] or [0.0]
-        settle = samples[max(len(samples) // 10, 1) :] if len(samples) > 2 else samples
-        slope = _slope_per_minute([(s["t_s"], s["rss_mb"]) for s in settle])
-        cpu = samples[-1]["cpu_s"] if samples else None
-        results[name] = {
-            "requests": summary["requests"],
-            "errors": summary["errors"],
-            "error_samples": summary["error_samples"],
-            "requests_per_s": summary["requests_per_s"],
-            "latency_ms": summary["latency_ms"],
-            "cpu_ms_per_request": round(cpu / summary["requests"] * 1000, 4)
-            if cpu and summary["requests"]
-            else None,
-            "rss_mb": {
-                "first": rss[0],
-                "last": rss[-1],
-                "max": max(rss),
-                "slope_mb_per_min": round(slope, 3),
-            },
-            "samples": samples,
-        }
+    plan = LoadPlan(
+        concurrency=args.soak_concurrency,
+        max_tokens=args.max_tokens,
+        warmup=args.warmup,
+        ramp=0.0,
+        processes=args.loadgen_processes or 1,
+        groups=0,
+        progress_every=args.soak_interval,
+    )
+    with _sims(args, "plain", sim_dir) as sims:
+        urls = [sim.url for sim in sims]
+        for spec in router_specs("plain", args, names):
+            router = _start_routers([spec], urls, log_dir, "plain")[spec.target]
+            versions[spec.target] = router.version
+            sampler = _RssSampler(spec.target, router.pid)
+            try:
+                summary = run_loadgen(
+                    args,
+                    router.url,
+                    "mix",
+                    plan,
+                    duration=args.soak_duration,
+                    on_event=sampler.on_event,
+                )
+            finally:
+                router.stop()
+            results[spec.target] = _soak_result(summary, sampler.samples)
     return {"soak": results, "versions": versions}
+
+
+def _soak_result(summary: dict[str, Any], samples: list[dict[str, Any]]) -> dict[str, Any]:
+    rss = [s["rss_mb"] for s in samples] or [0.0]
+    settle = samples[max(len(samples) // 10, 1) :] if len(samples) > 2 else samples
+    slope = slope_per_minute([(s["t_s"], s["rss_mb"]) for s in settle])
+    cpu = samples[-1]["cpu_s"] if samples else None
+    return {
+        "requests": summary["requests"],
+        "errors": summary["errors"],
+        "error_samples": summary["error_samples"],
+        "requests_per_s": summary["requests_per_s"],
+        "latency_ms": summary["latency_ms"],
+        "cpu_ms_per_request": round(cpu / summary["requests"] * 1000, 4)
+        if cpu and summary["requests"]
+        else None,
+        "rss_mb": {
+            "first": rss[0],
+            "last": rss[-1],
+            "max": max(rss),
+            "slope_mb_per_min": round(slope, 3),
+        },
+        "samples": samples,
+    }
 
 
 # -- main ------------------------------------------------------------------------------------------
 
 
-def _machine() -> dict[str, Any]:
+def _machine(fd_limit: tuple[int, int]) -> dict[str, Any]:
     load = os.getloadavg()
     return {
         "cpus": os.cpu_count(),
         "platform": platform.platform(),
         "python": platform.python_version(),
         "loadavg_at_start": [round(x, 2) for x in load],
+        "fd_limit": list(fd_limit),
     }
 
 
@@ -509,6 +765,29 @@ def _router_names(args: argparse.Namespace) -> list[str]:
     return names
 
 
+def _config(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
+    keys = [
+        "duration",
+        "warmup",
+        "concurrency",
+        "scenarios",
+        "workers",
+        "tokens_per_chunk",
+        "prompt_tokens",
+        "max_tokens",
+        "policy",
+        "loadgen_processes",
+    ]
+    envs = {SCENARIOS[s].env for s in args.scenarios}
+    if "paced" in envs:
+        keys += ["paced_streams", "paced_delay_ms", "paced_max_tokens"]
+    if "routing" in envs:
+        keys += ["process_counts", "routing_policy", "prefix_groups"]
+    config = {key: getattr(args, key) for key in keys}
+    config["routers"] = names or ["turnout"]
+    return config
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark; exit 2 on bad flags, 1 when it could not run."""
     args = build_parser().parse_args(argv)
@@ -516,50 +795,40 @@ def main(argv: list[str] | None = None) -> int:
     if problem:
         print(f"bench: error: {problem}", file=sys.stderr)
         return 2
+    streams = max(args.concurrency, args.paced_streams, args.soak_concurrency)
+    fd_limit = raise_fd_limit(4 * streams + 1024)
+    if fd_limit[0] < 2 * streams + 256:
+        print(f"bench: warning: open-file limit {fd_limit[0]} is low for {streams} streams")
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
     mode = "profile" if args.profile else "soak" if args.soak else "compare"
     out_path = args.out or Path(tempfile.gettempdir()) / "turnout-bench" / f"{mode}-{stamp}.json"
     log_dir = args.log_dir or Path(tempfile.mkdtemp(prefix="turnout-bench-logs-"))
     log_dir.mkdir(parents=True, exist_ok=True)
+    names = [] if args.profile else _router_names(args)
     result: dict[str, Any] = {
         "schema": SCHEMA,
         "mode": mode,
         "started_at": stamp,
-        "machine": _machine(),
-        "config": {
-            key: getattr(args, key)
-            for key in (
-                "duration",
-                "warmup",
-                "concurrency",
-                "scenarios",
-                "workers",
-                "tokens_per_chunk",
-                "prompt_tokens",
-                "max_tokens",
-                "policy",
-            )
-        },
+        "machine": _machine(fd_limit),
+        "config": _config(args, names),
     }
-    names = [] if args.profile else _router_names(args)
-    result["config"]["routers"] = names or ["turnout"]
     print(f"bench: {mode}; logs in {log_dir}", flush=True)
     try:
-        with start_sims(args.workers, args.tokens_per_chunk) as sims:
-            if args.profile:
-                result.update(profile(args, sims, log_dir))
-            elif args.soak:
-                result["config"].update(
-                    soak_duration=args.soak_duration,
-                    soak_concurrency=args.soak_concurrency,
-                    soak_interval=args.soak_interval,
-                )
-                result.update(soak(args, sims, names, log_dir))
-            else:
-                result.update(compare(args, sims, names, log_dir))
+        if args.profile:
+            result.update(profile(args, log_dir, log_dir))
+        elif args.soak:
+            result["config"].update(
+                soak_duration=args.soak_duration,
+                soak_concurrency=args.soak_concurrency,
+                soak_interval=args.soak_interval,
+            )
+            result.update(soak(args, names, log_dir, log_dir))
+        else:
+            result.update(compare(args, names, log_dir, log_dir))
     except (BenchError, StartError, RuntimeError) as exc:
         print(f"bench: error: {exc}", file=sys.stderr)
         return 1
+    result["machine"]["loadavg_at_end"] = [round(x, 2) for x in os.getloadavg()]
     out_path.parent.mkdir(parents=True, exist_ok=True)
     out_path.write_text(json.dumps(result, indent=2) + "\n")
     print()

@@ -17,6 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -157,9 +158,12 @@ def start_turnout(
     *,
     policy: str,
     processes: int = 1,
+    extra: Sequence[str] = (),
+    name: str = "turnout",
     python: str = sys.executable,
 ) -> Router:
-    """``turnout serve`` in front of ``worker_urls`` with the demo model's tokenizer."""
+    """``turnout serve`` in front of ``worker_urls`` with the demo model's tokenizer;
+    ``extra`` flags are appended (parsers); ``name`` names the log file."""
     from turnout import __version__, demo_model
 
     port = free_port()
@@ -182,8 +186,9 @@ def start_turnout(
         "warning",
         "--processes",
         str(processes),
+        *extra,
     ]
-    router = _spawn("turnout", argv, log_dir, port, __version__)
+    router = _spawn(name, argv, log_dir, port, __version__)
     wait_router_ready(router)
     return router
 
@@ -206,9 +211,17 @@ def smg_version() -> str:
         return ""
 
 
-def start_smg(worker_urls: list[str], log_dir: Path, *, policy: str, command: str) -> Router:
+def start_smg(
+    worker_urls: list[str],
+    log_dir: Path,
+    *,
+    policy: str,
+    command: str,
+    extra: Sequence[str] = (),
+    name: str = "smg",
+) -> Router:
     """``smg launch`` in front of ``worker_urls``; the tokenizer directory has a config.json,
-    so smg makes no hub look-ups."""
+    so smg makes no hub look-ups. ``extra`` flags are appended (parsers)."""
     from turnout import demo_model
 
     port = free_port()
@@ -231,21 +244,26 @@ def start_smg(worker_urls: list[str], log_dir: Path, *, policy: str, command: st
         policy,
         "--log-level",
         "warn",
+        *extra,
     ]
-    router = _spawn("smg", argv, log_dir, port, smg_version())
+    router = _spawn(name, argv, log_dir, port, smg_version())
     wait_router_ready(router)
     return router
 
 
 @contextlib.contextmanager
-def start_sims(count: int, tokens_per_chunk: int = 1) -> Any:
-    """``count`` simulated workers (zero delay) as child processes; yields them."""
+def start_sims(
+    count: int, tokens_per_chunk: int = 1, args_for: Callable[[int], list[str]] | None = None
+) -> Any:
+    """``count`` simulated workers as child processes; yields them. Worker ``i`` gets the flags
+    ``args_for(i)`` (default: zero delay, ``tokens_per_chunk`` tokens per message)."""
     from turnout.sim import SimProcess
 
     sims: list[Any] = []
     try:
-        for _ in range(count):
-            sim = SimProcess("--tokens-per-chunk", str(tokens_per_chunk))
+        for i in range(count):
+            flags = args_for(i) if args_for else ["--tokens-per-chunk", str(tokens_per_chunk)]
+            sim = SimProcess(*flags)
             sim.start()
             sims.append(sim)
         yield sims

@@ -1,39 +1,32 @@
 """The benchmark workload: prompts, request bodies per scenario, and reading the answers.
 
 Every router gets byte-identical request bodies. Output lengths are pinned with ``ignore_eos``
-and a token limit, so each request asks the worker for exactly ``max_tokens`` tokens.
+and a token limit, so each request asks the worker for exactly ``max_tokens`` tokens (the parser
+scenarios excepted: their scripted answer ends with EOS). Scenarios are in ``bench.scenarios``.
 """
 
 from __future__ import annotations
 
 import json
 import random
+import re
 import time
+from array import array
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from bench.scenarios import SCENARIOS, TOOLS, Scenario
+
 __all__ = [
-    "SCENARIOS",
-    "STREAMING",
+    "GapLog",
     "Outcome",
     "PromptPool",
     "make_body",
-    "path_for",
     "read_json_answer",
     "read_sse_answer",
 ]
-
-#: Scenario name -> (HTTP path, streaming?). ``mix`` (soak) cycles through the first three.
-SCENARIOS: Final = {
-    "chat": ("/v1/chat/completions", False),
-    "chat_stream": ("/v1/chat/completions", True),
-    "generate": ("/generate", False),
-    "generate_stream": ("/generate", True),
-}
-DEFAULT_SCENARIOS: Final = ("chat", "chat_stream", "generate")
-STREAMING: Final = frozenset(name for name, (_, stream) in SCENARIOS.items() if stream)
 
 _WORDS: Final = (
     "router",
@@ -81,35 +74,35 @@ _WORDS: Final = (
 )
 
 
-def path_for(scenario: str) -> str:
-    """HTTP path of ``scenario``."""
-    return SCENARIOS[scenario][0]
-
-
 class PromptPool:
     """``size`` distinct user prompts of about ``tokens`` tokens each (deterministic).
 
-    ``ids(i)`` are the token ids of prompt ``i`` wrapped as one ChatML user turn, for the
-    direct-to-worker baseline (what a router would send after templating).
+    With ``groups`` > 0, prompt ``i`` is a system prompt shared by its group (``i % groups``,
+    three quarters of the tokens) and a distinct user turn (the rest): a conversation prefix
+    that a cache-aware router should keep on one worker. ``ids(i)`` are the token ids of prompt
+    ``i`` as a templated ChatML conversation, for the direct-to-worker baseline (what a router
+    would send after templating).
     """
 
-    def __init__(self, tokens: int, size: int = 256, seed: int = 7) -> None:
+    def __init__(self, tokens: int, size: int = 256, seed: int = 7, groups: int = 0) -> None:
         from tokenizers import Tokenizer
 
         from turnout import demo_model
 
         self._tokenizer = Tokenizer.from_file(str(Path(demo_model.path()) / "tokenizer.json"))
         rng = random.Random(seed)
-        self.texts: list[str] = []
-        for i in range(size):
-            words = [f"Request {i}:"]
-            # a word is 1-2 tokens in this vocabulary: start short, top up until long enough
-            words += rng.choices(_WORDS, k=max(tokens // 2, 1))
-            text = " ".join(words)
-            while self._count(text) < tokens:
-                text += " " + " ".join(rng.choices(_WORDS, k=4))
-            self.texts.append(text)
+        self.groups = groups
+        shared = tokens * 3 // 4 if groups else 0
+        self.systems = [self._words(rng, f"Context {g}:", shared) for g in range(groups)]
+        self.texts = [self._words(rng, f"Request {i}:", tokens - shared) for i in range(size)]
         self._ids: dict[int, list[int]] = {}
+
+    def _words(self, rng: random.Random, head: str, tokens: int) -> str:
+        # a word is 1-2 tokens in this vocabulary: start short, top up until long enough
+        text = " ".join([head, *rng.choices(_WORDS, k=max(tokens // 2, 1))])
+        while self._count(text) < tokens:
+            text += " " + " ".join(rng.choices(_WORDS, k=4))
+        return text
 
     def _count(self, text: str) -> int:
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
@@ -117,43 +110,65 @@ class PromptPool:
     def __len__(self) -> int:
         return len(self.texts)
 
+    def group(self, i: int) -> int | None:
+        """The prefix group of prompt ``i`` (None without groups)."""
+        return (i % len(self.texts)) % self.groups if self.groups else None
+
+    def system(self, i: int) -> str | None:
+        """The shared system prompt of prompt ``i`` (None without groups)."""
+        group = self.group(i)
+        return None if group is None else self.systems[group]
+
     def text(self, i: int) -> str:
-        """Prompt ``i`` (modulo the pool size)."""
+        """User turn of prompt ``i`` (modulo the pool size)."""
         return self.texts[i % len(self.texts)]
 
     def ids(self, i: int) -> list[int]:
-        """Token ids of prompt ``i`` as a templated ChatML user turn."""
+        """Token ids of prompt ``i`` as a templated ChatML conversation."""
         i %= len(self.texts)
         if i not in self._ids:
-            wrapped = f"<|im_start|>user\n{self.texts[i]}<|im_end|>\n<|im_start|>assistant\n"
+            system = self.system(i)
+            head = f"<|im_start|>system\n{system}<|im_end|>\n" if system else ""
+            wrapped = f"{head}<|im_start|>user\n{self.texts[i]}<|im_end|>\n<|im_start|>assistant\n"
             self._ids[i] = list(self._tokenizer.encode(wrapped, add_special_tokens=False).ids)
         return self._ids[i]
 
 
-def make_body(scenario: str, model: str, prompt: str, max_tokens: int) -> bytes:
-    """The JSON request body of ``scenario`` (identical for every router)."""
+def make_body(
+    scenario: str | Scenario, model: str, prompt: str, max_tokens: int, system: str | None = None
+) -> bytes:
+    """The JSON request body of ``scenario`` (identical for every router).
+
+    Outputs are pinned with ``ignore_eos`` except in the parser scenarios, whose scripted answer
+    ends with EOS (repeating it would repeat the tool calls); those offer ``TOOLS``.
+    """
+    if isinstance(scenario, str):
+        if scenario not in SCENARIOS:
+            raise ValueError(f"unknown scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
+        scenario = SCENARIOS[scenario]
+    pin = scenario.env != "parsers"
     body: dict[str, Any]
-    if scenario.startswith("chat"):
-        body = {
-            "model": model,
-            "messages": [{"role": "user", "content": prompt}],
-            "max_tokens": max_tokens,
-            "ignore_eos": True,
-            "temperature": 0,
-        }
-        if scenario == "chat_stream":
+    if scenario.request.startswith("chat"):
+        messages = [{"role": "user", "content": prompt}]
+        if system:
+            messages.insert(0, {"role": "system", "content": system})
+        body = {"model": model, "messages": messages, "max_tokens": max_tokens}
+        if pin:
+            body["ignore_eos"] = True
+        body["temperature"] = 0
+        if scenario.env == "parsers":
+            body["tools"] = TOOLS
+        if scenario.streaming:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-    elif scenario.startswith("generate"):
-        body = {
-            "model": model,
-            "text": prompt,
-            "sampling_params": {"max_new_tokens": max_tokens, "ignore_eos": True, "temperature": 0},
-        }
-        if scenario == "generate_stream":
-            body["stream"] = True
     else:
-        raise ValueError(f"unknown scenario {scenario!r}; choose from {', '.join(SCENARIOS)}")
+        params: dict[str, Any] = {"max_new_tokens": max_tokens, "temperature": 0}
+        if pin:
+            params["ignore_eos"] = True
+        text = f"{system}\n\n{prompt}" if system else prompt
+        body = {"model": model, "text": text, "sampling_params": params}
+        if scenario.streaming:
+            body["stream"] = True
     return json.dumps(body, separators=(",", ":")).encode()
 
 
@@ -166,6 +181,27 @@ class Outcome:
     error: str | None = None
     #: Events that carried output (SSE ``data:`` events, or the worker's messages for direct).
     events: int = 0
+    #: The worker that answered, when the answer names it (the ``routing`` environment).
+    worker: str | None = None
+
+
+class GapLog:
+    """Inter-token gaps seen by the client: (arrival time, seconds since the previous output
+    event of the same request), in ``time.perf_counter`` seconds."""
+
+    __slots__ = ("at", "gap")
+
+    def __init__(self) -> None:
+        self.at = array("d")
+        self.gap = array("d")
+
+    def add(self, at: float, gap: float) -> None:
+        """One output event that followed another one of its request."""
+        self.at.append(at)
+        self.gap.append(gap)
+
+    def __len__(self) -> int:
+        return len(self.at)
 
 
 def _completion_tokens(value: Any) -> int | None:
@@ -192,8 +228,39 @@ def _error_of(value: Any) -> str | None:
     return None
 
 
-def read_json_answer(status: int, body: bytes) -> Outcome:
-    """Outcome of a non-streaming answer (chat completion or ``/generate`` object/array)."""
+_WORKER_TAG: Final = re.compile(r"\bworker-\d+\b")
+
+
+def _answer_text(value: Any) -> str:
+    """Text of the first choice of a chat completion or ``/generate`` answer ("" if none)."""
+    if isinstance(value, list):
+        value = value[0] if value else {}
+    if not isinstance(value, dict):
+        return ""
+    if isinstance(value.get("text"), str):
+        return str(value["text"])
+    choices = value.get("choices") or [{}]
+    message = choices[0].get("message") or {}
+    return str(message.get("content") or choices[0].get("text") or "")
+
+
+def _parsed_parts(value: Any) -> tuple[bool, bool]:
+    """(has reasoning_content, has tool_calls) of a non-streaming chat completion."""
+    try:
+        message = value["choices"][0]["message"]
+    except (KeyError, IndexError, TypeError):
+        return False, False
+    return bool(message.get("reasoning_content")), bool(message.get("tool_calls"))
+
+
+def read_json_answer(
+    status: int, body: bytes, *, parsed: bool = False, tagged: bool = False
+) -> Outcome:
+    """Outcome of a non-streaming answer (chat completion or ``/generate`` object/array).
+
+    ``parsed``: the answer must carry reasoning and tool calls (the parser scenarios);
+    ``tagged``: read which worker answered from the text (the ``routing`` environment).
+    """
     try:
         value = json.loads(body)
     except ValueError:
@@ -206,7 +273,13 @@ def read_json_answer(status: int, body: bytes) -> Outcome:
     tokens = _completion_tokens(value)
     if tokens is None:
         return Outcome(error="answer has no usage/meta_info.completion_tokens")
-    return Outcome(tokens=tokens, events=1)
+    outcome = Outcome(tokens=tokens, events=1)
+    if parsed and _parsed_parts(value) != (True, True):
+        outcome.error = "answer lacks reasoning_content or tool_calls (parsers not applied?)"
+    if tagged:
+        found = _WORKER_TAG.search(_answer_text(value))
+        outcome.worker = found.group(0) if found else None
+    return outcome
 
 
 def _has_output(event: Any) -> bool:
@@ -224,17 +297,34 @@ def _has_output(event: Any) -> bool:
     return False
 
 
-async def read_sse_answer(pieces: AsyncIterator[bytes]) -> Outcome:
-    """Outcome of a streamed answer; only the first events and the last two are parsed."""
+#: An SSE payload that carries output, without parsing it: a non-empty text field or tool calls.
+_OUTPUT: Final = re.compile(
+    rb'"(?:content|reasoning_content|text)"\s*:\s*"[^"]|"tool_calls"\s*:\s*\[\s*\{'
+)
+_REASONING_DELTA: Final = re.compile(rb'"reasoning_content"\s*:\s*"[^"]')
+_TOOL_DELTA: Final = re.compile(rb'"tool_calls"\s*:\s*\[\s*\{')
+
+
+async def read_sse_answer(
+    pieces: AsyncIterator[bytes], *, gaps: GapLog | None = None, parsed: bool = False
+) -> Outcome:
+    """Outcome of a streamed answer; only the first events and the last two are parsed.
+
+    ``gaps`` collects the time between consecutive output events; ``parsed``: the stream must
+    carry reasoning and tool-call deltas (the parser scenarios).
+    """
     outcome = Outcome()
     buffer = b""
     tail: list[bytes] = []
     content_events = 0
     done = False
+    last_output: float | None = None
+    saw_reasoning = saw_tools = False
     async for piece in pieces:
         buffer += piece
         if b"\n" not in piece:
             continue
+        now = time.perf_counter()
         lines = buffer.split(b"\n")
         buffer = lines.pop()
         for line in lines:
@@ -250,9 +340,17 @@ async def read_sse_answer(pieces: AsyncIterator[bytes]) -> Outcome:
             content_events += 1
             if outcome.first_token_at is None:
                 if _has_output(json.loads(payload)):
-                    outcome.first_token_at = time.perf_counter()
+                    outcome.first_token_at = now
+                    last_output = now
                 else:
                     content_events -= 1  # the role chunk
+            elif _OUTPUT.search(payload):
+                if gaps is not None and last_output is not None:
+                    gaps.add(now, now - last_output)
+                last_output = now
+            if parsed:
+                saw_reasoning = saw_reasoning or bool(_REASONING_DELTA.search(payload))
+                saw_tools = saw_tools or bool(_TOOL_DELTA.search(payload))
             tail.append(payload)
             if len(tail) > 2:
                 del tail[0]
@@ -269,6 +367,8 @@ async def read_sse_answer(pieces: AsyncIterator[bytes]) -> Outcome:
         outcome.error = "stream carried no output"
     elif not done:
         outcome.error = "stream ended without [DONE]"
+    elif parsed and not (saw_reasoning and saw_tools):
+        outcome.error = "stream lacks reasoning_content or tool_calls deltas (parsers not applied?)"
     outcome.tokens = tokens
     outcome.events = content_events
     return outcome

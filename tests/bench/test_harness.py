@@ -93,6 +93,42 @@ def test_smoke_run_against_smg(tmp_path: Path) -> None:
     assert {c["target"] for c in result["targets"]} >= {"cpu per non-streaming chat request"}
 
 
+@pytest.mark.slow
+def test_new_scenarios_end_to_end(tmp_path: Path) -> None:
+    """Paced streams over two load generators, parsers, and two serving processes: every
+    figure the report needs is there (values are not checked: the machine may be busy)."""
+    proc, out = _run(
+        tmp_path,
+        *("--duration", "1.5", "--warmup", "0.3", "--concurrency", "4", "--workers", "2"),
+        *("--scenarios", "paced_stream,parse_chat_stream,processes", "--routers", "turnout"),
+        *("--paced-streams", "8", "--paced-max-tokens", "8", "--paced-delay-ms", "5-10"),
+        *("--loadgen-processes", "2", "--prompt-tokens", "60", "--max-tokens", "8"),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    paced = result["results"]["paced_stream"]
+    assert paced["turnout"]["loadgen_processes"] == 2
+    assert paced["turnout"]["concurrency"] == 8
+    assert paced["turnout"]["errors"] == 0, paced["turnout"]["error_samples"]
+    assert paced["direct"]["itl_ms"]["p50"] > 0
+    assert set(paced["turnout"]["itl_added_ms"]) == {"p50", "p99"}
+    memory = paced["turnout"]["memory"]
+    assert memory["idle_rss_mb"] > 10
+    assert memory["samples"]
+    assert paced["turnout"]["worker_tokens"] > 0
+    parsed = result["results"]["parse_chat_stream"]["turnout"]
+    assert parsed["errors"] == 0, parsed["error_samples"]  # reasoning and tool calls came out
+    processes = result["results"]["processes"]
+    assert set(processes) == {"direct", "turnout", "turnout-p2"}
+    for target in ("turnout", "turnout-p2"):
+        assert processes[target]["errors"] == 0, processes[target]["error_samples"]
+        assert 0 < processes[target]["routing"]["same_worker_share"] <= 1
+    assert "turnout-p2/turnout" in result["ratios"]
+    assert "paced streams" in proc.stdout
+    assert "routing quality" in proc.stdout
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -114,23 +114,27 @@ def _measurement(rps: float, cpu_ms: float) -> dict[str, object]:
 
 def test_ratios_and_targets() -> None:
     results = {
-        "chat": {"turnout": _measurement(60, 2.0), "smg": _measurement(100, 1.0)},
+        "chat": {"turnout": _measurement(60, 0.9), "smg": _measurement(100, 1.0)},
         "chat_stream": {"turnout": _measurement(40, 9.0), "smg": _measurement(100, 3.0)},
     }
+    results["chat_stream"]["turnout"]["ttft_ms"] = {"p50": 30.0, "p99": 40.0}
+    results["chat_stream"]["smg"]["ttft_ms"] = {"p50": 10.0, "p99": 40.0}
     table = ratios(results, "turnout", "smg")
     assert table["chat"]["requests_per_s"] == 0.6
-    assert table["chat"]["cpu_per_request"] == 2.0
+    assert table["chat"]["cpu_per_request"] == 0.9
     assert table["chat"]["ttft_p50"] is None
-    checks = {c["target"]: c["met"] for c in check_targets(table)}
+    assert table["chat_stream"]["ttft_p50"] == 3.0
+    checks = {c["target"]: c["met"] for c in check_targets(table, results, 32)}
     assert checks == {
         "cpu per non-streaming chat request": True,
-        "cpu per streamed token": False,
+        "streaming TTFT p50 at c=32": False,
+        "streaming TTFT p99 at c=32": True,
         "throughput (chat)": True,
         "throughput (chat_stream)": False,
     }
     text = render_results({"results": results, "ratios": {"turnout/smg": table}, "targets": []})
     assert "chat_stream" in text
-    assert "turnout / smg" in text
+    assert "turnout/smg (same run" in text
 
 
 def test_bodies_pin_the_output_length() -> None:

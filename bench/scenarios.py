@@ -1,0 +1,265 @@
+"""The benchmark's scenarios: what is sent, by which simulated workers it is answered, through
+which routers, and how the load is shaped.
+
+A scenario belongs to an *environment* (``plain``, ``paced``, ``parsers``, ``routing``): the
+workers' flags and the routers' flags it needs. ``bench/run.py`` starts one set of workers and
+routers per environment and runs that environment's scenarios against them in turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+__all__ = [
+    "DEFAULT_SCENARIOS",
+    "ENVS",
+    "PARSER_REPLY",
+    "SCENARIOS",
+    "TOOLS",
+    "LoadPlan",
+    "RouterSpec",
+    "Scenario",
+    "by_env",
+    "load_plan",
+    "parse_delay_range",
+    "router_specs",
+    "sim_args",
+    "worker_tag",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """One measured workload."""
+
+    name: str
+    #: Request shape: ``chat``, ``chat_stream``, ``generate`` or ``generate_stream``.
+    request: str
+    #: Environment: ``plain``, ``paced``, ``parsers`` or ``routing``.
+    env: str
+    about: str
+
+    @property
+    def streaming(self) -> bool:
+        """True when the client asks for a stream."""
+        return self.request.endswith("_stream")
+
+    @property
+    def path(self) -> str:
+        """HTTP path of the request."""
+        return "/v1/chat/completions" if self.request.startswith("chat") else "/generate"
+
+
+SCENARIOS: Final[dict[str, Scenario]] = {
+    s.name: s
+    for s in (
+        Scenario("chat", "chat", "plain", "POST /v1/chat/completions, non-streaming"),
+        Scenario("chat_stream", "chat_stream", "plain", "the same, streamed, include_usage"),
+        Scenario("generate", "generate", "plain", "SGLang POST /generate, non-streaming"),
+        Scenario("generate_stream", "generate_stream", "plain", "the same, streamed"),
+        Scenario(
+            "paced_stream",
+            "chat_stream",
+            "paced",
+            "--paced-streams streamed chats, workers pacing tokens like a GPU, long answers",
+        ),
+        Scenario(
+            "parse_chat",
+            "chat",
+            "parsers",
+            "reasoning and two tool calls through the qwen3 and qwen parsers, non-streaming",
+        ),
+        Scenario("parse_chat_stream", "chat_stream", "parsers", "the same, streamed"),
+        Scenario(
+            "processes",
+            "chat",
+            "routing",
+            "turnout with 1 and 2 serving processes; prompts share per-group prefixes",
+        ),
+    )
+}
+DEFAULT_SCENARIOS: Final = ("chat", "chat_stream", "generate")
+ENVS: Final = ("plain", "paced", "parsers", "routing")
+
+#: Tools offered in the parser scenarios (the answer calls both).
+TOOLS: Final = [
+    {
+        "type": "function",
+        "function": {
+            "name": "get_weather",
+            "description": "Weather forecast for a city",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "city": {"type": "string"},
+                    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+                    "days": {"type": "integer"},
+                },
+                "required": ["city"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "search",
+            "description": "Search the web",
+            "parameters": {
+                "type": "object",
+                "properties": {"query": {"type": "string"}, "filters": {"type": "object"}},
+                "required": ["query"],
+            },
+        },
+    },
+]
+
+_REASONING: Final = (
+    "The user asks about the weather in San Francisco for the next days and wants a place to "
+    "eat ramen nearby. I should not guess the forecast: the get_weather tool gives it for a "
+    "city, in celsius or fahrenheit, for a number of days. Three days covers the question. "
+    "For the restaurant I can use the search tool with a query and a few filters, only places "
+    "that are open now and at most ten results. Both calls are independent, so I can make "
+    "them in one turn and then combine the answers: first the forecast, then the list of "
+    "places with their distance. I will tell the user what I am doing before calling."
+)
+#: What the parser scenarios' workers answer: qwen3 reasoning, some text, two qwen tool calls.
+PARSER_REPLY: Final = (
+    f"<think>\n{_REASONING}\n</think>\n\n"
+    "Let me check the forecast and look for ramen places near you.\n"
+    '<tool_call>\n{"name": "get_weather", "arguments": {"city": "San Francisco", '
+    '"unit": "celsius", "days": 3}}\n</tool_call>\n'
+    '<tool_call>\n{"name": "search", "arguments": {"query": "best ramen near Union Square, '
+    'San Francisco", "filters": {"open_now": true, "max_results": 10}}}\n</tool_call>'
+)
+#: Parsers given to each router in the ``parsers`` environment (same names in both).
+REASONING_PARSER: Final = "qwen3"
+TOOL_PARSER: Final = "qwen"
+
+
+def worker_tag(index: int) -> str:
+    """The word the ``routing`` environment's worker ``index`` starts every answer with."""
+    return f"worker-{index}"
+
+
+def parse_delay_range(text: str) -> tuple[float, float]:
+    """``"20-40"`` -> (20.0, 40.0); ``"30"`` -> (30.0, 30.0). ``ValueError`` when malformed."""
+    low, sep, high = text.partition("-")
+    lo = float(low)
+    hi = float(high) if sep else lo
+    if lo < 0 or hi < lo:
+        raise ValueError(f"bad delay range {text!r}: want LOW-HIGH with 0 <= LOW <= HIGH")
+    return lo, hi
+
+
+def sim_args(env: str, args: argparse.Namespace, index: int, script_dir: Path) -> list[str]:
+    """Flags of ``turnout sim`` for worker ``index`` of ``env`` (scripts written to
+    ``script_dir``)."""
+    flags = ["--tokens-per-chunk", str(args.tokens_per_chunk)]
+    if env == "paced":
+        low, high = parse_delay_range(args.paced_delay_ms)
+        flags += ["--delay-ms", f"{low:g}", "--delay-jitter-ms", f"{high - low:g}"]
+    elif env == "parsers":
+        path = script_dir / "parsers-script.json"
+        path.write_text(json.dumps({"rules": [{"match": "", "reply": PARSER_REPLY}]}))
+        flags += ["--script", str(path)]
+    elif env == "routing":
+        path = script_dir / f"routing-script-{index}.json"
+        rule = {"match": "", "reply": worker_tag(index) + " {user}"}
+        path.write_text(json.dumps({"rules": [rule]}))
+        flags += ["--script", str(path)]
+    return flags
+
+
+@dataclass(frozen=True, slots=True)
+class RouterSpec:
+    """One router target of an environment: ``kind`` is ``turnout`` or ``smg``."""
+
+    target: str
+    kind: str
+    policy: str
+    processes: int = 1
+    extra: tuple[str, ...] = field(default=())
+
+
+def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[RouterSpec]:
+    """The routers to start for ``env``, in the order of ``kinds`` (``turnout``/``smg``)."""
+    specs: list[RouterSpec] = []
+    for kind in kinds:
+        if env == "routing":
+            policy = args.routing_policy
+            if kind == "turnout":
+                for n in args.process_counts:
+                    name = "turnout" if n == 1 else f"turnout-p{n}"
+                    specs.append(RouterSpec(name, kind, policy, processes=n))
+            else:
+                specs.append(RouterSpec(kind, kind, policy))
+            continue
+        extra: tuple[str, ...] = ()
+        if env == "parsers":
+            tool_flag = "--tool-parser" if kind == "turnout" else "--tool-call-parser"
+            extra = (tool_flag, TOOL_PARSER, "--reasoning-parser", REASONING_PARSER)
+        processes = args.turnout_processes if kind == "turnout" else 1
+        specs.append(RouterSpec(kind, kind, args.policy, processes, extra))
+    return specs
+
+
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    """How the load generators drive one scenario."""
+
+    concurrency: int
+    max_tokens: int
+    warmup: float
+    #: Seconds over which the tasks start (so long streams do not all end together).
+    ramp: float
+    #: Load-generator processes sharing the concurrency.
+    processes: int
+    #: Prompt groups sharing a system prompt (0: every prompt distinct).
+    groups: int
+    #: Seconds between progress events (RSS samples); 0: none.
+    progress_every: float
+
+
+#: Open streams one load-generator process drives at most (when --loadgen-processes is auto).
+STREAMS_PER_LOADGEN: Final = 250
+#: Output limit of the parser scenarios: the scripted answer (about 300 tokens) ends with EOS.
+PARSER_MAX_TOKENS: Final = 2048
+
+
+def load_plan(scenario: Scenario, args: argparse.Namespace) -> LoadPlan:
+    """The load of ``scenario`` under the command line ``args``."""
+    concurrency, max_tokens, warmup, ramp = args.concurrency, args.max_tokens, args.warmup, 0.0
+    groups, progress = 0, 0.0
+    if scenario.env == "paced":
+        concurrency, max_tokens = args.paced_streams, args.paced_max_tokens
+        low, high = parse_delay_range(args.paced_delay_ms)
+        ramp = max_tokens * (low + high) / 2 / 1000  # one answer's length: starts spread evenly
+        warmup = max(warmup, ramp)
+        progress = 1.0
+    elif scenario.env == "parsers":
+        max_tokens = PARSER_MAX_TOKENS
+    elif scenario.env == "routing":
+        groups = args.prefix_groups
+    processes = args.loadgen_processes or max(1, math.ceil(concurrency / STREAMS_PER_LOADGEN))
+    return LoadPlan(
+        concurrency=concurrency,
+        max_tokens=max_tokens,
+        warmup=warmup,
+        ramp=ramp,
+        processes=min(processes, concurrency),
+        groups=groups,
+        progress_every=progress,
+    )
+
+
+def by_env(names: list[str]) -> list[tuple[str, list[str]]]:
+    """Scenario names grouped by environment, environments in order of first appearance."""
+    groups: dict[str, list[str]] = {}
+    for name in names:
+        groups.setdefault(SCENARIOS[name].env, []).append(name)
+    return list(groups.items())
