@@ -265,7 +265,7 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
     async def get_counters_rpc(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
         servicer = worker.servicer
         return {
-            "tokens_out": servicer._tokens_out,
+            "tokens_out": sum(rank.tokens_out for rank in servicer.ranks),
             "requests": len(servicer.records.requests),
             "running": worker.running,
         }
