@@ -188,6 +188,18 @@ def render_results(result: dict[str, Any]) -> str:
             "paced streams: inter-token delay (+: added to direct), memory, load generators",
         ]
         lines += _table(sorted(paced, key=lambda r: (r[0], r[1] != "direct")), _PACED_COLUMNS)
+        for scenario, target, data in paced:
+            pace = data.get("pace")
+            if target == "direct" and pace:
+                verdict = (
+                    "kept"
+                    if pace["kept"]
+                    else "NOT kept: the machine is saturated, every figure includes CPU contention"
+                )
+                lines.append(
+                    f"{scenario}: workers' planned gap {pace['planned_ms']:.1f} ms, direct p50 "
+                    f"{_cell(pace['direct_itl_p50_ms'], '{:.1f}')} ms: pace {verdict}"
+                )
     routed = [row for row in rows if row[2].get("routing")]
     if routed:
         lines += ["", "routing quality: share of a prefix group's requests on its usual worker"]

@@ -557,14 +557,30 @@ def compare_env(
     return results, {target: r.version for target, r in routers.items()}
 
 
-def _with_paced_delay(results: dict[str, dict[str, Any]]) -> None:
-    """Add to every router's paced measurement the inter-token delay it adds to direct's."""
+#: Direct's median inter-token gap may exceed the workers' planned mean by this factor before
+#: the report says the machine could not keep the pace.
+PACE_TOLERANCE = 1.2
+
+
+def _with_paced_delay(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> None:
+    """Add to every router's paced measurement the inter-token delay it adds to direct's, and
+    to direct's whether the workers kept their planned pace (on a saturated machine they do
+    not, and every figure then includes CPU contention)."""
+    low, high = parse_delay_range(args.paced_delay_ms)
+    planned = (low + high) / 2 * args.tokens_per_chunk
     for scenario, targets in results.items():
         if SCENARIOS[scenario].env != "paced" or "direct" not in targets:
             continue
+        direct = targets["direct"]
+        p50 = (direct.get("itl_ms") or {}).get("p50")
+        direct["pace"] = {
+            "planned_ms": planned,
+            "direct_itl_p50_ms": p50,
+            "kept": p50 is not None and p50 <= planned * PACE_TOLERANCE,
+        }
         for name, data in targets.items():
             if name != "direct":
-                data["itl_added_ms"] = added_delay(data.get("itl_ms"), targets["direct"]["itl_ms"])
+                data["itl_added_ms"] = added_delay(data.get("itl_ms"), direct.get("itl_ms"))
 
 
 def compare(
@@ -581,7 +597,7 @@ def compare(
             )
         results.update(env_results)
         versions.update(env_versions)
-    _with_paced_delay(results)
+    _with_paced_delay(results, args)
     out: dict[str, Any] = {"results": results, "versions": versions}
     pairs = [("turnout", "smg"), ("turnout", "direct"), ("smg", "direct")]
     pairs += [(f"turnout-p{n}", "turnout") for n in args.process_counts if n != 1]

@@ -29,7 +29,7 @@ from bench.analysis import (
 )
 from bench.loadgen import run_load
 from bench.report import check_targets, ratios, render_results
-from bench.run import _check_args, build_parser, raise_fd_limit
+from bench.run import _check_args, _with_paced_delay, build_parser, raise_fd_limit
 from bench.scenarios import (
     PARSER_REPLY,
     SCENARIOS,
@@ -312,6 +312,27 @@ def test_memory_growth_and_added_delay() -> None:
     added = added_delay({"p50": 31.0, "p99": 45.5}, {"p50": 30.0, "p99": 40.0})
     assert added == {"p50": 1.0, "p99": 5.5}
     assert added_delay(None, {"p50": 1.0}) == {"p50": None, "p99": None}
+
+
+def test_paced_results_say_whether_the_workers_kept_their_pace() -> None:
+    args = _args("--paced-delay-ms", "20-40")
+    results: dict[str, dict[str, Any]] = {
+        "paced_stream": {
+            "direct": {"itl_ms": {"p50": 31.0, "p99": 45.0}},
+            "turnout": {"itl_ms": {"p50": 32.0, "p99": 49.0}},
+        },
+        "chat_stream": {"direct": {"itl_ms": {"p50": 1.0, "p99": 2.0}}, "turnout": {}},
+    }
+    _with_paced_delay(results, args)
+    paced = results["paced_stream"]
+    assert paced["direct"]["pace"] == {"planned_ms": 30.0, "direct_itl_p50_ms": 31.0, "kept": True}
+    assert paced["turnout"]["itl_added_ms"] == {"p50": 1.0, "p99": 4.0}
+    assert "pace" not in results["chat_stream"]["direct"]  # only paced scenarios
+    slow = {"paced_stream": {"direct": {"itl_ms": {"p50": 120.0, "p99": 500.0}}}}
+    _with_paced_delay(slow, args)
+    assert slow["paced_stream"]["direct"]["pace"]["kept"] is False
+    slow["paced_stream"]["turnout"] = {"itl_added_ms": {"p50": 1.0, "p99": 2.0}}
+    assert "pace NOT kept" in render_results({"results": slow})
 
 
 def _m(**fields: Any) -> dict[str, Any]:
