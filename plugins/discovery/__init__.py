@@ -9,6 +9,12 @@ _PKG = "turnout.plugins.discovery"
 # (canonical name, "module:Class", aliases, description)
 BUILTIN_DISCOVERY: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     ("file", "file:FileProvider", (), "workers listed in a YAML/JSON file, re-read on change"),
+    (
+        "kubernetes",
+        "kubernetes:KubernetesProvider",
+        ("k8s",),
+        "Running and Ready pods of a namespace and label selector (turnout[kubernetes])",
+    ),
 )
 
 

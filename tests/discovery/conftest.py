@@ -71,7 +71,7 @@ def provider(channel: str = "a") -> QueueProvider:
     return next(p for p in reversed(QueueProvider.instances) if p.channel == channel)
 
 
-async def eventually(check: Callable[[], bool], within: float = 10.0) -> None:
+async def eventually(check: Callable[[], bool], within: float = 20.0) -> None:
     """Wait until ``check()`` holds (generous bound: the machine may be loaded)."""
     deadline = time.monotonic() + within
     while not check():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,7 @@ import yaml
 import turnout
 from turnout.cli import main
 from turnout.config import DiscoveryConfig, build_config
+from turnout.discovery import describe_discovery
 from turnout.errors import ConfigError, PluginError
 from turnout.plugin_loader import load_plugins
 from turnout.plugin_report import plugins_report, render_plugins_report
@@ -44,6 +46,7 @@ def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 def test_builtins_come_through_turnouts_own_entry_points() -> None:
     registry = turnout.load_plugins().discovery
     assert registry.names() == sorted(row[0] for row in BUILTIN_DISCOVERY)
+    assert registry.get("k8s").name == "kubernetes"
     assert registry.get("file").distribution == "turnout"
     for name in registry.names():
         registry.factory(name)  # every lazy path imports (kubernetes without its extra too)
@@ -62,10 +65,10 @@ def test_a_third_party_provider_is_found_reported_and_created(site: Path) -> Non
     consul = next(p for p in report["plugins"] if p["distribution"] == "turnout-consul")
     assert consul["discovery"][0]["name"] == "consul"
     builtin = next(p for p in report["plugins"] if p["distribution"] == "turnout")
-    assert {d["name"] for d in builtin["discovery"]} >= {"file"}
+    assert {d["name"] for d in builtin["discovery"]} == {"file", "kubernetes"}
     text = render_plugins_report(report)
     assert "discovery        consul  (aliases: c)" in text
-    assert "discovery        file" in text
+    assert "discovery        kubernetes  (aliases: k8s)" in text
 
 
 def test_a_name_taken_twice_is_an_error_naming_both(site: Path) -> None:
@@ -108,3 +111,13 @@ def test_check_shows_each_discovery_entry_and_rejects_bad_options(
     err = capsys.readouterr().err
     assert "discovery[1] (file): invalid options:" in err
     assert "poll_interval_s" in err
+
+
+def test_kubernetes_without_its_extra_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "kubernetes_asyncio", None)  # as if not installed
+    entry = DiscoveryConfig("kubernetes", {"selector": "app=sglang"})
+    wanted = r"discovery\[0\] \(kubernetes\): .*pip install 'turnout\[kubernetes\]'"
+    with pytest.raises(PluginError, match=wanted):
+        describe_discovery([entry], load_plugins().discovery)
