@@ -30,6 +30,7 @@ from turnout.server.respond import Answer, answer_json, answer_stream
 from turnout.server.tool_choice import ToolPlan, plan_tools
 from turnout.server.unsupported import refuse_modalities, refuse_unsupported
 from turnout.tokenizer import ChatTemplateError
+from turnout.tokenizer.content_parts import media_kind
 from turnout.wire.sampling import Constraint
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -54,6 +55,11 @@ def _check_chat(request: ChatCompletionRequest) -> None:
                 if not isinstance(part.get("type"), str):
                     raise bad_request(
                         f"messages[{i}].content[{j}] needs a 'type'", f"messages[{i}].content"
+                    )
+                if media_kind(part) is not None:  # until images reach the workers (issue 20)
+                    raise unsupported.unsupported(
+                        f"messages[{i}].content[{j}]",
+                        f"{part['type']} parts are not supported by turnout yet",
                     )
 
 

@@ -5,8 +5,10 @@ shape Hugging Face templates expect: keys whose value is ``None`` are dropped, a
 missing ``content`` becomes ``""`` (as SGLang does; templates read it), tool-call ``arguments``
 given as a JSON string become a dict, reasoning is offered under both ``reasoning_content`` and
 ``thinking``, and content is converted to the template's :data:`ContentFormat` (parts joined
-into a string, or a string wrapped in a text part). Templates that need otherwise get what they
-expect (see :class:`MessageShape`): arguments as JSON text, a null content beside tool calls.
+into a string, or a string wrapped in a text part; images as typed parts for templates that
+render them, see :mod:`turnout.tokenizer.content_parts`). Templates that need otherwise get
+what they expect (see :class:`MessageShape`): arguments as JSON text, a null content beside
+tool calls.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 import jinja2
 
 from turnout.tokenizer.content_format import ContentFormat
+from turnout.tokenizer.content_parts import template_content
 from turnout.tokenizer.errors import ChatTemplateError
 from turnout.tokenizer.message_shape import MessageShape, detect_message_shape
 from turnout.tokenizer.template_env import compile_template
@@ -66,36 +69,6 @@ def _tool_calls(calls: object, index: int, as_text: bool) -> object:
     return converted
 
 
-def _text_of_parts(parts: Sequence[object], index: int) -> str:
-    texts: list[str] = []
-    for part in parts:
-        if isinstance(part, str):
-            texts.append(part)
-            continue
-        if not isinstance(part, Mapping):
-            raise ChatTemplateError(f"messages[{index}].content parts must be objects")
-        kind = part.get("type", "text")
-        text = part.get("text")
-        if kind in ("text", "input_text", "output_text") and isinstance(text, str):
-            texts.append(text)
-        else:
-            raise ChatTemplateError(
-                f"messages[{index}].content: part type {kind!r} is not supported by this "
-                "model's chat template (it takes text only)"
-            )
-    return "\n".join(texts)
-
-
-def _content(content: object, fmt: ContentFormat, index: int) -> object:
-    if fmt == "string":
-        if isinstance(content, list):
-            return _text_of_parts(content, index)
-        return content
-    if isinstance(content, str):
-        return [{"type": "text", "text": content}]
-    return content
-
-
 def prepare_messages(
     messages: Sequence[Message], shape: MessageShape = _DEFAULT_SHAPE
 ) -> list[dict[str, Any]]:
@@ -115,7 +88,13 @@ def prepare_messages(
             raise ChatTemplateError(f"messages[{index}].role must be a string")
         out = {key: value for key, value in message.items() if value is not None}
         if "content" in out:
-            out["content"] = _content(out["content"], shape.content_format, index)
+            out["content"] = template_content(
+                out["content"],
+                index=index,
+                role=out["role"],
+                parts_only=shape.content_format == "openai",
+                media=shape.media,
+            )
         elif out.get("tool_calls") and shape.null_content_with_calls:
             out["content"] = None
         else:
@@ -200,6 +179,11 @@ class ChatTemplate:
     def content_format(self) -> ContentFormat:
         """Whether the template takes content as a string or as parts."""
         return self.shape.content_format
+
+    @property
+    def media_kinds(self) -> frozenset[str]:
+        """Media kinds (``image``…) the template renders from content parts."""
+        return frozenset(self.shape.media)
 
     def render(
         self,

@@ -3,7 +3,8 @@
 Clients send messages as the OpenAI API defines them; Hub templates were written for whatever
 their authors fed them. Three things differ between templates:
 
-* content as a string or as parts (see :mod:`turnout.tokenizer.content_format`);
+* content as a string or as parts, and which media parts (images) it renders (see
+  :mod:`turnout.tokenizer.content_format`);
 * tool-call ``arguments``: most templates want the decoded object (``| tojson``, ``| items``),
   but some concatenate them into the prompt (DeepSeek's ``'<｜tool▁sep｜>' + arguments``) and
   need the JSON text. A template that tests ``arguments is string`` takes both and gets the
@@ -15,7 +16,7 @@ their authors fed them. Three things differ between templates:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import jinja2
 from jinja2 import nodes
@@ -25,6 +26,7 @@ from turnout.tokenizer.content_format import (
     content_format_of,
     field_aliases,
     is_field_expr,
+    media_parts_of,
 )
 from turnout.tokenizer.template_env import template_environment
 
@@ -38,6 +40,8 @@ class MessageShape:
     arguments_as_text: bool = False
     #: A null ``content`` beside tool calls reaches the template as ``None`` (not ``""``).
     null_content_with_calls: bool = False
+    #: Media kind (``image``…) the template renders from content parts → the part it takes.
+    media: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
 def _tests(tree: nodes.Template, name: str, field: str, aliases: set[str]) -> bool:
@@ -75,4 +79,5 @@ def detect_message_shape(source: str) -> MessageShape:
         content_format=content_format_of(tree),
         arguments_as_text=_uses_arguments_as_text(tree, field_aliases(tree, "arguments")),
         null_content_with_calls=_tests(tree, "none", "content", field_aliases(tree, "content")),
+        media=media_parts_of(tree),
     )

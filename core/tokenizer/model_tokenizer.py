@@ -244,6 +244,12 @@ class ModelTokenizer:
         template = self._templates.get(DEFAULT_TEMPLATE)
         return "string" if template is None else template.content_format
 
+    @property
+    def media_kinds(self) -> frozenset[str]:
+        """Media kinds (``image``…) the default template renders (none without a template)."""
+        template = self._templates.get(DEFAULT_TEMPLATE)
+        return frozenset() if template is None else template.media_kinds
+
     def apply_chat_template(
         self,
         messages: Sequence[Message],

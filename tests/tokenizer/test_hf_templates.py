@@ -298,7 +298,11 @@ def test_render_matches_transformers(
 def test_text_parts_render_like_strings(
     name: str, make_model_dir: MakeModelDir, hf_tokenizers: Callable[[str], Any]
 ) -> None:
-    """OpenAI content parts reach string templates joined, matching transformers on strings."""
+    """Text-only content parts reach every template joined, matching transformers on strings.
+
+    Templates that render typed (image) parts get them joined too: their string branches cover
+    every role, their parts branches do not (Kimi K2 prints a tool message's content as is).
+    """
     model_dir = make_model_dir(
         tokenizer_config=SPECIAL_TOKENS[name],
         chat_template__jinja=(TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8"),
@@ -341,3 +345,80 @@ def test_deepseek_tokens_match_transformers(
         text, ids = ours.encode_chat(messages, **kwargs)
         assert ids == list(expected_ids), conversation
         assert text == hf.apply_chat_template(shaped, tokenize=False, **options)
+
+
+# A data URI or any URL: templates never see it, they get {"type": "image"} per image.
+IMAGE_URL = "data:image/png;base64,iVBORw0KGgo="  # never decoded here
+IMAGE_PART = {"type": "image_url", "image_url": {"url": IMAGE_URL, "detail": "auto"}}
+IMAGE_CONVERSATIONS: dict[str, list[dict[str, Any]]] = {
+    "one_image": [
+        {"role": "user", "content": [IMAGE_PART, {"type": "text", "text": "What is this?"}]},
+    ],
+    "images_over_turns": [
+        {"role": "system", "content": "You describe pictures."},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Compare"}, IMAGE_PART, IMAGE_PART],
+        },
+        {"role": "assistant", "content": "Two cats."},
+        {
+            "role": "user",
+            "content": [
+                {"type": "input_image", "image_url": IMAGE_URL},  # the Responses API's part
+                {"type": "input_text", "text": "And this one?"},
+            ],
+        },
+    ],
+}
+# The templates with an image branch in their content loop.
+IMAGE_TEMPLATES = {
+    "Qwen-Qwen2-VL-7B-Instruct",
+    "Mistral-Small-3.2-24B-Instruct-2506",
+    "moonshotai-Kimi-K2",
+}
+
+
+def _hf_image_parts(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What transformers users pass: text parts, and {"type": "image"} per image."""
+    shaped = []
+    for message in messages:
+        content = message["content"]
+        if isinstance(content, list):
+            content = [
+                {"type": "text", "text": part["text"]} if "text" in part else {"type": "image"}
+                for part in content
+            ]
+        shaped.append({**message, "content": content})
+    return shaped
+
+
+@pytest.mark.parametrize("conversation", sorted(IMAGE_CONVERSATIONS))
+@pytest.mark.parametrize("name", _template_names())
+def test_images_render_as_the_templates_placeholders(
+    name: str,
+    conversation: str,
+    make_model_dir: MakeModelDir,
+    hf_tokenizers: Callable[[str], Any],
+) -> None:
+    """Image parts render through the template exactly as transformers renders its image parts;
+    a template without an image branch refuses them."""
+    messages = IMAGE_CONVERSATIONS[conversation]
+    model_dir = make_model_dir(
+        tokenizer_config=SPECIAL_TOKENS[name],
+        chat_template__jinja=(TEMPLATES / f"{name}.jinja").read_text(encoding="utf-8"),
+    )
+    ours = ModelTokenizer.from_dir(model_dir)
+    assert ("image" in ours.media_kinds) == (name in IMAGE_TEMPLATES)
+    if name not in IMAGE_TEMPLATES:
+        with pytest.raises(ChatTemplateError, match="takes no image"):
+            ours.apply_chat_template(copy.deepcopy(messages))
+        return
+    expected = _render_hf(hf_tokenizers(name), _hf_image_parts(messages), {}, name)
+    assert not isinstance(expected, Exception), expected
+    original = copy.deepcopy(messages)
+    rendered = ours.apply_chat_template(messages)
+    assert rendered == expected
+    assert messages == original, "the caller's messages must not be modified"
+    if name == "Qwen-Qwen2-VL-7B-Instruct":
+        images = sum(1 for m in messages for p in m["content"] if "image_url" in p)
+        assert rendered.count("<|vision_start|><|image_pad|><|vision_end|>") == images
