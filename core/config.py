@@ -102,6 +102,31 @@ class DiscoveryConfig(_Section):
     options: dict[str, Any] = msgspec.field(default_factory=dict)
 
 
+class ImagesConfig(_Section):
+    """How image inputs are taken: from ``data:`` URIs always, from ``https`` URLs only on the
+    hosts listed (never from private, loopback, link-local or reserved addresses), within these
+    bounds (see :mod:`turnout.multimodal`)."""
+
+    #: Hosts whose ``https`` URLs may be fetched: ``images.example.com``, or ``*.example.com``
+    #: for its subdomains. Empty: URLs are refused, only ``data:`` URIs are taken.
+    allowed_domains: list[Annotated[str, msgspec.Meta(pattern=r"^(\*\.)?[^*\s/:]+$")]] = (
+        msgspec.field(default_factory=list)
+    )
+    #: Encoded bytes of one image (the data URI's payload, or the download).
+    max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 20 * 1024 * 1024
+    #: Width x height of one image, checked before it is decoded (decompression bombs); at
+    #: most Pillow's own bomb threshold.
+    max_pixels: Annotated[int, msgspec.Meta(ge=1, le=89_478_485)] = 16_777_216
+    #: Images in one request.
+    max_images: _Count = 8
+    #: Deadline of one URL's download, redirects included.
+    fetch_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    #: Redirects followed (each one checked like the first URL); 0 refuses them.
+    max_redirects: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
+    #: Image formats taken (Pillow's names, lower case).
+    formats: list[str] = msgspec.field(default_factory=lambda: ["png", "jpeg", "webp", "gif"])
+
+
 class ModelConfig(_Section):
     """Per-model settings; every field is optional."""
 
@@ -113,6 +138,8 @@ class ModelConfig(_Section):
     reasoning_parser: str | None = None
     policy: str | PolicyConfig | None = None
     aliases: list[str] = msgspec.field(default_factory=list)
+    #: This model's image settings, replacing the top-level ``images`` section as a whole.
+    images: ImagesConfig | None = None
 
 
 class DefaultsConfig(_Section):
@@ -136,6 +163,8 @@ class Config(_Section):
     discovery: list[DiscoveryConfig] = msgspec.field(default_factory=list)
     models: dict[str, ModelConfig] = msgspec.field(default_factory=dict)
     defaults: DefaultsConfig = msgspec.field(default_factory=DefaultsConfig)
+    #: Image inputs of every model (a model's own ``images`` replaces it).
+    images: ImagesConfig = msgspec.field(default_factory=ImagesConfig)
     health: HealthSettings = msgspec.field(default_factory=HealthSettings)
     circuit_breaker: BreakerSettings = msgspec.field(default_factory=BreakerSettings)
     retry: RetrySettings = msgspec.field(default_factory=RetrySettings)
@@ -264,6 +293,10 @@ def _check(config: Config) -> None:
         if problem is not None:
             key = "id" if worker.id is not None else "url"
             raise ConfigError(f"workers[{index}].{key}: worker id {worker_id!r} {problem}")
+    _check_images("images", config.images)
+    for model_id, model in config.models.items():
+        if model.images is not None:
+            _check_images(f"models.{model_id}.images", model.images)
     _check_tokenizer_path("defaults.tokenizer_path", config.defaults.tokenizer_path)
     for model_id, model in config.models.items():
         _check_tokenizer_path(f"models.{model_id}.tokenizer_path", model.tokenizer_path)
@@ -321,6 +354,16 @@ def tokenizer_dir_problem(path: str) -> str | None:
     if not (directory / "tokenizer.json").is_file():
         return f"{path} has no tokenizer.json (turnout needs a Hugging Face tokenizer.json)"
     return None
+
+
+def _check_images(key: str, images: ImagesConfig) -> None:
+    from turnout.multimodal.images import SUPPORTED_FORMATS
+
+    unknown = sorted(set(images.formats) - SUPPORTED_FORMATS)
+    if unknown:
+        raise ConfigError(
+            f"{key}.formats: {unknown} not supported; choose from {sorted(SUPPORTED_FORMATS)}"
+        )
 
 
 def _check_tokenizer_path(key: str, path: str | None) -> None:
