@@ -150,18 +150,20 @@ class DiscoveryManager:
 
     async def start(self, entries: Sequence[DiscoveryConfig]) -> None:
         """Create and start one provider per entry (bad entries raise before anything starts)."""
-        for source in self._build(entries):
+        for source in self._build(list(enumerate(entries))):
             self._launch(source)
 
     async def reconfigure(self, entries: Sequence[DiscoveryConfig]) -> dict[str, list[str]]:
         """Apply a reloaded ``discovery`` list: unchanged entries keep running; others stop or
         start. Workers of a stopped entry are drained, unless a started entry reports the same
         URL and model within ``adopt_grace_s`` (then it takes them over, with no gap)."""
-        wanted = {_identity(entry): entry for entry in entries}
+        wanted = {_identity(entry): (index, entry) for index, entry in enumerate(entries)}
         keep = [s for s in self._sources if s.identity in wanted]
         kept = {s.identity for s in keep}
-        fresh = self._build([e for i, e in wanted.items() if i not in kept], offset=len(keep))
+        fresh = self._build([pair for i, pair in wanted.items() if i not in kept])
         stopped = [s for s in self._sources if s.identity not in wanted]
+        for source in keep:  # where it now stands in the list
+            source.label = entry_label(*wanted[source.identity])
         for source in stopped:
             await self._cancel(source)
             for owned in source.owned.values():
@@ -201,9 +203,9 @@ class DiscoveryManager:
 
     # -- running providers -----------------------------------------------------------------------
 
-    def _build(self, entries: Sequence[DiscoveryConfig], offset: int = 0) -> list[_Source]:
+    def _build(self, entries: Sequence[tuple[int, DiscoveryConfig]]) -> list[_Source]:
         sources = []
-        for index, entry in enumerate(entries, start=offset):
+        for index, entry in entries:
             label = entry_label(index, entry)
             provider = create_provider(self.providers, entry, label)
             name = self.providers.canonical(entry.provider)

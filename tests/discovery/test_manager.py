@@ -226,3 +226,17 @@ async def test_reload_keeps_unchanged_entries_and_hands_workers_over(
     await manager.reconfigure([])
     assert second.closed == 1
     await eventually(lambda: registry.all() == [])
+
+
+async def test_reload_names_entries_by_their_new_place(fleet: Callable[..., Any]) -> None:
+    _, manager = await fleet([{"provider": "queue", "options": {"channel": "a"}}])
+    changes = await manager.reconfigure(
+        [DiscoveryConfig("queue", {"channel": "new"}), DiscoveryConfig("queue", {"channel": "a"})]
+    )
+    assert changes == {"started": ["discovery[0] (queue)"], "stopped": []}
+    assert provider("a").closed == 0
+    assert sorted(s["entry"] for s in manager.status()) == [
+        "discovery[0] (queue)",
+        "discovery[1] (queue)",
+    ]
+    assert manager.status()[0]["entry"] == "discovery[1] (queue)"  # the kept one moved down
