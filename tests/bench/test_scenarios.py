@@ -333,6 +333,9 @@ def test_paced_results_say_whether_the_workers_kept_their_pace() -> None:
     assert slow["paced_stream"]["direct"]["pace"]["kept"] is False
     slow["paced_stream"]["turnout"] = {"itl_added_ms": {"p50": 1.0, "p99": 2.0}}
     assert "pace NOT kept" in render_results({"results": slow})
+    (check,) = check_targets({}, slow, 32)
+    assert check["met"] is None  # no verdict on the added delay of a saturated run
+    assert "could not keep their pace" in check["target"]
 
 
 def _m(**fields: Any) -> dict[str, Any]:
@@ -353,12 +356,17 @@ def test_targets_and_tables_of_the_new_scenarios() -> None:
         "paced_stream": {
             "direct": _m(itl_ms={"p50": 30.0, "p99": 40.0}, concurrency=1000),
             "turnout": _m(
+                worker_tokens_per_s=800.0,
                 itl_ms={"p50": 30.5, "p99": 42.0},
                 itl_added_ms={"p50": 0.5, "p99": 2.0},
                 memory={"kib_per_stream": 12.0, "slope_mb_per_min": 0.1},
                 concurrency=1000,
             ),
-            "smg": _m(itl_added_ms={"p50": 0.2, "p99": 4.0}, memory={"kib_per_stream": 8.0}),
+            "smg": _m(
+                worker_tokens_per_s=1000.0,
+                itl_added_ms={"p50": 0.2, "p99": 4.0},
+                memory={"kib_per_stream": 8.0},
+            ),
         },
         "parse_chat_stream": {
             "turnout": _m(router_cpu={"ms_per_request": 2.0, "us_per_token": 20.0}),
@@ -377,6 +385,7 @@ def test_targets_and_tables_of_the_new_scenarios() -> None:
     assert checks["cpu per token, parsers, streaming"]["met"] is False
     added = checks["inter-token delay turnout adds at p99 (paced_stream)"]
     assert (added["value"], added["unit"], added["met"]) == (2.0, "ms", True)
+    assert checks["throughput (paced_stream)"]["value"] == 0.8  # the workers' token rates
     processes = ratios(results, "turnout-p2", "turnout")
     assert processes["processes"]["requests_per_s"] == 1.5
     text = render_results(
