@@ -28,11 +28,11 @@ class RoutingRequest:
 
 @runtime_checkable
 class Candidate(Protocol):
-    """A worker a policy may pick."""
+    """A worker a policy may pick, or one data-parallel rank of a worker (``<worker>@<rank>``)."""
 
     @property
     def id(self) -> str:
-        """Stable worker id (unique in this router)."""
+        """Stable candidate id (unique in this router)."""
         ...
 
     @property
@@ -51,7 +51,8 @@ class Policy(Protocol):
     """A selection policy. Optional hooks are looked up once, not per request.
 
     Optional methods a policy may define:
-    ``on_workers_changed(worker_ids: Sequence[str]) -> None`` when workers join or leave, and
+    ``on_workers_changed(worker_ids: Sequence[str]) -> None`` when candidates join or leave (the
+    ids of every candidate of the model), and
     ``on_request_done(request: RoutingRequest, worker_id: str, ok: bool) -> None``.
     """
 

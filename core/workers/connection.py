@@ -6,7 +6,7 @@ wire client (``turnout.wire``) to it, and tests may pass their own ``connect``.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -35,8 +35,8 @@ class WorkerConnection(Protocol):
         """``GetModelInfo`` + ``GetServerInfo`` flattened into string labels."""
         ...
 
-    async def load(self, deadline: float) -> int:
-        """``GetLoads``: running plus waiting requests over all DP ranks."""
+    async def load(self, deadline: float) -> Sequence[int]:
+        """``GetLoads``: running plus waiting requests of each DP rank (index = rank)."""
         ...
 
     def generate(self, request: Any, timeout: float | None) -> ResponseStream:

@@ -15,6 +15,7 @@ from typing import Any, Self
 
 from turnout.routing.types import Candidate, Policy, RoutingRequest
 from turnout.workers.connection import Failure, ResponseStream
+from turnout.workers.dp import DpRank, Slot, candidate_ids
 from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.retry import backoff_delay
@@ -103,12 +104,12 @@ class Dispatcher:
 
     def _inform(self, route: _Route, model: str) -> None:
         if route.changed is not None:
-            route.changed([w.id for w in self.registry.workers_for(model)])
+            route.changed(candidate_ids(self.registry.workers_for(model)))
 
     def _on_membership(self, model: str, workers: list[Worker]) -> None:
         route = self._routes.get(model)
         if route is not None and route.changed is not None:
-            route.changed([w.id for w in workers])
+            route.changed(candidate_ids(workers))
 
     # -- dispatch -------------------------------------------------------------------------------
 
@@ -141,11 +142,13 @@ class Dispatcher:
             candidates = self.registry.candidates(model, tried)
             if not candidates:
                 raise self._no_worker(model, tried)
-            worker = self._select(route, routing, candidates)
+            slot = self._select(route, routing, candidates)
+            worker = slot.worker
             attempt += 1
             remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
             wait = remaining if first_timeout is None else min(remaining or inf, first_timeout)
-            worker.acquire()
+            slot.acquire()
+            slot.pin(request)
             stream: ResponseStream | None = None
             try:
                 stream = worker.connection.generate(request, remaining)
@@ -155,7 +158,7 @@ class Dispatcher:
                     async with asyncio.timeout(wait):
                         first = await stream.next_batch()
             except asyncio.CancelledError:
-                worker.release()
+                slot.release()
                 if stream is not None:
                     await stream.aclose()
                 raise
@@ -166,7 +169,7 @@ class Dispatcher:
             except Exception as error:
                 failure = worker.connection.classify(error)
                 if failure is None:
-                    worker.release()
+                    slot.release()
                     if stream is not None:
                         await stream.aclose()
                     raise
@@ -174,7 +177,7 @@ class Dispatcher:
             else:
                 if first:
                     worker.health.traffic_ok()
-                    return GenerateSession(self, worker, stream, first, route, routing, attempt)
+                    return GenerateSession(self, slot, stream, first, route, routing, attempt)
                 failure = Failure(
                     True,
                     502,
@@ -185,13 +188,13 @@ class Dispatcher:
                 exc = RuntimeError(failure.message)
 
             # The attempt failed before the client saw anything.
-            worker.release()
+            slot.release()
             if stream is not None:
                 await stream.aclose()
             assert failure is not None
             _record_failure(worker, failure)
             if route.done is not None:
-                _call_hook(route.done, routing, worker.id, False)
+                _call_hook(route.done, routing, slot.id, False)
             if failure.refused and worker.id not in refused_by:
                 # Nothing ran (a graceful GOAWAY): send it again at once, as gRPC's transparent
                 # retry does; the same worker may take it on a new connection. Once per worker,
@@ -224,17 +227,17 @@ class Dispatcher:
                 detail=failure.message,
             ) from exc
 
-    def _select(self, route: _Route, routing: RoutingRequest, candidates: list[Worker]) -> Worker:
+    def _select(self, route: _Route, routing: RoutingRequest, candidates: list[Slot]) -> Slot:
         try:
             chosen: Candidate = route.policy.select(routing, candidates)
         except Exception:
             log.exception("policy %s failed; using the least-loaded worker", route.policy)
             return min(candidates, key=lambda w: w.load)
-        if isinstance(chosen, Worker):
+        if isinstance(chosen, (Worker, DpRank)):
             return chosen
-        for worker in candidates:  # a policy may return a wrapper; match it by id
-            if worker.id == chosen.id:
-                return worker
+        for slot in candidates:  # a policy may return a wrapper; match it by id
+            if slot.id == chosen.id:
+                return slot
         log.error("policy %s chose a non-candidate %r", route.policy, chosen.id)
         return min(candidates, key=lambda w: w.load)
 
@@ -277,13 +280,14 @@ class GenerateSession:
         "_routing",
         "_stream",
         "attempts",
+        "slot",
         "worker",
     )
 
     def __init__(  # noqa: PLR0917 - built only by Dispatcher.open_stream
         self,
         dispatcher: Dispatcher,
-        worker: Worker,
+        slot: Slot,
         stream: ResponseStream,
         first: list[Any],
         route: _Route,
@@ -291,7 +295,9 @@ class GenerateSession:
         attempts: int,
     ) -> None:
         self._dispatcher = dispatcher
-        self.worker = worker
+        #: Where the request runs: the worker, or one of its DP ranks.
+        self.slot = slot
+        self.worker = slot.worker
         self._stream = stream
         #: Responses received but not handed out yet (the first batch, to begin with).
         self._pending: deque[Any] = deque(first)
@@ -393,19 +399,19 @@ class GenerateSession:
             return
         self._done = True
         worker = self.worker
-        worker.release()
+        self.slot.release()
         if failure is not None:
             _record_failure(worker, failure)
         elif not neutral:
             worker.breaker.record_success()
         if self._route.done is not None:
-            _call_hook(self._route.done, self._routing, worker.id, failure is None)
+            _call_hook(self._route.done, self._routing, self.slot.id, failure is None)
 
     def __del__(self) -> None:
         # Safety net: a session dropped without aclose() must not stay "in flight" forever.
         if not self._done:
             self._done = True
-            self.worker.release()
+            self.slot.release()
 
 
 def _silent(worker: Worker, waited: float) -> Failure:

@@ -12,6 +12,7 @@ from typing import Any
 
 from turnout.errors import ConfigError
 from turnout.workers.connection import WorkerConnection
+from turnout.workers.dp import Slot
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
 from turnout.workers.health import HealthState
 from turnout.workers.settings import WireSettings, WorkerSpec, WorkersSettings
@@ -73,13 +74,19 @@ class WorkerRegistry:
         """Every worker serving ``model``, whatever its state."""
         return list(self._by_model.get(model, ()))
 
-    def candidates(self, model: str, exclude: Iterable[str] = ()) -> list[Worker]:
-        """Routable workers serving ``model``, minus the ids in ``exclude``."""
+    def candidates(self, model: str, exclude: Iterable[str] = ()) -> list[Slot]:
+        """Where a request for ``model`` may go: each routable worker serving it, minus the
+        worker ids in ``exclude``; a worker with DP ranks offers each rank instead."""
         workers = self._by_model.get(model, ())
-        if not exclude:
-            return [w for w in workers if w.routable]
         skip = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
-        return [w for w in workers if w.routable and w.id not in skip]
+        found: list[Slot] = []
+        for w in workers:
+            if w.routable and (not skip or w.id not in skip):
+                if w.ranks:
+                    found.extend(w.ranks)
+                else:
+                    found.append(w)
+        return found
 
     def unplaced(self) -> list[Worker]:
         """Registered workers whose model is not known yet (not reached so far)."""
@@ -286,8 +293,10 @@ class WorkerRegistry:
         except Exception as exc:
             worker.last_error = f"model info: {type(exc).__name__}: {exc}"
             return False
-        worker.apply_discovery(dict(labels))
+        reshaped = worker.apply_discovery(dict(labels))
         self._index(worker)
+        if reshaped and worker.model_id is not None:
+            self._notify(worker.model_id)  # its candidates (DP ranks) changed
         return True
 
     async def _health_loop(self, worker: Worker) -> None:
@@ -366,7 +375,7 @@ class WorkerRegistry:
                 return_exceptions=True,
             )
             for worker, result in zip(workers, results, strict=True):
-                if isinstance(result, int):
+                if not isinstance(result, BaseException):
                     worker.set_reported_load(result)
 
 

@@ -103,6 +103,9 @@ class WorkerSpec(_Section):
     #: Stable id; defaults to ``host:port`` of the URL.
     id: str | None = None
     labels: dict[str, str] = msgspec.field(default_factory=dict)
+    #: Data-parallel ranks to route to, overriding the ``dp_size`` the worker reports; 1
+    #: routes to the worker as a whole and leaves the rank to its own scheduler.
+    dp_size: Count | None = None
     health: HealthOverride | None = None
     circuit_breaker: BreakerOverride | None = None
 

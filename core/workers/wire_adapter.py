@@ -59,10 +59,10 @@ class WireConnection:
             labels["sglang_version"] = server.sglang_version
         return labels
 
-    async def load(self, deadline: float) -> int:
-        """Running plus waiting requests over every DP rank."""
+    async def load(self, deadline: float) -> list[int]:
+        """Running plus waiting requests of each DP rank (index = ``dp_rank``)."""
         response = await self.client.get_loads(deadline=deadline)
-        return sum(int(x.num_running_reqs) + int(x.num_waiting_reqs) for x in response.loads)
+        return loads_by_rank(response)
 
     def generate(self, request: pb.GenerateRequest, timeout: float | None) -> GenerateStream:
         """Start ``Generate``."""
@@ -75,6 +75,17 @@ class WireConnection:
     async def close(self) -> None:
         """Close the channel."""
         await self.client.close()
+
+
+def loads_by_rank(response: pb.GetLoadsResponse) -> list[int]:
+    """Running plus waiting requests per DP rank from a ``GetLoadsResponse`` (ranks it does not
+    report count 0; a rank number out of range is ignored)."""
+    size = max(int(response.dp_rank_count), len(response.loads), 1)
+    counts = [0] * size
+    for load in response.loads:
+        if 0 <= load.dp_rank < size:
+            counts[load.dp_rank] += int(load.num_running_reqs) + int(load.num_waiting_reqs)
+    return counts
 
 
 def client_settings(wire: WireSettings) -> ClientSettings:

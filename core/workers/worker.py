@@ -5,12 +5,13 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from turnout.workers.breaker import CircuitBreaker, CircuitState
 from turnout.workers.connection import WorkerConnection
+from turnout.workers.dp import DpRank, dp_size_from_labels
 from turnout.workers.health import HealthState, HealthTracker
 from turnout.workers.settings import (
     BreakerSettings,
@@ -68,7 +69,14 @@ def model_id_from_labels(labels: dict[str, str]) -> str:
 
 
 class Worker:
-    """A worker as the router sees it; implements :class:`turnout.routing.Candidate`."""
+    """A worker as the router sees it; implements :class:`turnout.routing.Candidate`.
+
+    A worker with ``dp_size`` > 1 is routed to rank by rank: its :attr:`ranks` are the
+    candidates (see :mod:`turnout.workers.dp`); otherwise the worker itself is.
+    """
+
+    #: A whole worker pins no DP rank (its own scheduler decides).
+    dp_rank: int | None = None
 
     def __init__(
         self,
@@ -102,11 +110,24 @@ class Worker:
         self.wake = asyncio.Event()
         self._idle = asyncio.Event()
         self._idle.set()
+        #: One candidate per DP rank when the worker has more than one; else empty.
+        self.ranks: tuple[DpRank, ...] = ()
+        self._set_dp_size(spec.dp_size or 1)
 
     @property
     def id(self) -> str:
         """Stable worker id."""
         return self._id
+
+    @property
+    def worker(self) -> Worker:
+        """Itself (a worker is its own routing slot when it has no DP ranks)."""
+        return self
+
+    @property
+    def dp_size(self) -> int:
+        """Data-parallel ranks requests are routed to (1: the worker as a whole)."""
+        return len(self.ranks) or 1
 
     @property
     def url(self) -> str:
@@ -144,17 +165,39 @@ class Worker:
         # one request rather than its whole share of the traffic until the trial fails.
         return breaker.allows() and (self.in_flight == 0 or not breaker.settings.enabled)
 
-    def apply_discovery(self, labels: dict[str, str]) -> None:
-        """Take discovered labels; configured labels and model id win."""
+    def apply_discovery(self, labels: dict[str, str]) -> bool:
+        """Take discovered labels; configured labels, model id and ``dp_size`` win.
+
+        Returns True when the worker's candidates changed (its DP size did).
+        """
         merged = dict(labels)
         merged.update(self.spec.labels)
         self.labels = merged
         self.model_id = self.spec.model or model_id_from_labels(merged)
         self.discovered = True
+        return self._set_dp_size(self.spec.dp_size or dp_size_from_labels(merged))
 
-    def set_reported_load(self, reported: int) -> None:
-        """Take a ``GetLoads`` total; our own in-flight requests are part of it already."""
-        self._external_load = max(0, reported - self.in_flight)
+    def _set_dp_size(self, size: int) -> bool:
+        if size == self.dp_size:
+            return False
+        self.ranks = tuple(DpRank(self, rank) for rank in range(size)) if size > 1 else ()
+        return True
+
+    def set_reported_load(self, reported: Sequence[int]) -> None:
+        """Take ``GetLoads`` counts (running plus waiting) by DP rank; our own in-flight
+        requests are part of them already."""
+        ranks = self.ranks
+        if ranks and len(reported) == len(ranks):
+            for rank, count in zip(ranks, reported, strict=True):
+                rank.set_reported_load(count)
+            self._external_load = sum(rank.load - rank.in_flight for rank in ranks)
+        else:
+            self._external_load = max(0, sum(reported) - self.in_flight)
+
+    def pin(self, request: Any) -> None:
+        """Leave the DP rank of ``request`` to the worker."""
+        if request.HasField("data_parallel_rank"):
+            request.ClearField("data_parallel_rank")
 
     def acquire(self) -> None:
         """Count a request as in flight."""
@@ -189,4 +232,6 @@ class Worker:
             "consecutive_failures": self.breaker.consecutive_failures,
             "last_error": self.last_error,
             "labels": dict(self.labels),
+            "dp_size": self.dp_size,
+            "dp_ranks": [rank.info() for rank in self.ranks],
         }
