@@ -184,6 +184,8 @@ class GuardedProtocol(asyncio.Protocol):
         self._wait_for_request()
 
     def data_received(self, data: bytes) -> None:
+        if not self._accepted:
+            return  # refused at the cap: closing
         if not self._busy and not self._reading_headers:
             self._reading_headers = True
             self._arm(self._limits.header_timeout_s, self._header_timed_out)
