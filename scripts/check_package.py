@@ -1,5 +1,6 @@
 """Packaging check: build turnout's wheel, install it with the example plugin into a fresh venv,
-and run the installed ``turnout`` there. Catches missing packages, package data and entry points."""
+run the installed ``turnout`` there, and the example plugin's own tests (``turnout.testing``).
+Catches missing packages, package data, extras and entry points."""
 
 from __future__ import annotations
 
@@ -31,7 +32,9 @@ def main() -> None:
     (wheel,) = dist.glob("turnout-*.whl")
     run(sys.executable, "-m", "venv", "--clear", venv)
     python = venv / "bin" / "python"
-    run(python, "-m", "pip", "install", "--quiet", wheel, ROOT / "examples/turnout-example-plugin")
+    example = ROOT / "examples/turnout-example-plugin"
+    # The example's test extra needs turnout[testing]: the extra must exist in the wheel.
+    run(python, "-m", "pip", "install", "--quiet", f"{wheel}[testing]", f"{example}[test]")
     # Run from a directory without the source tree, so only the installed package is seen.
     report = json.loads(run(venv / "bin" / "turnout", "plugins", "--json", cwd=work))
     by_dist = {p["distribution"]: p for p in report["plugins"]}
@@ -51,6 +54,8 @@ def main() -> None:
         "print('ok')\n"
     )
     assert run(python, "-c", check, cwd=work).strip().endswith("ok")
+    # A plugin's own tests with the shipped harness (turnout.testing), as its author runs them.
+    run(python, "-m", "pytest", "-q", "-p", "no:cacheprovider", example / "tests", cwd=work)
     print("package check passed")
 
 

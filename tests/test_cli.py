@@ -85,3 +85,22 @@ def test_config_can_select_the_third_party_plugin(example_site: Path, tmp_path: 
     without = run_turnout("check", "--config", str(config), env={"TURNOUT_PLUGINS": "turnout"})
     assert without.returncode == 2
     assert "unknown policy 'first_worker'" in without.stderr
+
+
+def test_the_example_plugins_own_tests_pass_with_the_shipped_harness(
+    example_site: Path, tmp_path: Path
+) -> None:
+    """Its tests use turnout.testing the way a plugin author does (tox -e pkg runs them too,
+    from the wheel)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+         str(EXAMPLE_PLUGIN / "tests")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(example_site)},
+        check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "2 passed" in result.stdout

@@ -10,8 +10,6 @@ rule depends only on the folded text, so streaming and one-shot answers agree.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import logging
 import secrets
 import string
@@ -22,7 +20,7 @@ from turnout.errors import ParserError
 from turnout.observability.metrics import note_parser_error
 from turnout.reasoning.types import ReasoningParser
 from turnout.server.events import ChoiceDelta, ChoiceEnd, TokenLogprob, ToolCallPiece
-from turnout.tool_calls.types import ToolCallDelta, ToolParser, ToolParseStep, Tools
+from turnout.tool_calls.types import ToolCallDelta, ToolParser, Tools, finish_tool_parser
 
 log = logging.getLogger("turnout.server")
 
@@ -78,22 +76,6 @@ class CallIds:
 
 #: Text and real bytes of one token (logprobs).
 TokenPiece = Callable[[int], tuple[str, bytes]]
-
-
-@functools.cache
-def _takes_truncated(parser_type: type[ToolParser]) -> bool:
-    try:
-        return "truncated" in inspect.signature(parser_type.finish).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def finish_tool_parser(parser: ToolParser, truncated: bool) -> ToolParseStep:
-    """End a tool parser's output; ``truncated`` (cut off by the token limit) is passed only to
-    parsers that take it (plugins written before it existed keep working)."""
-    if truncated and _takes_truncated(type(parser)):
-        return parser.finish(truncated=True)
-    return parser.finish()
 
 
 class ChoiceProcessor:

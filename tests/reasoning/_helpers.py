@@ -1,13 +1,17 @@
-"""Shared helpers for reasoning parser tests: streaming drivers and an independent oracle."""
+"""Shared helpers for reasoning parser tests: built-in parsers by name and an independent oracle.
+
+The streaming driver and the chunking invariant are :mod:`turnout.testing`'s (the public harness
+plugin authors use): ``run_reasoning_parser`` and ``assert_chunking_invariant``.
+"""
 
 from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 import turnout
-from turnout.reasoning import MarkerReasoningParser, ReasoningParser, ReasoningResult
+from turnout.reasoning import MarkerReasoningParser, ReasoningParser
 
 PLUGINS = turnout.load_plugins()
 REGISTRY = PLUGINS.reasoning_parsers
@@ -18,24 +22,21 @@ def make(name: str, start_in_reasoning: bool | None = None) -> ReasoningParser:
     return REGISTRY.create(name, start_in_reasoning=start_in_reasoning)
 
 
-def stream(parser: ReasoningParser, chunks: Iterable[str]) -> ReasoningResult:
-    """Feed ``chunks`` one by one, then finish; concatenate what was released."""
-    reasoning: list[str] = []
-    normal: list[str] = []
-    for chunk in chunks:
-        step = parser.parse_incremental(chunk)
-        reasoning.append(step.reasoning_text)
-        normal.append(step.normal_text)
-    tail = parser.finish()
-    reasoning.append(tail.reasoning_text)
-    normal.append(tail.normal_text)
-    return ReasoningResult("".join(reasoning), "".join(normal))
+def factory(name: str, start_in_reasoning: bool | None = None) -> Callable[[], ReasoningParser]:
+    """Fresh instances of a registered parser, named after it in assertion messages."""
+
+    def create() -> ReasoningParser:
+        return make(name, start_in_reasoning)
+
+    create.__name__ = f"{name}(start_in_reasoning={start_in_reasoning})"
+    return create
 
 
-def split_at(text: str, cuts: Iterable[int]) -> list[str]:
-    """``text`` cut at the given offsets (duplicates and order do not matter)."""
-    points = [0, *sorted(set(cuts)), len(text)]
-    return [text[a:b] for a, b in itertools.pairwise(points)]
+def sizes_at(length: int, cuts: Iterable[int]) -> list[int]:
+    """Chunk sizes that cut a text of ``length`` characters at the given offsets (duplicates
+    and order do not matter): ``turnout.testing.split(text, sizes_at(len(text), cuts))``."""
+    points = [0, *sorted({c for c in cuts if 0 < c < length}), length]
+    return [b - a for a, b in itertools.pairwise(points)] or [1]
 
 
 def _alternation(markers: Iterable[str]) -> re.Pattern[str]:

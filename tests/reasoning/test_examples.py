@@ -5,8 +5,9 @@ from __future__ import annotations
 import pytest
 
 from turnout.reasoning import ReasoningResult, ReasoningStep
+from turnout.testing import run_reasoning_parser as stream
 
-from ._helpers import make, stream
+from ._helpers import make
 
 # (parser, start_in_reasoning, output, expected reasoning, expected normal)
 CASES: list[tuple[str, bool | None, str, str, str]] = [

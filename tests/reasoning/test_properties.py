@@ -14,14 +14,14 @@ from hypothesis import strategies as st
 
 from turnout.reasoning import MarkerReasoningParser, ReasoningResult
 from turnout.reasoning.base import MarkerReasoningParser as Base
+from turnout.testing import assert_chunking_invariant, run_reasoning_parser, split
+from turnout.testing.strategies import marker_text
 
-from ._helpers import REGISTRY, make, oracle_segments, split_at, stream
+from ._helpers import REGISTRY, factory, make, oracle_segments, sizes_at
 
 NAMES = REGISTRY.names()
 STARTS = [None, True, False]
 SETTINGS = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-_NOISE = st.text(alphabet="ab <>/|[]\n\t◁▷:'é", max_size=6)
 
 
 def _markers(name: str) -> list[str]:
@@ -36,13 +36,7 @@ def _markers(name: str) -> list[str]:
 
 def outputs(name: str) -> st.SearchStrategy[str]:
     """Text assembled from the family's markers, pieces of them, noise and arbitrary text."""
-    markers = _markers(name)
-    pieces = sorted(
-        {m[:k] for m in markers for k in range(1, len(m))}
-        | {m[k:] for m in markers for k in range(1, len(m))}
-    )
-    part = st.one_of(st.sampled_from(markers), st.sampled_from(pieces), _NOISE, st.text(max_size=4))
-    return st.lists(part, max_size=10).map("".join)
+    return marker_text(_markers(name))
 
 
 @st.composite
@@ -69,9 +63,9 @@ def test_chunking_and_reconstruction(name: str, start: bool | None) -> None:
     @given(output_and_cuts(name))
     def check(sample: tuple[str, list[int]]) -> None:
         text, cuts = sample
-        whole = make(name, start).parse_complete(text)
-        assert stream(make(name, start), split_at(text, cuts)) == whole
-        assert stream(make(name, start), list(text)) == whole
+        whole = assert_chunking_invariant(
+            factory(name, start), text, chunkings=[sizes_at(len(text), cuts), (1,)]
+        )
         if name in MARKER_NAMES:
             assert issubclass(cls, MarkerReasoningParser)
             first = cls.starts_in_reasoning if start is None else start
@@ -88,8 +82,8 @@ def test_append_think_keeps_every_byte() -> None:
     @SETTINGS
     @given(outputs("minimax_append_think"), st.lists(st.integers(0, 40), max_size=8))
     def check(text: str, cuts: list[int]) -> None:
-        result = stream(
-            make("minimax_append_think"), split_at(text, [c for c in cuts if c <= len(text)])
+        result = run_reasoning_parser(
+            make("minimax_append_think"), split(text, sizes_at(len(text), cuts))
         )
         assert result.reasoning_text == ""
         if not text or text.startswith("<think>"):
@@ -106,7 +100,7 @@ def test_arbitrary_text_never_raises(name: str) -> None:
     @given(st.lists(st.text(), max_size=6))
     def check(chunks: list[str]) -> None:
         parser = make(name)
-        result = stream(parser, chunks)
+        result = run_reasoning_parser(parser, chunks)
         total = "".join(chunks)
         assert len(result.reasoning_text) + len(result.normal_text) <= len(total) + len("<think>")
 

@@ -1,20 +1,23 @@
-"""Shared test harness for tool-call parsers.
+"""The tool-parser test harness: :mod:`turnout.testing` (the public harness plugin authors use)
+applied to the built-in parsers by registered name, plus helpers for rendered outputs.
 
 Every parser test module uses these helpers; the API is stable (the XML-family tests use it too):
 
 * :func:`make_parser` - a fresh instance through the plugin registry (``tool_parsers.create``).
 * :func:`split` / :func:`stream` - cut a text into chunks and fold the incremental steps.
-* :func:`assert_stream_matches_complete` - the core invariant: for the given chunkings the folded
-  streaming result equals ``parse_complete``; also checks the delta protocol (index order, each
-  call released whole in one delta with its name) and that every returned call's arguments are
-  valid JSON.
+* :func:`assert_stream_matches_complete` - the core invariant
+  (``turnout.testing.assert_chunking_invariant``): for the given chunkings the folded streaming
+  result equals ``parse_complete``; also checks the delta protocol (index order, each call
+  released whole in one delta with its name, as every built-in does) and that every returned
+  call's arguments are valid JSON.
 * :func:`assert_cut_off_consistent` - the same invariant for an output cut off by the token
   limit (``finish(truncated=True)``).
 * :func:`assert_calls` - compare calls with expected ``(name, arguments dict)`` pairs.
 * :func:`check_rendered` - a rendered output with surrounding text: calls found exactly, text
   kept exactly, streaming == one-shot for several chunkings.
-* hypothesis strategies: :func:`names`, :func:`json_values`, :func:`arguments`, :func:`calls`,
-  :func:`plain_text`, :func:`noisy_text`, :func:`chunk_sizes`.
+* hypothesis strategies (from ``turnout.testing.strategies``): :func:`names`,
+  :func:`json_values`, :func:`arguments`, :func:`calls`, :func:`plain_text`, :func:`noisy_text`,
+  :func:`chunk_sizes`.
 
 A parser test module exports ``render(calls: list[tuple[str, dict]]) -> str`` for its format.
 """
@@ -25,25 +28,54 @@ import gc
 import json
 import math
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any
 
 from hypothesis import HealthCheck, settings
-from hypothesis import strategies as st
 
 import turnout
+from turnout import testing
 from turnout.plugin_loader import Plugins
-from turnout.tool_calls.types import (
-    ToolCall,
-    ToolParser,
-    ToolParseResult,
-    ToolParseStep,
-    Tools,
-    fold_steps,
+from turnout.testing import DEFAULT_CHUNKINGS, split, tools_for
+from turnout.testing.strategies import (
+    Call,
+    arguments,
+    calls,
+    chunk_sizes,
+    json_values,
+    names,
+    noisy_text,
+    plain_text,
 )
+from turnout.tool_calls.types import ToolCall, ToolParser, ToolParseResult, ToolParseStep, Tools
 
-Call = tuple[str, dict[str, Any]]
+__all__ = [
+    "DEFAULT_CHUNKINGS",
+    "PROPERTY_SETTINGS",
+    "Call",
+    "Render",
+    "arguments",
+    "as_call",
+    "assert_calls",
+    "assert_cut_off_consistent",
+    "assert_no_text_lost",
+    "assert_stream_matches_complete",
+    "calls",
+    "check_rendered",
+    "chunk_sizes",
+    "dumps",
+    "json_values",
+    "make_parser",
+    "names",
+    "noisy_text",
+    "plain_text",
+    "split",
+    "stream",
+    "timed_stream",
+    "tools_for",
+]
+
 Render = Callable[[list[Call]], str]
 
 #: Settings for property tests: modest example counts, no deadline (CI machines are slow).
@@ -52,9 +84,6 @@ PROPERTY_SETTINGS = settings(
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-
-#: Chunkings every example test runs: one character at a time, token-ish, odd sizes, whole text.
-DEFAULT_CHUNKINGS: tuple[tuple[int, ...], ...] = ((1,), (2,), (3, 1, 4), (7,), (1_000_000,))
 
 
 @cache
@@ -67,53 +96,21 @@ def make_parser(parser_name: str) -> ToolParser:
     return _plugins().tool_parsers.create(parser_name)
 
 
-def tools_for(function_names: Iterable[str]) -> list[dict[str, Any]]:
-    """OpenAI tool definitions offering ``function_names`` (open-ended object parameters)."""
-    return [
-        {
-            "type": "function",
-            "function": {"name": n, "parameters": {"type": "object", "properties": {}}},
-        }
-        for n in function_names
-    ]
+def factory(parser_name: str) -> Callable[[], ToolParser]:
+    """Fresh instances of a registered parser, named after it in assertion messages."""
 
+    def create() -> ToolParser:
+        return make_parser(parser_name)
 
-def split(text: str, chunk_sizes: Sequence[int]) -> list[str]:
-    """Cut ``text`` into chunks whose sizes cycle through ``chunk_sizes``."""
-    sizes = [max(1, s) for s in chunk_sizes] or [1]
-    chunks: list[str] = []
-    pos = i = 0
-    while pos < len(text):
-        size = sizes[i % len(sizes)]
-        chunks.append(text[pos : pos + size])
-        pos += size
-        i += 1
-    return chunks
-
-
-def _check_protocol(parser_name: str, steps: Sequence[ToolParseStep]) -> None:
-    """Calls come in order, each released whole: one delta with its name and arguments (a call
-    is only released once it is known to be valid)."""
-    seen: set[int] = set()
-    for step in steps:
-        assert isinstance(step.normal_text, str)
-        for delta in step.calls:
-            assert delta.index not in seen, f"{parser_name}: call {delta.index} sent in pieces"
-            assert delta.index == len(seen), (
-                f"{parser_name}: call index {delta.index} after {len(seen)} calls"
-            )
-            assert delta.name, f"{parser_name}: call {delta.index} has no name"
-            seen.add(delta.index)
+    create.__name__ = parser_name
+    return create
 
 
 def stream(
     parser_name: str, chunks: Sequence[str], tools: Tools = None, truncated: bool = False
 ) -> tuple[ToolParseResult, list[ToolParseStep]]:
     """Feed ``chunks`` to a fresh parser, then ``finish``; return the fold and the raw steps."""
-    parser = make_parser(parser_name)
-    steps = [parser.parse_incremental(chunk, tools) for chunk in chunks]
-    steps.append(parser.finish(truncated=True) if truncated else parser.finish())
-    return fold_steps(steps), steps
+    return testing.run_tool_parser(make_parser(parser_name), chunks, tools, truncated=truncated)
 
 
 def timed_stream(
@@ -150,21 +147,9 @@ def assert_stream_matches_complete(
         chunkings = [chunk_sizes]  # type: ignore[list-item]
     else:
         chunkings = list(chunk_sizes)  # type: ignore[arg-type]
-    complete = make_parser(parser_name).parse_complete(text, tools)
-    for call in complete.calls:
-        assert call.name, f"{parser_name}: empty call name in {complete}"
-        try:
-            json.loads(call.arguments)
-        except ValueError as exc:  # pragma: no cover - the message is the point
-            raise AssertionError(f"{parser_name}: arguments not JSON: {call.arguments!r}") from exc
-    for sizes in chunkings:
-        folded, steps = stream(parser_name, split(text, sizes), tools)
-        _check_protocol(parser_name, steps)
-        assert folded == complete, (
-            f"{parser_name}: streaming with chunk sizes {tuple(sizes)} differs from one-shot\n"
-            f"text: {text!r}\nstream:   {folded!r}\ncomplete: {complete!r}"
-        )
-    return complete
+    return testing.assert_chunking_invariant(
+        factory(parser_name), text, tools=tools, chunkings=chunkings, whole_calls=True
+    )
 
 
 def assert_cut_off_consistent(
@@ -176,23 +161,9 @@ def assert_cut_off_consistent(
     """``text`` as an output cut off by the token limit: every chunking folds to the same result
     (returned), under the same delta protocol; the calls complete before the cut are exactly
     those of the uncut parse of the same text (only a call still open at the cut is added)."""
-    whole, _ = stream(parser_name, [text], tools, truncated=True)
-    for sizes in chunkings:
-        folded, steps = stream(parser_name, split(text, sizes), tools, truncated=True)
-        _check_protocol(parser_name, steps)
-        assert folded == whole, (
-            f"{parser_name}: cut-off output with chunk sizes {tuple(sizes)} differs\n"
-            f"text: {text!r}\nstream: {folded!r}\nwhole:  {whole!r}"
-        )
-    complete = make_parser(parser_name).parse_complete(text, tools)
-    assert whole.calls[: len(complete.calls)] == complete.calls, (
-        f"{parser_name}: cut-off output lost complete calls\n{whole!r}\n{complete!r}"
+    return testing.assert_cut_off_consistent(
+        factory(parser_name), text, tools=tools, chunkings=chunkings, whole_calls=True
     )
-    if len(whole.calls) == len(complete.calls):
-        assert whole == complete, f"{parser_name}: no call open at the cut, yet results differ"
-    else:
-        assert len(whole.calls) == len(complete.calls) + 1
-    return whole
 
 
 def assert_calls(result: ToolParseResult, expected: Sequence[Call]) -> None:
@@ -237,81 +208,6 @@ def assert_no_text_lost(parser_name: str, text: str, tools: Tools = None) -> Too
 def as_call(name: str, arguments: dict[str, Any]) -> ToolCall:
     """A :class:`ToolCall` with ``json.dumps`` arguments (for exact comparisons)."""
     return ToolCall(name, json.dumps(arguments, ensure_ascii=False))
-
-
-# --- hypothesis strategies -------------------------------------------------------------------
-
-_NAME_ALPHABET = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_"
-
-
-def names() -> st.SearchStrategy[str]:
-    """Function names: an identifier, sometimes with ``-`` or ``.`` inside (MCP-style)."""
-    ident = st.text(_NAME_ALPHABET, min_size=1, max_size=16).filter(lambda s: not s[0].isdigit())
-    return st.one_of(
-        ident,
-        st.builds(lambda a, sep, b: f"{a}{sep}{b}", ident, st.sampled_from("-."), ident),
-    )
-
-
-_KEY = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1, max_size=8)
-_STRING = st.text(
-    st.one_of(
-        st.sampled_from(list('abc xyz"\\/\n\t{}[]<>|:,;')),
-        st.characters(codec="utf-8", exclude_categories=("Cs",)),
-    ),
-    max_size=24,
-)
-
-
-def json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
-    """Arbitrary JSON values (unicode, escapes, nesting, numbers that survive a round trip)."""
-    scalars = st.one_of(
-        st.none(),
-        st.booleans(),
-        st.integers(-(10**12), 10**12),
-        st.floats(allow_nan=False, allow_infinity=False, width=32),
-        _STRING,
-    )
-    return st.recursive(
-        scalars,
-        lambda inner: st.one_of(
-            st.lists(inner, max_size=4), st.dictionaries(_KEY, inner, max_size=4)
-        ),
-        max_leaves=max_leaves,
-    )
-
-
-def arguments() -> st.SearchStrategy[dict[str, Any]]:
-    """A JSON object of arguments (possibly empty)."""
-    return st.dictionaries(_KEY, json_values(), max_size=5)
-
-
-def calls(min_size: int = 1, max_size: int = 3) -> st.SearchStrategy[list[Call]]:
-    """A list of ``(name, arguments)`` calls."""
-    return st.lists(st.tuples(names(), arguments()), min_size=min_size, max_size=max_size)
-
-
-def plain_text(
-    avoid: Iterable[str] = (), alphabet: str | None = None, max_size: int = 30
-) -> st.SearchStrategy[str]:
-    """Prose around calls: letters, spaces, newlines, punctuation, unicode; never contains any
-    string in ``avoid`` (a format's markers, or characters that start a bare call)."""
-    bad = tuple(avoid)
-    chars = alphabet or "abc XYZ 019\n\t.,:!?'-_()é中🙂"
-    return st.text(chars, max_size=max_size).filter(lambda s: not any(b in s for b in bad))
-
-
-def noisy_text(fragments: Iterable[str], max_size: int = 12) -> st.SearchStrategy[str]:
-    """Arbitrary input built from a format's marker fragments, JSON-ish pieces and random text."""
-    pieces = [*fragments, "{", "}", "[", "]", '"', ":", ",", "\\", "\n", " ", '{"name": "f"', "}}"]
-    return st.lists(st.one_of(st.sampled_from(pieces), st.text(max_size=4)), max_size=max_size).map(
-        "".join
-    )
-
-
-def chunk_sizes() -> st.SearchStrategy[list[int]]:
-    """Chunkings: cycles of small chunk sizes (1 = one character at a time)."""
-    return st.lists(st.integers(1, 9), min_size=1, max_size=5)
 
 
 def dumps(value: Any, compact: bool = False) -> str:
