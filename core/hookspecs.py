@@ -49,32 +49,64 @@ class Register(Protocol):
         ...
 
 
+# -- Registration hooks -----------------------------------------------------------------------
+#
+# Every hook is called once per process, when turnout loads its plugins (``load_plugins``): at the
+# start of ``turnout serve`` (in each serving process), and by ``turnout check`` and ``turnout
+# plugins``. The registries they fill serve every request and every configuration reload of that
+# process; requests never go through pluggy. A plugin installed or upgraded later is seen after a
+# restart.
+
+
 @hookspec
 def turnout_register_tool_parsers(register: Register) -> None:
-    """Register tool-call parsers.
+    """Register tool-call parsers, which turn a model's output into OpenAI ``tool_calls``.
 
-    A tool-parser factory is called with no arguments and returns an object implementing
-    :class:`turnout.tool_calls.ToolParser` that serves exactly one output (one choice). ``models``
-    patterns pick the parser for matching model ids when the config does not name one.
+    :param register: call ``register(name, factory, *, models=(), aliases=(), description="")``
+        once per parser (see :class:`Register`). The factory is called with no arguments and
+        returns a fresh object implementing :class:`turnout.tool_calls.ToolParser` that serves
+        exactly one output (one choice of one request). ``models`` patterns pick the parser for
+        matching model ids when the config names none.
+
+    Called once per process when turnout loads its plugins (see above). The factory is called
+    per choice of each chat request that parses tool calls, and by ``/parse/function_call``.
+
+    .. versionadded:: 0.1.0
     """
 
 
 @hookspec
 def turnout_register_reasoning_parsers(register: Register) -> None:
-    """Register reasoning parsers.
+    """Register reasoning parsers, which split reasoning text from the answer.
 
-    A reasoning-parser factory is called as ``factory(start_in_reasoning=None | bool)`` and
-    returns an object implementing :class:`turnout.reasoning.ReasoningParser` for one output.
+    :param register: call ``register(name, factory, *, models=(), aliases=(), description="")``
+        once per parser (see :class:`Register`). The factory is called as
+        ``factory(start_in_reasoning=None | bool)`` (``None``: the family's default) and returns
+        a fresh object implementing :class:`turnout.reasoning.ReasoningParser` for one output.
+        turnout reads the factory's class attributes ``start_marker``, ``end_markers`` and
+        ``needs_special_tokens`` once per model.
+
+    Called once per process when turnout loads its plugins (see above). The factory is called
+    per choice of each chat request that separates reasoning, and by ``/parse/reasoning``.
+
+    .. versionadded:: 0.1.0
     """
 
 
 @hookspec
 def turnout_register_policies(register: Register) -> None:
-    """Register worker selection policies.
+    """Register worker selection policies, which pick the worker for each request.
 
-    A policy factory is called with the policy's parameters from the config as keyword
-    arguments and returns an object implementing :class:`turnout.routing.Policy`. One instance
-    serves one model for the life of the configuration.
+    :param register: call ``register(name, factory, *, models=(), aliases=(), description="")``
+        once per policy (see :class:`Register`). The factory is called with the policy's
+        parameters from the config as keyword arguments and returns an object implementing
+        :class:`turnout.routing.Policy`.
+
+    Called once per process when turnout loads its plugins (see above). The factory is called
+    once per model when the configuration is applied (at start-up and on each reload); that
+    instance serves the model for the life of the configuration.
+
+    .. versionadded:: 0.1.0
     """
 
 
@@ -82,8 +114,15 @@ def turnout_register_policies(register: Register) -> None:
 def turnout_register_discovery(register: Register) -> None:
     """Register discovery providers (sources of workers that join and leave at run time).
 
-    A provider factory is called with the options of a ``discovery`` config entry as keyword
-    arguments and returns an object implementing :class:`turnout.discovery.DiscoveryProvider`.
-    It must only check its options (raise ``ValueError`` or ``TypeError`` naming the bad one)
-    and do no I/O: ``turnout check`` creates providers without starting them.
+    :param register: call ``register(name, factory, *, models=(), aliases=(), description="")``
+        once per provider (see :class:`Register`; ``models`` does not apply). The factory is
+        called with the options of a ``discovery`` config entry as keyword arguments and returns
+        an object implementing :class:`turnout.discovery.DiscoveryProvider`. It must only check
+        its options (raise ``ValueError`` or ``TypeError`` naming the bad one) and do no I/O.
+
+    Called once per process when turnout loads its plugins (see above). The factory is called
+    for each ``discovery`` entry whenever a configuration is checked (start-up, reloads,
+    ``turnout check``) and again for each entry a start-up or reload starts.
+
+    .. versionadded:: 0.1.0
     """
