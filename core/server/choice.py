@@ -147,7 +147,9 @@ class ChoiceProcessor:
             visible = token_ids[:-1]  # EOS / stop token: ends the output, not part of its text
         # Several tokens at once may run past a stop string: replaying them one by one on a
         # copy finds the token that completed it, where the output ends (as in streaming).
-        before = self._decoder.fork() if self._stops is not None and len(visible) > 1 else None
+        # (A hidden EOS after the stop counts too: it must not be counted when the stop ended
+        # the output before it.)
+        before = self._decoder.fork() if self._stops is not None and len(token_ids) > 1 else None
         text = self._decoder.push(visible) if visible else ""
         delta = ChoiceDelta(self.index)
         if text and self._stops is not None:

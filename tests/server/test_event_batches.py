@@ -6,7 +6,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from turnout.server.chat_emit import ChatFolder
@@ -107,6 +107,7 @@ async def test_any_grouping_of_messages_gives_the_one_by_one_answer(
     st.lists(st.integers(1, 16), min_size=1, max_size=4),
     st.sampled_from([["STOP"], ["STOP", "\n"], ["é🎉"]]),
 )
+@example(texts=["helloSTOP"], sizes=[2], stops=["STOP"])  # the stop's last token, then EOS
 async def test_tokens_per_message_do_not_change_text_usage_or_logprobs(
     texts: list[str], sizes: list[int], stops: list[str]
 ) -> None:
