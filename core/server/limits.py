@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 from turnout.server.errors import ApiError
+from turnout.tasks import cancel_and_wait
 
 
 class QueueFull(ApiError):
@@ -208,6 +209,4 @@ class ClientWatch:
         """Stop reading."""
         task = self._task
         if task is not None:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            await cancel_and_wait(task)

@@ -37,6 +37,7 @@ from turnout.server.limits import (
 )
 from turnout.server.shutdown import ShutDown, cancelled_by_shutdown
 from turnout.server.sse import DONE, sse_error
+from turnout.tasks import cancel_and_wait
 
 ASGIApp = Callable[..., Any]
 #: A client-given request id is used only if it is short printable ASCII without spaces.
@@ -260,10 +261,7 @@ async def _send_tail(send: Any, body: bytes, scope: dict[str, Any]) -> None:
                 conn.abort()  # the pending send returns once the connection is gone
                 await asyncio.wait({sending}, timeout=1.0)
     finally:
-        if not sending.done():
-            sending.cancel()
-        with contextlib.suppress(BaseException):
-            await sending
+        await cancel_and_wait(sending)
 
 
 @dataclass(slots=True)

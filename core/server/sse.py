@@ -15,6 +15,7 @@ from litestar.response.base import ASGIResponse
 from litestar.types import Receive, Send
 
 from turnout.server.errors import ApiError
+from turnout.tasks import cancel_and_wait
 
 __all__ = ["DONE", "KEEPALIVE", "EventStream", "sse_batch", "sse_error"]
 
@@ -159,10 +160,8 @@ class _KeepAlive:
             self._timer.cancel()
             self._timer = None
         task = self._task
-        if task is not None and not task.done():
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        if task is not None:
+            await cancel_and_wait(task)
 
     def _check(self) -> None:
         now = self._loop.time()
