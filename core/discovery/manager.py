@@ -39,7 +39,7 @@ from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import WorkerSpec
 from turnout.workers.worker import Worker
 
-log = logging.getLogger("turnout.discovery")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

@@ -51,7 +51,7 @@ from turnout.workers.registry import WorkerRegistry
 from turnout.workers.routes import DEPENDENCY as WORKER_REGISTRY
 from turnout.workers.routes import workers_router
 
-log = logging.getLogger("turnout.server")
+log = logging.getLogger(__name__)
 
 Handler = Callable[[Services, bytes, RequestContext], Awaitable[Answer]]
 

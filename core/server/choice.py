@@ -22,7 +22,7 @@ from turnout.reasoning.types import ReasoningParser
 from turnout.server.events import ChoiceDelta, ChoiceEnd, TokenLogprob, ToolCallPiece
 from turnout.tool_calls.types import ToolCallDelta, ToolParser, Tools, finish_tool_parser
 
-log = logging.getLogger("turnout.server")
+log = logging.getLogger(__name__)
 
 _ID_ALPHABET = string.ascii_letters + string.digits
 

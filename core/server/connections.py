@@ -40,7 +40,7 @@ from turnout.server.errors import ApiError
 
 __all__ = ["CONNECTION_KEY", "ConnectionLimits", "GuardedProtocol", "connection_of"]
 
-log = logging.getLogger("turnout.server")
+log = logging.getLogger(__name__)
 
 #: Key of the connection in each request's ``scope["state"]``.
 CONNECTION_KEY = "turnout.connection"

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 from turnout.observability.metrics import CONTENT_TYPE, Metrics, multiprocess_mode
 
-log = logging.getLogger("turnout.server")
+log = logging.getLogger(__name__)
 _READ_TIMEOUT_S = 10.0
 
 

@@ -22,7 +22,7 @@ from turnout.tokenizer import ModelTokenizer
 from turnout.tool_calls.types import ToolParser
 from turnout.workers.worker import Worker
 
-log = logging.getLogger("turnout.models")
+log = logging.getLogger(__name__)
 
 #: Environment variable holding the router's start time, which its serving processes share.
 STARTED_ENV = "TURNOUT_STARTED"

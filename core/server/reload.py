@@ -28,7 +28,7 @@ from turnout.workers.dispatch import Dispatcher
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.worker import default_worker_id
 
-log = logging.getLogger("turnout.reload")
+log = logging.getLogger(__name__)
 
 ConfigSource = Callable[[], Config]
 

@@ -16,7 +16,7 @@ from turnout.server.sse import DONE, EventStream, sse_batch, sse_error
 
 Answer = Response[bytes] | EventStream
 _encode = msgspec.json.Encoder().encode
-log = logging.getLogger("turnout.server")
+log = logging.getLogger(__name__)
 
 
 def answer_json(body: Any, status: int = 200) -> Response[bytes]:

@@ -29,7 +29,7 @@ from turnout.workers.settings import WorkerSpec
 
 DEMO_MODEL = "turnout-demo"
 _NEVER_S = 10**9
-log = logging.getLogger("turnout")
+log = logging.getLogger(__name__)
 
 
 def _free_port() -> int:

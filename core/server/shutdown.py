@@ -21,7 +21,7 @@ import uvicorn
 
 from turnout.server.errors import ApiError
 
-log = logging.getLogger("turnout.server")
+log = logging.getLogger(__name__)
 #: uvicorn's message when it cancels requests at the end of the grace period.
 _UVICORN_GRACE_EXPIRED = "graceful shutdown exceeded"
 

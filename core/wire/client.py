@@ -25,7 +25,7 @@ from turnout.wire.transport import Call, Channel, ClientSettings, Message, Messa
 
 __all__ = ["ClientSettings", "GenerateStream", "WorkerClient", "parse_worker_url"]
 
-logger = logging.getLogger(__name__)
+log = logging.getLogger(__name__)
 
 _GENERATE_PATH = method_path("Generate")
 _Response = TypeVar("_Response", bound=ProtoMessage)
@@ -364,9 +364,9 @@ class WorkerClient:
         try:
             await self.abort(request_id, reason)
         except WorkerCallError as exc:
-            logger.debug("abort of %s on %s failed: %s", request_id, self.url, exc)
+            log.debug("abort of %s on %s failed: %s", request_id, self.url, exc)
         except Exception:  # a failed best-effort abort must never surface
-            logger.debug("abort of %s on %s failed", request_id, self.url, exc_info=True)
+            log.debug("abort of %s on %s failed", request_id, self.url, exc_info=True)
 
 
 def _open_channel(target: str, tls: bool, settings: ClientSettings, worker: str) -> Channel:

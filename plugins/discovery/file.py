@@ -35,7 +35,7 @@ import yaml
 
 from turnout.discovery.types import DiscoveredWorker, Role, Snapshot, WorkerChange
 
-log = logging.getLogger("turnout.discovery.file")
+log = logging.getLogger(__name__)
 
 _Interval = Annotated[float, msgspec.Meta(gt=0)]
 

@@ -42,7 +42,7 @@ from turnout.discovery.types import (
 )
 from turnout.errors import PluginError
 
-log = logging.getLogger("turnout.discovery.kubernetes")
+log = logging.getLogger(__name__)
 
 #: Where Kubernetes mounts a pod's own namespace (in-cluster).
 NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")

@@ -93,7 +93,7 @@ async def test_rewrites_are_seen_and_bad_or_missing_files_change_nothing(
         path.write_text("- grpc://h:1\n- grpc://h:3\n")
         os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
         assert [w.url for w in (await next_snapshot(stream)).workers][1] == "grpc://h:3"
-        with caplog.at_level(logging.WARNING, logger="turnout.discovery.file"):
+        with caplog.at_level(logging.WARNING, logger="turnout.plugins.discovery.file"):
             path.write_text("- {url: grpc://h:1, colour: red}\n")
             nothing = asyncio.ensure_future(anext(stream))
             await asyncio.sleep(0.5)

@@ -236,7 +236,7 @@ async def test_the_api_server_restarting_mid_watch(
     api.add_pod("a", port=31000)
     seen = await watch()
     await eventually(lambda: len(api.requests) == 2)
-    with caplog.at_level(logging.WARNING, logger="turnout.discovery.kubernetes"):
+    with caplog.at_level(logging.WARNING, logger="turnout.plugins.discovery.kubernetes"):
         restart = asyncio.ensure_future(api.restart(down_s=0.5))
         await asyncio.sleep(0.2)
         api.add_pod("while-down", port=31001)  # recorded while no one can connect
@@ -264,7 +264,7 @@ async def test_refused_credentials_are_logged_with_the_rbac_hint_and_retried(
     config.write_text(config.read_text().replace("scripted-token", "wrong"))
     provider = KubernetesProvider(kubeconfig=str(config), backoff_initial_s=0.05, backoff_max_s=0.1)
     stream = provider.watch()
-    with caplog.at_level(logging.WARNING, logger="turnout.discovery.kubernetes"):
+    with caplog.at_level(logging.WARNING, logger="turnout.plugins.discovery.kubernetes"):
         pending = asyncio.ensure_future(anext(stream))
         await eventually(lambda: caplog.text.count("401") >= 2)
         pending.cancel()
