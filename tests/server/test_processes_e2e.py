@@ -25,7 +25,22 @@ def requests_counted(base_url: str) -> float:
         for sample in family.samples
         if sample.name == "turnout_requests_total"
         and sample.labels.get("route") == "/v1/chat/completions"
+        and sample.labels.get("status") == "200"
     )
+
+
+def chat_when_ready(base_url: str, deadline: float) -> httpx.Response:
+    """A chat answer; 503 while the serving process that took it has no ready worker yet
+    (/readiness answered from the other process proves nothing about this one)."""
+    while True:
+        reply = httpx.post(
+            f"{base_url}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "from many processes"}]},
+            timeout=10,
+        )
+        if reply.status_code != 503 or time.monotonic() > deadline:
+            return reply
+        time.sleep(0.1)
 
 
 def test_two_processes_serve_one_port_and_sum_their_metrics() -> None:
@@ -49,11 +64,7 @@ def test_two_processes_serve_one_port_and_sum_their_metrics() -> None:
                 assert router.poll() is None, "router exited"
                 time.sleep(0.1)
             for _ in range(12):
-                reply = httpx.post(
-                    f"{base_url}/v1/chat/completions",
-                    json={"messages": [{"role": "user", "content": "from many processes"}]},
-                    timeout=10,
-                )
+                reply = chat_when_ready(base_url, deadline)
                 assert reply.status_code == 200
                 assert reply.json()["choices"][0]["message"]["content"] == "from many processes"
             assert requests_counted(base_url) == 12
