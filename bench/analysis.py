@@ -21,6 +21,8 @@ __all__ = [
     "affinity",
     "gaps_in_window",
     "memory_per_stream",
+    "rank_balance",
+    "rank_use",
     "read_gaps",
     "slope_per_minute",
     "split_concurrency",
@@ -202,3 +204,43 @@ def added_delay(
         b = (direct_itl or {}).get(q)
         out[q] = round(a - b, 3) if a is not None and b is not None else None
     return out
+
+
+def rank_use(
+    before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """Per (worker, rank), what it did between two ``get_counters`` snapshots of every worker:
+    requests, generated tokens and seconds its requests waited for a running slot."""
+    out: list[dict[str, Any]] = []
+    for w, (a, b) in enumerate(zip(before, after, strict=True)):
+        for r, (x, y) in enumerate(zip(a["ranks"], b["ranks"], strict=True)):
+            out.append(
+                {
+                    "worker": w,
+                    "rank": r,
+                    "requests": int(y["requests"] - x["requests"]),
+                    "generated_tokens": int(y["generated_tokens"] - x["generated_tokens"]),
+                    "queue_wait_s": round(y["queue_wait_s"] - x["queue_wait_s"], 3),
+                }
+            )
+    return out
+
+
+def rank_balance(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """How evenly ranks worked: max/mean and coefficient of variation of their generated
+    tokens, max/mean of their requests, and the seconds requests queued (in all, worst rank)."""
+    tokens = [float(r["generated_tokens"]) for r in ranks]
+    requests = [float(r["requests"]) for r in ranks]
+    waits = [float(r["queue_wait_s"]) for r in ranks]
+    mean_tokens = sum(tokens) / len(tokens) if tokens else 0.0
+    mean_requests = sum(requests) / len(requests) if requests else 0.0
+    spread = (sum((t - mean_tokens) ** 2 for t in tokens) / len(tokens)) ** 0.5 if tokens else 0
+    return {
+        "tokens_max_over_mean": round(max(tokens) / mean_tokens, 3) if mean_tokens else None,
+        "tokens_cv": round(spread / mean_tokens, 3) if mean_tokens else None,
+        "requests_max_over_mean": round(max(requests) / mean_requests, 3)
+        if mean_requests
+        else None,
+        "queue_wait_s_total": round(sum(waits), 3),
+        "queue_wait_s_worst_rank": round(max(waits, default=0.0), 3),
+    }

@@ -34,7 +34,7 @@ from urllib.parse import urlsplit
 
 from bench.analysis import Record, summarize, write_gaps
 from bench.httpclient import HttpConnection, HttpError
-from bench.scenarios import DEFAULT_SCENARIOS, SCENARIOS
+from bench.scenarios import DEFAULT_SCENARIOS, SCENARIOS, max_tokens_for
 from bench.workload import (
     GapLog,
     Outcome,
@@ -67,7 +67,9 @@ def _http_sender(
     host, port = parts.hostname or "127.0.0.1", parts.port or 80
     bodies = {
         name: [
-            make_body(name, model, pool.text(i), max_tokens, pool.system(i))
+            make_body(
+                name, model, pool.text(i), max_tokens_for(name, i, max_tokens), pool.system(i)
+            )
             for i in range(len(pool))
         ]
         for name in scenarios
@@ -107,10 +109,16 @@ def _direct_sender(
 
     clients = [WorkerClient(url) for url in urls]
     # like make_body: pinned lengths, but the parser scenarios' scripted answers end with EOS
-    params = {
-        pin: build_sampling_params(max_new_tokens=max_tokens, ignore_eos=pin, temperature=0)
-        for pin in (True, False)
-    }
+    params: dict[tuple[bool, int], Any] = {}
+
+    def params_for(name: str, i: int) -> Any:
+        key = (SCENARIOS[name].env != "parsers", max_tokens_for(name, i, max_tokens))
+        if key not in params:
+            params[key] = build_sampling_params(
+                max_new_tokens=key[1], ignore_eos=key[0], temperature=0
+            )
+        return params[key]
+
     counter = itertools.count(offset)  # processes spread their first requests over the workers
 
     def new_sender() -> Sender:
@@ -120,7 +128,7 @@ def _direct_sender(
             request = build_generate_request(
                 request_id=f"bench-{uuid.uuid4().hex}",
                 input_ids=pool.ids(i),
-                sampling_params=params[SCENARIOS[name].env != "parsers"],
+                sampling_params=params_for(name, i),
                 stream=SCENARIOS[name].streaming,
             )
             outcome = Outcome()

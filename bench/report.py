@@ -162,8 +162,19 @@ _ROUTING_COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("wkrs/group", ("routing", "workers_per_group"), "{:.2f}"),
     ("errors", ("errors",), "{}"),
 )
+_DP_COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("req/s", ("requests_per_s",), "{:.1f}"),
+    ("p50 ms", ("latency_ms", "p50"), "{:.0f}"),
+    ("p99 ms", ("latency_ms", "p99"), "{:.0f}"),
+    ("tok mx/avg", ("rank_balance", "tokens_max_over_mean"), "{:.3f}"),
+    ("tok cv", ("rank_balance", "tokens_cv"), "{:.3f}"),
+    ("req mx/avg", ("rank_balance", "requests_max_over_mean"), "{:.3f}"),
+    ("queued s", ("rank_balance", "queue_wait_s_total"), "{:.1f}"),
+    ("worst s", ("rank_balance", "queue_wait_s_worst_rank"), "{:.1f}"),
+    ("errors", ("errors",), "{}"),
+)
 _NAME = 18
-_TARGET = 11
+_TARGET = 15
 
 
 def _table(
@@ -191,7 +202,7 @@ def _ratio_table(title: str, table: dict[str, dict[str, Any]]) -> list[str]:
 
 def render_results(result: dict[str, Any]) -> str:
     """Text tables: one row per (scenario, target); the paced and routing figures; the
-    same-run ratios (turnout/smg, turnout-pN/turnout) and the targets."""
+    same-run ratios (turnout/smg, turnout-pN/turnout, turnout/turnout-summed) and the targets."""
     results: dict[str, dict[str, Any]] = result["results"]
     rows = [(s, t, data) for s, targets in results.items() for t, data in targets.items()]
     lines = _table(rows, _COLUMNS)
@@ -215,12 +226,22 @@ def render_results(result: dict[str, Any]) -> str:
                     f"{scenario}: workers' planned gap {pace['planned_ms']:.1f} ms, direct p50 "
                     f"{_cell(pace['direct_itl_p50_ms'], '{:.1f}')} ms: pace {verdict}"
                 )
+    ranked = [row for row in rows if row[2].get("ranks")]
+    if ranked:
+        lines += ["", "data-parallel ranks: how evenly they worked (queued: s waiting for a slot)"]
+        lines += _table(ranked, _DP_COLUMNS)
+        lines.append("generated tokens per (worker, rank):")
+        for scenario, target, data in ranked:
+            cells = " ".join(f"{r['generated_tokens']:>7}" for r in data["ranks"])
+            lines.append(f"  {scenario:<{_NAME}}{target:<{_TARGET}}{cells}")
     routed = [row for row in rows if row[2].get("routing")]
     if routed:
         lines += ["", "routing quality: share of a prefix group's requests on its usual worker"]
         lines += _table(routed, _ROUTING_COLUMNS)
     for name, table in (result.get("ratios") or {}).items():
-        if table and (name == "turnout/smg" or name.startswith("turnout-p")):
+        if table and (
+            name in ("turnout/smg", "turnout/turnout-summed") or name.startswith("turnout-p")
+        ):
             lines += _ratio_table(f"{name} (same run; < 1 is better for latency and CPU)", table)
     checks = result.get("targets") or []
     if checks:

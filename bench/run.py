@@ -41,6 +41,8 @@ from bench.analysis import (  # noqa: E402
     added_delay,
     affinity,
     memory_per_stream,
+    rank_balance,
+    rank_use,
     read_gaps,
     slope_per_minute,
     split_concurrency,
@@ -152,6 +154,11 @@ def build_parser() -> argparse.ArgumentParser:
     routing.add_argument(
         "--prefix-groups", type=int, default=32, help="prompt groups sharing a system prompt"
     )
+    dp = parser.add_argument_group("dp_ranks")
+    dp.add_argument("--dp-size", type=int, default=4, help="data-parallel ranks per worker")
+    dp.add_argument("--dp-delay-ms", type=float, default=2.0, help="the workers' delay per token")
+    dp.add_argument("--dp-max-running", type=int, default=4, help="running requests per rank")
+    dp.add_argument("--dp-policy", default="least_load", help="policy of both turnout runs")
     parser.add_argument("--request-timeout", type=float, default=60.0)
     parser.add_argument("--profile-top", type=int, default=15, help="hot spots to print")
     parser.add_argument("--profile-rate", type=int, default=200, help="py-spy samples/s")
@@ -184,12 +191,14 @@ def _check_args(args: argparse.Namespace) -> str | None:
         "paced_streams",
         "paced_max_tokens",
         "prefix_groups",
+        "dp_size",
+        "dp_max_running",
     )
     for name in positive:
         if getattr(args, name) <= 0:
             return f"--{name.replace('_', '-')} must be > 0"
-    if args.warmup < 0 or args.loadgen_processes < 0:
-        return "--warmup and --loadgen-processes must be >= 0"
+    if args.warmup < 0 or args.loadgen_processes < 0 or args.dp_delay_ms < 0:
+        return "--warmup, --loadgen-processes and --dp-delay-ms must be >= 0"
     if not args.process_counts or min(args.process_counts) < 1:
         return "--process-counts must list serving process counts >= 1"
     try:
@@ -403,6 +412,13 @@ class _Window:
             return None
         return round(self.end[name].cpu_s - self.start[name].cpu_s, 3)
 
+    def ranks_used(self) -> list[dict[str, Any]] | None:
+        """Per (worker, rank): requests, tokens and queueing inside the window."""
+        first, last = self.counters.get("window_start"), self.counters.get("window_end")
+        if not first or not last:
+            return None
+        return rank_use(first, last)
+
     def worker_tokens(self) -> int | None:
         first, last = self.counters.get("window_start"), self.counters.get("window_end")
         if not first or not last:
@@ -438,6 +454,10 @@ def measure(
     summary["loadgen_max_cores"] = round(max(loadgen_cpu) / seconds, 3) if seconds else None
     worker_tokens = window.worker_tokens()
     summary["worker_tokens"] = worker_tokens
+    if SCENARIOS[scenario].env == "dp":
+        ranks = window.ranks_used()
+        summary["ranks"] = ranks
+        summary["rank_balance"] = rank_balance(ranks) if ranks else None
     summary["worker_tokens_per_s"] = (
         round(worker_tokens / seconds, 1) if worker_tokens is not None and seconds else None
     )
@@ -505,6 +525,7 @@ def _start_routers(
                     processes=spec.processes,
                     extra=spec.extra,
                     name=log_name,
+                    worker_dp_size=spec.worker_dp_size,
                 )
             else:
                 command = find_smg()
@@ -601,6 +622,7 @@ def compare(
     out: dict[str, Any] = {"results": results, "versions": versions}
     pairs = [("turnout", "smg"), ("turnout", "direct"), ("smg", "direct")]
     pairs += [(f"turnout-p{n}", "turnout") for n in args.process_counts if n != 1]
+    pairs += [("turnout", "turnout-summed")]
     out["ratios"] = {f"{a}/{b}": ratios(results, a, b) for a, b in pairs}
     out["targets"] = check_targets(out["ratios"]["turnout/smg"], results, args.concurrency)
     return out
@@ -799,6 +821,8 @@ def _config(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
         keys += ["paced_streams", "paced_delay_ms", "paced_max_tokens"]
     if "routing" in envs:
         keys += ["process_counts", "routing_policy", "prefix_groups"]
+    if "dp" in envs:
+        keys += ["dp_size", "dp_delay_ms", "dp_max_running", "dp_policy"]
     config = {key: getattr(args, key) for key in keys}
     config["routers"] = names or ["turnout"]
     return config

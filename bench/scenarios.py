@@ -1,7 +1,7 @@
 """The benchmark's scenarios: what is sent, by which simulated workers it is answered, through
 which routers, and how the load is shaped.
 
-A scenario belongs to an *environment* (``plain``, ``paced``, ``parsers``, ``routing``): the
+A scenario belongs to an *environment* (``plain``, ``paced``, ``parsers``, ``routing``, ``dp``): the
 workers' flags and the routers' flags it needs. ``bench/run.py`` starts one set of workers and
 routers per environment and runs that environment's scenarios against them in turn.
 """
@@ -26,6 +26,7 @@ __all__ = [
     "Scenario",
     "by_env",
     "load_plan",
+    "max_tokens_for",
     "parse_delay_range",
     "router_specs",
     "sim_args",
@@ -40,7 +41,7 @@ class Scenario:
     name: str
     #: Request shape: ``chat``, ``chat_stream``, ``generate`` or ``generate_stream``.
     request: str
-    #: Environment: ``plain``, ``paced``, ``parsers`` or ``routing``.
+    #: Environment: ``plain``, ``paced``, ``parsers``, ``routing`` or ``dp``.
     env: str
     about: str
 
@@ -81,10 +82,30 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "routing",
             "turnout with 1 and 2 serving processes; prompts share per-group prefixes",
         ),
+        Scenario(
+            "dp_ranks",
+            "chat",
+            "dp",
+            "workers with --dp-size ranks; 1 prompt in 8 asks for 8x the tokens; turnout routing "
+            "per rank vs ranks summed",
+        ),
     )
 }
 DEFAULT_SCENARIOS: Final = ("chat", "chat_stream", "generate")
-ENVS: Final = ("plain", "paced", "parsers", "routing")
+ENVS: Final = ("plain", "paced", "parsers", "routing", "dp")
+
+#: In ``dp_ranks`` one prompt in ``LONG_EVERY`` asks for ``LONG_FACTOR`` times the tokens (with a
+#: closed loop, the same clients keep sending the long ones).
+LONG_EVERY: Final = 8
+LONG_FACTOR: Final = 8
+
+
+def max_tokens_for(scenario: str, i: int, max_tokens: int) -> int:
+    """Output tokens prompt ``i`` of ``scenario`` asks for."""
+    if SCENARIOS[scenario].env == "dp" and i % LONG_EVERY == 0:
+        return max_tokens * LONG_FACTOR
+    return max_tokens
+
 
 #: Tools offered in the parser scenarios (the answer calls both).
 TOOLS: Final = [
@@ -172,6 +193,9 @@ def sim_args(env: str, args: argparse.Namespace, index: int, script_dir: Path) -
         rule = {"match": "", "reply": worker_tag(index) + " {user}"}
         path.write_text(json.dumps({"rules": [rule]}))
         flags += ["--script", str(path)]
+    elif env == "dp":
+        flags += ["--dp-size", str(args.dp_size), "--delay-ms", f"{args.dp_delay_ms:g}"]
+        flags += ["--max-running", str(args.dp_max_running)]
     return flags
 
 
@@ -184,6 +208,8 @@ class RouterSpec:
     policy: str
     processes: int = 1
     extra: tuple[str, ...] = field(default=())
+    #: turnout only: the ``dp_size`` given to every worker in its config (None: as reported).
+    worker_dp_size: int | None = None
 
 
 def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[RouterSpec]:
@@ -198,6 +224,13 @@ def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[R
                     specs.append(RouterSpec(name, kind, policy, processes=n))
             else:
                 specs.append(RouterSpec(kind, kind, policy))
+            continue
+        if env == "dp":
+            # turnout twice: routing to each rank, and with every worker's ranks summed (what a
+            # DP-unaware router does). smg is left out: its --dp-aware is untried on the sims.
+            if kind == "turnout":
+                specs.append(RouterSpec("turnout", kind, args.dp_policy))
+                specs.append(RouterSpec("turnout-summed", kind, args.dp_policy, worker_dp_size=1))
             continue
         extra: tuple[str, ...] = ()
         if env == "parsers":

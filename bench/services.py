@@ -161,19 +161,27 @@ def start_turnout(
     extra: Sequence[str] = (),
     name: str = "turnout",
     python: str = sys.executable,
+    worker_dp_size: int | None = None,
 ) -> Router:
     """``turnout serve`` in front of ``worker_urls`` with the demo model's tokenizer;
-    ``extra`` flags are appended (parsers); ``name`` names the log file."""
+    ``extra`` flags are appended (parsers); ``name`` names the log file. ``worker_dp_size``
+    overrides the DP size every worker reports (1: ranks summed, each worker's own scheduler
+    picks the rank); the workers then go in a config file in ``log_dir``."""
     from turnout import __version__, demo_model
 
     port = free_port()
+    workers = ["--worker-urls", *worker_urls]
+    if worker_dp_size is not None:
+        config = log_dir / f"{name}-workers.yaml"
+        listed = [{"url": url, "dp_size": worker_dp_size} for url in worker_urls]
+        config.write_text(json.dumps({"workers": listed}))  # JSON is YAML
+        workers = ["--config", str(config)]
     argv = [
         python,
         "-m",
         "turnout",
         "serve",
-        "--worker-urls",
-        *worker_urls,
+        *workers,
         "--model-path",
         str(demo_model.path()),
         "--host",

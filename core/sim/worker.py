@@ -268,6 +268,7 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
             "tokens_out": sum(rank.tokens_out for rank in servicer.ranks),
             "requests": len(servicer.records.requests),
             "running": worker.running,
+            "ranks": worker.rank_stats,
         }
 
     def handler(fn: Any) -> grpc.RpcMethodHandler[Any, Any]:

@@ -129,6 +129,30 @@ def test_new_scenarios_end_to_end(tmp_path: Path) -> None:
     assert "routing quality" in proc.stdout
 
 
+@pytest.mark.slow
+def test_dp_ranks_end_to_end(tmp_path: Path) -> None:
+    """turnout per rank and with ranks summed in front of DP workers: per-rank figures."""
+    proc, out = _run(
+        tmp_path,
+        *("--duration", "1.5", "--warmup", "0.3", "--concurrency", "4", "--workers", "1"),
+        *("--scenarios", "dp_ranks", "--routers", "turnout", "--no-direct"),
+        *("--dp-size", "2", "--dp-delay-ms", "1", "--prompt-tokens", "60", "--max-tokens", "8"),
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["config"]["dp_size"] == 2
+    targets = result["results"]["dp_ranks"]
+    assert set(targets) == {"turnout", "turnout-summed"}
+    for data in targets.values():
+        assert data["errors"] == 0, data["error_samples"]
+        assert [(r["worker"], r["rank"]) for r in data["ranks"]] == [(0, 0), (0, 1)]
+        assert sum(r["requests"] for r in data["ranks"]) > 0
+        assert data["rank_balance"]["tokens_max_over_mean"] >= 1.0
+    assert "turnout/turnout-summed" in result["ratios"]
+    assert "data-parallel ranks" in proc.stdout
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [

@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 import grpc
 import pytest
 
-from turnout.sim import SimProcess, SimWorker, get_records
+from turnout.sim import SimProcess, SimWorker, get_counters, get_records
 from turnout.wire import WorkerCallError, WorkerClient, pb
 
 from ..wire._helpers import fold, request
@@ -107,8 +107,10 @@ async def test_subprocess_dp_ranks_show_in_records() -> None:
         for i in range(6):
             await fold(client.generate(pinned(f"s{i}", 2 if i < 2 else None, max_new_tokens=2)))
         records = await get_records(proc.url)
+        counters = await get_counters(proc.url)
     assert records["dp_size"] == 4
     assert records["role"] == "regular"
     ranks = records["ranks"]
     assert [ranks[f"s{i}"] for i in range(6)] == [2, 2, 0, 1, 2, 3]
     assert [s["requests"] for s in records["rank_stats"]] == [1, 1, 3, 1]
+    assert counters["ranks"] == records["rank_stats"]  # the cheap call has them too
