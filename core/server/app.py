@@ -26,7 +26,7 @@ from turnout.routing.types import Policy, RoutingRequest
 from turnout.server.chat import handle_chat
 from turnout.server.completions import handle_completion
 from turnout.server.context import RequestContext, Services, new_request_id
-from turnout.server.errors import ApiError
+from turnout.server.errors import ApiError, body_too_large
 from turnout.server.generate import handle_generate
 from turnout.server.info import info_routes
 from turnout.server.metrics_server import metrics_listener
@@ -332,6 +332,8 @@ def _api_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[bytes
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
     """Litestar's own errors (404, 405, validation of parameters…) in the API's error shape."""
+    if exc.status_code == 413:  # Litestar counting a chunked body (the gate checks the header)
+        return answer_error(body_too_large(request.route_handler.resolve_request_max_body_size()))
     message, param = str(exc.detail), None
     problems = exc.extra if isinstance(exc.extra, list) else []
     first = problems[0] if problems and isinstance(problems[0], dict) else {}

@@ -73,13 +73,25 @@ class ApiError(Exception):
         return msgspec.json.encode(self.body())
 
 
+#: Codes of statuses that several places answer, whoever raises them.
+_CODES = {413: "request_too_large"}
+
+
 def default_code(status: int) -> str:
     """The error ``code`` of a status when nothing more specific is known: its reason phrase in
     snake case (``not_found``, ``method_not_allowed``…); always a string, as OpenAI's are."""
+    if status in _CODES:
+        return _CODES[status]
     try:
         return HTTPStatus(status).phrase.lower().replace(" ", "_").replace("-", "_")
     except ValueError:
         return f"http_{status}"
+
+
+def body_too_large(limit: int | None) -> ApiError:
+    """The 413 for a request body over ``limit`` bytes."""
+    where = f" of {limit} bytes" if limit is not None else ""
+    return ApiError(413, f"request body is larger than the limit{where}", code="request_too_large")
 
 
 def bad_request(message: str, param: str | None = None) -> ApiError:

@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -60,8 +61,11 @@ def run_router(
     model: dict[str, Any] | None = None,
     reload_data: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     discover_model: bool = False,
+    model_dir: Path | None = None,
 ) -> Iterator[Router]:
-    """Start ``sims`` simulated workers and the router in a background thread."""
+    """Start ``sims`` simulated workers and the router in a background thread (``model_dir``:
+    the model the workers simulate and the router tokenizes for; the demo model by default)."""
+    model_path = model_dir or demo_path()
     ports = [free_port() for _ in range(sims)]
     data: dict[str, Any] = dict(config or {})
     data.setdefault("workers", [])
@@ -71,10 +75,10 @@ def run_router(
         *({"url": f"grpc://127.0.0.1:{p}", **worker_model} for p in ports),
     ]
     if discover_model:  # the model id comes from the workers, the tokenizer from the defaults
-        data.setdefault("defaults", {})["tokenizer_path"] = str(demo_path())
+        data.setdefault("defaults", {})["tokenizer_path"] = str(model_path)
     else:
         models = data.setdefault("models", {})
-        models.setdefault(MODEL, {"tokenizer_path": str(demo_path()), **(model or {})})
+        models.setdefault(MODEL, {"tokenizer_path": str(model_path), **(model or {})})
     data.setdefault("health", {"interval_s": 0.5, "pending_interval_s": 0.1, "timeout_s": 2})
     cfg = build_config(data)
     http_port = free_port()
@@ -85,7 +89,7 @@ def run_router(
         async with contextlib.AsyncExitStack() as stack:
             for port in ports:
                 sim = SimWorker(
-                    demo_path(), port=port, served_model_name=MODEL, **(sim_kwargs or {})
+                    model_path, port=port, served_model_name=MODEL, **(sim_kwargs or {})
                 )
                 workers.append(await stack.enter_async_context(sim))
             yield
