@@ -304,7 +304,7 @@ def create_app(
     )
     app.state["ops"] = ops
     # Outermost, like Litestar's own CORS wrapper: sees every request, unknown paths included.
-    app.asgi_handler = OpsMiddleware(app.asgi_handler, ops)  # type: ignore[assignment]
+    app.asgi_handler = OpsMiddleware(app.asgi_handler, ops)
     return app
 
 

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
+from litestar.types import Scope
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from turnout.config import ServerConfig
@@ -103,7 +104,7 @@ def guarded_protocol(limits: ConnectionLimits) -> Callable[..., asyncio.Protocol
     return functools.partial(GuardedProtocol, limits=limits)
 
 
-def connection_of(scope: dict[str, Any]) -> GuardedProtocol | None:
+def connection_of(scope: Scope) -> GuardedProtocol | None:
     """The connection a request came on (None when the server runs without the guard)."""
     state = scope.get("state")
     conn = state.get(CONNECTION_KEY) if isinstance(state, dict) else None

@@ -9,6 +9,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Any
 
+from litestar.types import Receive, ReceiveMessage
+
 from turnout.server.errors import ApiError
 from turnout.tasks import cancel_and_wait
 
@@ -163,12 +165,12 @@ class ClientWatch:
     :meth:`receive` to the app.
     """
 
-    def __init__(self, receive: Any, max_body_bytes: int) -> None:
+    def __init__(self, receive: Receive, max_body_bytes: int) -> None:
         self._raw = receive
         self._max = max_body_bytes
-        self._queue: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._queue: asyncio.Queue[ReceiveMessage] = asyncio.Queue()
         self.gone = asyncio.Event()
-        self.on_disconnect: list[Any] = []
+        self.on_disconnect: list[Callable[[], None]] = []
         self._task: asyncio.Future[None] | None = None
 
     async def start(self) -> None:
@@ -178,6 +180,8 @@ class ClientWatch:
             message = await self._raw()
             if not self._keep(message):
                 return
+            if message["type"] != "http.request":
+                continue
             size += len(message.get("body", b""))
             if size > self._max:
                 return  # the app answers 413; stop reading an oversized body
@@ -189,7 +193,7 @@ class ClientWatch:
         while self._keep(await self._raw()):
             pass
 
-    def _keep(self, message: dict[str, Any]) -> bool:
+    def _keep(self, message: ReceiveMessage) -> bool:
         """Queue ``message`` for the app; False once the client has gone."""
         self._queue.put_nowait(message)
         if message["type"] != "http.disconnect":
@@ -199,7 +203,7 @@ class ClientWatch:
             callback()
         return False
 
-    async def receive(self) -> dict[str, Any]:
+    async def receive(self) -> ReceiveMessage:
         """The next message for the app."""
         if self.gone.is_set() and self._queue.empty():
             return {"type": "http.disconnect"}

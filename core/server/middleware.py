@@ -21,6 +21,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from litestar.enums import ScopeType
+from litestar.types import (
+    ASGIApp,
+    HTTPResponseBodyEvent,
+    HTTPResponseStartEvent,
+    HTTPScope,
+    Message,
+    Receive,
+    ReceiveMessage,
+    Scope,
+    Send,
+)
+
 from turnout.config import ServerConfig
 from turnout.observability.logs import RequestRecord, current_record, log_access, request_scope
 from turnout.observability.metrics import Metrics, route_label
@@ -39,7 +52,6 @@ from turnout.server.shutdown import ShutDown, cancelled_by_shutdown
 from turnout.server.sse import DONE, sse_error
 from turnout.tasks import cancel_and_wait
 
-ASGIApp = Callable[..., Any]
 #: A client-given request id is used only if it is short printable ASCII without spaces.
 _VALID_ID = re.compile(rb"[\x21-\x7e]{1,200}")
 #: Longest wait to hand the last piece of a response cut short (timeout, shutdown) to a client
@@ -109,7 +121,7 @@ class OpsMiddleware:
         self.ops = ops
         self._id_headers = [h.lower().encode() for h in ops.server.request_id_headers]
 
-    def _client_id(self, headers: list[tuple[bytes, bytes]]) -> str | None:
+    def _client_id(self, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
         wanted = self._id_headers
         if not wanted:
             return None
@@ -123,8 +135,8 @@ class OpsMiddleware:
                 return found[name].decode()
         return None
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
         record = RequestRecord(scope["method"], scope["path"])
@@ -140,7 +152,7 @@ class OpsMiddleware:
             else None
         )
 
-        async def send_with_id(message: dict[str, Any]) -> None:
+        async def send_with_id(message: Message) -> None:
             if message["type"] == "http.response.start":
                 record.status = message["status"]
                 record.response_started = True
@@ -183,7 +195,7 @@ class OpsMiddleware:
                 log_access(record, duration)
 
     @staticmethod
-    async def _answer_shutdown(record: RequestRecord, send: Any) -> None:
+    async def _answer_shutdown(record: RequestRecord, send: Send) -> None:
         """The grace period ended before the request answered: a JSON 503, not uvicorn's
         plain-text 500 (this swallows the server's cancellation of the request)."""
         task = asyncio.current_task()
@@ -192,7 +204,7 @@ class OpsMiddleware:
         record.outcome = "shutdown"
         error = ShutDown()
         body = error.to_json()
-        start = {
+        start: HTTPResponseStartEvent = {
             "type": "http.response.start",
             "status": error.status,
             "headers": [
@@ -204,7 +216,11 @@ class OpsMiddleware:
         with contextlib.suppress(Exception):
             async with asyncio.timeout(TAIL_WAIT_S):
                 await send(start)
-                await send({"type": "http.response.body", "body": body, "more_body": False})
+                await send(_last_piece(body))
+
+
+def _last_piece(body: bytes) -> HTTPResponseBodyEvent:
+    return {"type": "http.response.body", "body": body, "more_body": False}
 
 
 def _has_body(headers: Iterable[tuple[bytes, bytes]]) -> bool:
@@ -221,19 +237,19 @@ class _BodyDeadline:
 
     __slots__ = ("_deadline", "_limit_s", "_receive", "done", "expired")
 
-    def __init__(self, receive: Any, limit_s: float) -> None:
+    def __init__(self, receive: Receive, limit_s: float) -> None:
         self._receive = receive
         self._limit_s = limit_s
         self._deadline = asyncio.get_running_loop().time() + limit_s
         self.done = False
         self.expired = False
 
-    async def __call__(self) -> dict[str, Any]:
+    async def __call__(self) -> ReceiveMessage:
         if self.done:
-            return await self._receive()  # type: ignore[no-any-return]
+            return await self._receive()
         try:
             async with asyncio.timeout_at(self._deadline):
-                message: dict[str, Any] = await self._receive()
+                message = await self._receive()
         except TimeoutError:
             self.expired = True
             raise ApiError(
@@ -247,12 +263,11 @@ class _BodyDeadline:
         return message
 
 
-async def _send_tail(send: Any, body: bytes, scope: dict[str, Any]) -> None:
+async def _send_tail(send: Send, body: bytes, scope: HTTPScope) -> None:
     """Send the last piece of a response cut short. A client that does not read within
     ``TAIL_WAIT_S`` has its connection dropped (when the server runs with the connection
     guard) rather than holding this task."""
-    message = {"type": "http.response.body", "body": body, "more_body": False}
-    sending = asyncio.ensure_future(send(message))
+    sending = asyncio.ensure_future(send(_last_piece(body)))
     try:
         done, _ = await asyncio.wait({sending}, timeout=TAIL_WAIT_S)
         if not done:
@@ -287,8 +302,8 @@ class _Gate:
         self.ops = ops
         self._metrics_public = ops.server.metrics_public
 
-    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
         path = scope["path"]
@@ -304,7 +319,7 @@ class _Gate:
         else:
             await self.app(scope, receive, send)
 
-    async def _generation(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+    async def _generation(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
         ops = self.ops
         server = ops.server
         record = current_record()
@@ -350,9 +365,9 @@ class _Gate:
 
     async def _run(
         self,
-        scope: dict[str, Any],
+        scope: HTTPScope,
         watch: ClientWatch,
-        send: Any,
+        send: Send,
         record: RequestRecord | None,
         release: Callable[[], None],
     ) -> None:
@@ -363,13 +378,12 @@ class _Gate:
         task = asyncio.current_task()
         assert task is not None
 
-        async def tracked_send(message: dict[str, Any]) -> None:
-            kind = message["type"]
-            if kind == "http.response.start":
+        async def tracked_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
                 progress.started = True
                 content_type = _header(message.get("headers", ()), b"content-type") or b""
                 progress.sse = content_type.startswith(b"text/event-stream")
-            elif kind == "http.response.body" and not message.get("more_body", False):
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
                 progress.complete = True
             await send(message)
 
@@ -420,7 +434,7 @@ class _Gate:
 
     @staticmethod
     async def _cut_short(
-        progress: _Progress, send: Any, scope: dict[str, Any], error: ApiError
+        progress: _Progress, send: Send, scope: HTTPScope, error: ApiError
     ) -> None:
         """End a response that cannot finish: ``error`` as the answer when none started, else
         an SSE error event and ``[DONE]`` (a started non-stream just ends)."""
