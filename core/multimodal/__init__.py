@@ -1,5 +1,7 @@
 """Multimodal inputs: images from ``data:`` URIs and allowed ``https`` URLs, checked and decoded
-with Pillow (see :mod:`turnout.multimodal.images`), with typed errors the endpoints answer 400."""
+with Pillow (see :mod:`turnout.multimodal.images`), with typed errors the endpoints answer 400;
+Qwen2-VL's preprocessing (:mod:`turnout.multimodal.qwen2_vl`) and the ``MultimodalInputs``
+message SGLang workers read (:mod:`turnout.multimodal.mm_inputs`)."""
 
 from turnout.multimodal.errors import (
     BadImage,
