@@ -235,12 +235,12 @@ class _BodyDeadline:
     """The app's ``receive`` while the request body arrives: a 408 when the whole body has not
     come within ``limit_s`` of the request's start (a client trickling its body)."""
 
-    __slots__ = ("_deadline", "_limit_s", "_receive", "done", "expired")
+    __slots__ = ("_deadline_at", "_limit_s", "_receive", "done", "expired")
 
     def __init__(self, receive: Receive, limit_s: float) -> None:
         self._receive = receive
         self._limit_s = limit_s
-        self._deadline = asyncio.get_running_loop().time() + limit_s
+        self._deadline_at = asyncio.get_running_loop().time() + limit_s
         self.done = False
         self.expired = False
 
@@ -248,7 +248,7 @@ class _BodyDeadline:
         if self.done:
             return await self._receive()
         try:
-            async with asyncio.timeout_at(self._deadline):
+            async with asyncio.timeout_at(self._deadline_at):
                 message = await self._receive()
         except TimeoutError:
             self.expired = True

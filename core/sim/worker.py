@@ -287,7 +287,7 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
     )
 
 
-async def _control_call(url: str, method: str, payload: Any, deadline: float) -> Any:
+async def _control_call(url: str, method: str, payload: Any, timeout_s: float) -> Any:
     from turnout.wire.client import parse_worker_url
 
     target, _ = parse_worker_url(url)
@@ -297,30 +297,30 @@ async def _control_call(url: str, method: str, payload: Any, deadline: float) ->
             request_serializer=_json_bytes,
             response_deserializer=_json_value,
         )
-        return await call(payload, timeout=deadline)
+        return await call(payload, timeout=timeout_s)
 
 
-async def set_knobs(url: str, deadline: float = 5.0, **changes: Any) -> dict[str, Any]:
+async def set_knobs(url: str, timeout_s: float = 5.0, **changes: Any) -> dict[str, Any]:
     """Change knobs of the simulator at ``url`` (any process); returns all knob values."""
-    result: dict[str, Any] = await _control_call(url, "SetKnobs", changes, deadline)
+    result: dict[str, Any] = await _control_call(url, "SetKnobs", changes, timeout_s)
     return result
 
 
-async def refuse_connections(url: str, seconds: float, deadline: float = 5.0) -> None:
+async def refuse_connections(url: str, seconds: float, timeout_s: float = 5.0) -> None:
     """Make the simulator at ``url`` drop connections and refuse new ones for ``seconds``."""
-    await _control_call(url, "RefuseFor", seconds, deadline)
+    await _control_call(url, "RefuseFor", seconds, timeout_s)
 
 
-async def get_records(url: str, deadline: float = 5.0) -> dict[str, Any]:
+async def get_records(url: str, timeout_s: float = 5.0) -> dict[str, Any]:
     """Summary of what the simulator at ``url`` received (request ids, aborts, outcomes…)."""
-    result: dict[str, Any] = await _control_call(url, "GetRecords", None, deadline)
+    result: dict[str, Any] = await _control_call(url, "GetRecords", None, timeout_s)
     return result
 
 
-async def get_counters(url: str, deadline: float = 5.0) -> dict[str, int]:
+async def get_counters(url: str, timeout_s: float = 5.0) -> dict[str, int]:
     """Cheap running totals of the simulator at ``url``: tokens generated, requests received,
     requests generating now (a benchmark reads them at the edges of its window)."""
-    result: dict[str, int] = await _control_call(url, "GetCounters", None, deadline)
+    result: dict[str, int] = await _control_call(url, "GetCounters", None, timeout_s)
     return result
 
 
@@ -361,11 +361,11 @@ class SimProcess:
             env=env,
         )
         assert self.proc.stdout is not None
-        deadline = time.monotonic() + self.startup_timeout
+        deadline_at = time.monotonic() + self.startup_timeout
         with selectors.DefaultSelector() as selector:
             selector.register(self.proc.stdout, selectors.EVENT_READ)
             while True:
-                left = deadline - time.monotonic()
+                left = deadline_at - time.monotonic()
                 if left <= 0 or not selector.select(left):
                     self.stop()
                     raise RuntimeError(f"simulator did not start within {self.startup_timeout}s")

@@ -203,7 +203,7 @@ class WorkerClient:
     """Client of one SGLang scheduler worker at ``grpc://host:port`` (or ``grpcs://``).
 
     The channel is opened lazily on first use in the running event loop and kept until
-    ``close()``. Every unary call has a deadline (``deadline=`` seconds, default from
+    ``close()``. Every unary call has a deadline (``timeout_s=`` seconds, default from
     ``ClientSettings``), propagated to the worker; failures raise ``WorkerCallError``.
     """
 
@@ -236,11 +236,11 @@ class WorkerClient:
             raise WorkerCallError(grpc.StatusCode.UNAVAILABLE, "client is closed", worker=self.url)
 
     def _call(
-        self, method: str, request: Message, response_type: MessageType, deadline: float | None
+        self, method: str, request: Message, response_type: MessageType, timeout_s: float | None
     ) -> Call:
         self._check_open()
         self._used = True
-        return self._channel.call(method, method_path(method), request, response_type, deadline)
+        return self._channel.call(method, method_path(method), request, response_type, timeout_s)
 
     async def __aenter__(self) -> Self:
         return self
@@ -256,54 +256,54 @@ class WorkerClient:
     # -- calls ---------------------------------------------------------------------------------
 
     def generate(
-        self, request: pb.GenerateRequest, *, deadline: float | None = None
+        self, request: pb.GenerateRequest, *, timeout_s: float | None = None
     ) -> GenerateStream:
         """Start a Generate call; iterate the returned stream for chunks and completes.
 
-        ``deadline`` (seconds) bounds the whole stream (None: none; the caller watches progress).
+        ``timeout_s`` (seconds) bounds the whole stream (None: none; the caller watches progress).
         """
         self._check_open()
         self._used = True
         call = self._channel.call(
-            "Generate", _GENERATE_PATH, request, pb.GenerateResponse, deadline
+            "Generate", _GENERATE_PATH, request, pb.GenerateResponse, timeout_s
         )
         n = request.sampling_params.n if request.HasField("sampling_params") else 1
         return GenerateStream(self, call, request.request_id, n)
 
     async def abort(
-        self, request_id: str, reason: str = "", *, deadline: float | None = None
+        self, request_id: str, reason: str = "", *, timeout_s: float | None = None
     ) -> pb.AbortResponse:
         """Ask the worker to stop ``request_id``."""
         request = pb.AbortRequest(request_id=request_id, reason=reason)
         return await self._unary(
-            "Abort", request, pb.AbortResponse, deadline or self.settings.abort_timeout
+            "Abort", request, pb.AbortResponse, timeout_s or self.settings.abort_timeout
         )
 
-    async def health_check(self, *, deadline: float | None = None) -> pb.HealthCheckResponse:
+    async def health_check(self, *, timeout_s: float | None = None) -> pb.HealthCheckResponse:
         """The worker's own health verdict (``healthy``, ``message``)."""
         return await self._unary(
             "HealthCheck",
             pb.HealthCheckRequest(),
             pb.HealthCheckResponse,
-            deadline or self.settings.health_timeout,
+            timeout_s or self.settings.health_timeout,
         )
 
-    async def get_model_info(self, *, deadline: float | None = None) -> pb.GetModelInfoResponse:
+    async def get_model_info(self, *, timeout_s: float | None = None) -> pb.GetModelInfoResponse:
         """Model path, served name, EOS ids, context length, … of the loaded model."""
         return await self._unary(
             "GetModelInfo",
             pb.GetModelInfoRequest(),
             pb.GetModelInfoResponse,
-            deadline or self.settings.unary_timeout,
+            timeout_s or self.settings.unary_timeout,
         )
 
-    async def get_server_info(self, *, deadline: float | None = None) -> pb.GetServerInfoResponse:
+    async def get_server_info(self, *, timeout_s: float | None = None) -> pb.GetServerInfoResponse:
         """Server arguments, version, active requests, uptime."""
         return await self._unary(
             "GetServerInfo",
             pb.GetServerInfoRequest(),
             pb.GetServerInfoResponse,
-            deadline or self.settings.unary_timeout,
+            timeout_s or self.settings.unary_timeout,
         )
 
     async def get_loads(
@@ -311,28 +311,28 @@ class WorkerClient:
         include: Sequence[str] = (),
         *,
         dp_rank: int | None = None,
-        deadline: float | None = None,
+        timeout_s: float | None = None,
     ) -> pb.GetLoadsResponse:
         """Per-rank scheduler load (running/waiting requests, token usage, …)."""
         request = pb.GetLoadsRequest(include=include)
         if dp_rank is not None:
             request.dp_rank = dp_rank
         return await self._unary(
-            "GetLoads", request, pb.GetLoadsResponse, deadline or self.settings.unary_timeout
+            "GetLoads", request, pb.GetLoadsResponse, timeout_s or self.settings.unary_timeout
         )
 
     async def embed(
-        self, request: pb.EmbedRequest, *, deadline: float | None = None
+        self, request: pb.EmbedRequest, *, timeout_s: float | None = None
     ) -> pb.EmbedResponse:
         """One embedding."""
         return await self._unary(
-            "Embed", request, pb.EmbedResponse, deadline or self.settings.unary_timeout
+            "Embed", request, pb.EmbedResponse, timeout_s or self.settings.unary_timeout
         )
 
     async def _unary(
-        self, method: str, request: Message, response_type: type[_Response], deadline: float
+        self, method: str, request: Message, response_type: type[_Response], timeout_s: float
     ) -> _Response:
-        call = self._call(method, request, response_type, deadline)
+        call = self._call(method, request, response_type, timeout_s)
         try:
             response: _Response | None = await call.read()
             if response is None:

@@ -545,10 +545,10 @@ class NativeChannel:
     async def wait_ready(self, within: float) -> None:
         """Connect (retrying) until ``within`` seconds have passed; ``WorkerCallError`` then."""
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
+        deadline_at = loop.time() + within
         while True:
             try:
-                async with asyncio.timeout_at(deadline):
+                async with asyncio.timeout_at(deadline_at):
                     await self.connection()
                 return
             except TimeoutError:
@@ -557,7 +557,7 @@ class NativeChannel:
                 if self._closed:
                     raise
                 pause = max(self._retry_at - loop.time(), 0.05)
-                if loop.time() + pause >= deadline:
+                if loop.time() + pause >= deadline_at:
                     break
                 await asyncio.sleep(pause)
         raise WorkerCallError(

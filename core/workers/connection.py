@@ -27,20 +27,20 @@ class ResponseStream(Protocol):
 class WorkerConnection(Protocol):
     """The calls the worker layer makes to one worker."""
 
-    async def health_check(self, deadline: float) -> bool:
-        """``HealthCheck`` RPC: True iff the worker answered healthy within ``deadline`` seconds."""
+    async def health_check(self, timeout_s: float) -> bool:
+        """``HealthCheck`` RPC: True iff the worker answered healthy within ``timeout_s``."""
         ...
 
-    async def model_info(self, deadline: float) -> Mapping[str, str]:
+    async def model_info(self, timeout_s: float) -> Mapping[str, str]:
         """``GetModelInfo`` + ``GetServerInfo`` flattened into string labels."""
         ...
 
-    async def load(self, deadline: float) -> Sequence[int]:
+    async def load(self, timeout_s: float) -> Sequence[int]:
         """``GetLoads``: running plus waiting requests of each DP rank (index = rank)."""
         ...
 
     def generate(self, request: Any, timeout: float | None) -> ResponseStream:
-        """Start ``Generate`` with an overall deadline of ``timeout`` seconds (None: none)."""
+        """Start ``Generate`` with an overall deadline ``timeout`` seconds from now (None: none)."""
         ...
 
     def classify(self, exc: BaseException) -> Failure | None:

@@ -130,7 +130,7 @@ class Dispatcher:
         fault once retries are exhausted). ``timeout`` bounds the whole request.
         """
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
+        deadline_at = None if timeout is None else loop.time() + timeout
         route = self._route(model)
         retry = self.retry
         max_attempts = retry.max_attempts if retry.enabled else 1
@@ -145,7 +145,7 @@ class Dispatcher:
             slot = self._select(route, routing, candidates)
             worker = slot.worker
             attempt += 1
-            remaining = None if deadline is None else max(deadline - loop.time(), 0.001)
+            remaining = None if deadline_at is None else max(deadline_at - loop.time(), 0.001)
             wait = remaining if first_timeout is None else min(remaining or inf, first_timeout)
             slot.acquire()
             slot.pin(request)
@@ -211,7 +211,7 @@ class Dispatcher:
             last_try = attempt - len(refused_by) >= max_attempts or not failure.retryable
             if not last_try:
                 delay = backoff_delay(retry, attempt - 1, self._rng)
-                out_of_time = deadline is not None and loop.time() + delay >= deadline
+                out_of_time = deadline_at is not None and loop.time() + delay >= deadline_at
                 last_try = out_of_time or not self.registry.candidates(model, tried)
             _log_failure(worker, failure, attempt, retrying=not last_try)
             if not last_try:

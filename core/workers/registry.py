@@ -178,14 +178,14 @@ class WorkerRegistry:
 
     async def wait_ready(self, worker_id: str, within: float) -> bool:
         """Wait until the worker is routable (True) or ``within`` seconds pass (False)."""
-        deadline = self._clock() + within
+        deadline_at = self._clock() + within
         while True:
             worker = self._workers.get(worker_id)
             if worker is None:
                 return False
             if worker.routable:
                 return True
-            left = deadline - self._clock()
+            left = deadline_at - self._clock()
             if left <= 0:
                 return False
             await asyncio.sleep(min(0.02, left))
@@ -287,9 +287,9 @@ class WorkerRegistry:
         with contextlib.suppress(Exception):
             await worker.connection.close()
 
-    async def _discover(self, worker: Worker, deadline: float) -> bool:
+    async def _discover(self, worker: Worker, timeout_s: float) -> bool:
         try:
-            labels = await worker.connection.model_info(deadline)
+            labels = await worker.connection.model_info(timeout_s)
         except Exception as exc:
             worker.last_error = f"model info: {type(exc).__name__}: {exc}"
             return False

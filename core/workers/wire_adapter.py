@@ -36,17 +36,17 @@ class WireConnection:
     def __init__(self, url: str, settings: ClientSettings | None = None) -> None:
         self.client = WorkerClient(url, settings)
 
-    async def health_check(self, deadline: float) -> bool:
+    async def health_check(self, timeout_s: float) -> bool:
         """``HealthCheck``: True iff answered ``healthy`` in time."""
-        response = await self.client.health_check(deadline=deadline)
+        response = await self.client.health_check(timeout_s=timeout_s)
         return bool(response.healthy)
 
-    async def model_info(self, deadline: float) -> Mapping[str, str]:
+    async def model_info(self, timeout_s: float) -> Mapping[str, str]:
         """``GetModelInfo`` (required) and ``GetServerInfo`` (best effort) as labels."""
-        info = await self.client.get_model_info(deadline=deadline)
+        info = await self.client.get_model_info(timeout_s=timeout_s)
         labels = _labels(info)
         try:
-            server = await self.client.get_server_info(deadline=deadline)
+            server = await self.client.get_server_info(timeout_s=timeout_s)
         except WorkerCallError:
             return labels
         args: dict[str, Any] = {}
@@ -59,14 +59,14 @@ class WireConnection:
             labels["sglang_version"] = server.sglang_version
         return labels
 
-    async def load(self, deadline: float) -> list[int]:
+    async def load(self, timeout_s: float) -> list[int]:
         """Running plus waiting requests of each DP rank (index = ``dp_rank``)."""
-        response = await self.client.get_loads(deadline=deadline)
+        response = await self.client.get_loads(timeout_s=timeout_s)
         return loads_by_rank(response)
 
     def generate(self, request: pb.GenerateRequest, timeout: float | None) -> GenerateStream:
         """Start ``Generate``."""
-        return self.client.generate(request, deadline=timeout)
+        return self.client.generate(request, timeout_s=timeout)
 
     def classify(self, exc: BaseException) -> Failure | None:
         """Map a :class:`WorkerCallError` to a :class:`Failure`."""

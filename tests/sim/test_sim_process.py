@@ -46,7 +46,7 @@ async def test_refuse_connections_for_a_while() -> None:
         await asyncio.sleep(0.15)
         assert not sim.serving
         with pytest.raises(WorkerCallError) as info:
-            await client.health_check(deadline=1.0)
+            await client.health_check(timeout_s=1.0)
         assert info.value.code == grpc.StatusCode.UNAVAILABLE
         await asyncio.sleep(0.4)
         assert sim.serving

@@ -114,7 +114,7 @@ async def test_abort_rpc_ends_the_stream_with_abort(sim: SimWorker, client: Work
 
 async def test_deadline_exceeded_aborts_on_the_worker(sim: SimWorker, client: WorkerClient) -> None:
     sim.knobs.hang = True
-    stream = client.generate(request("hi", request_id="slow"), deadline=0.2)
+    stream = client.generate(request("hi", request_id="slow"), timeout_s=0.2)
 
     with pytest.raises(WorkerCallError) as info:
         await anext(stream)

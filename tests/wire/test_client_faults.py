@@ -135,7 +135,7 @@ async def test_nothing_listening(unused_tcp_port: int, transport: TransportName)
     settings = ClientSettings(transport=transport)
     async with WorkerClient(f"grpc://127.0.0.1:{unused_tcp_port}", settings) as client:
         with pytest.raises(WorkerCallError) as info:
-            await client.health_check(deadline=2.0)
+            await client.health_check(timeout_s=2.0)
         assert info.value.code == grpc.StatusCode.UNAVAILABLE
         with pytest.raises(WorkerCallError):
             await client.wait_ready(0.2)

@@ -765,7 +765,7 @@ async def test_deadline_exceeded_against_a_server_that_never_answers() -> None:
         async with client_for(server) as client:
             loop = asyncio.get_running_loop()
             started = loop.time()
-            stream = client.generate(gen_request("slow"), deadline=0.5)
+            stream = client.generate(gen_request("slow"), timeout_s=0.5)
             got, err = await read_until_error(stream)
             elapsed = loop.time() - started
             assert got == []
