@@ -108,6 +108,7 @@ async def test_any_grouping_of_messages_gives_the_one_by_one_answer(
     st.sampled_from([["STOP"], ["STOP", "\n"], ["é🎉"]]),
 )
 @example(texts=["helloSTOP"], sizes=[2], stops=["STOP"])  # the stop's last token, then EOS
+@example(texts=["STOP"], sizes=[1, 2], stops=["STOP"])
 async def test_tokens_per_message_do_not_change_text_usage_or_logprobs(
     texts: list[str], sizes: list[int], stops: list[str]
 ) -> None:
