@@ -7,12 +7,20 @@ import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
 from turnout import hookspecs
 from turnout.errors import PluginError
+from turnout.plugin_kinds import (
+    DISCOVERY,
+    PLUGIN_KINDS,
+    POLICIES,
+    REASONING_PARSERS,
+    TOOL_PARSERS,
+    PluginKind,
+)
 from turnout.plugin_registry import PluginFailure, Registration, Registry
 
 if TYPE_CHECKING:
@@ -21,22 +29,11 @@ if TYPE_CHECKING:
     from turnout.routing.types import Policy
     from turnout.tool_calls.types import ToolParser
 
+T = TypeVar("T")
+
 ENTRY_POINT_GROUP = "turnout.plugins"
 #: Comma-separated allow-list of distribution or entry-point names; unset loads every plugin.
 ALLOW_LIST_ENV = "TURNOUT_PLUGINS"
-
-_HOOKS = {
-    "tool_parsers": "turnout_register_tool_parsers",
-    "reasoning_parsers": "turnout_register_reasoning_parsers",
-    "policies": "turnout_register_policies",
-    "discovery": "turnout_register_discovery",
-}
-_KIND_LABEL = {
-    "tool_parsers": "tool parser",
-    "reasoning_parsers": "reasoning parser",
-    "policies": "policy",
-    "discovery": "discovery provider",
-}
 
 
 class PluginImportWarning(UserWarning):
@@ -54,20 +51,44 @@ class LoadedPlugin:
 
 @dataclass(slots=True)
 class Plugins:
-    """The registries built at start-up; requests use these, never pluggy."""
+    """The registries built at start-up, one per kind of :data:`~turnout.plugin_kinds.PLUGIN_KINDS`;
+    requests use these, never pluggy.
 
-    tool_parsers: Registry[ToolParser]
-    reasoning_parsers: Registry[ReasoningParser]
-    policies: Registry[Policy]
-    discovery: Registry[DiscoveryProvider]
+    ``plugins[TOOL_PARSERS]`` is a kind's registry, typed by its kind; the built-in kinds are
+    also attributes (``plugins.tool_parsers``).
+    """
+
+    registries: dict[str, Registry[Any]]
     loaded: list[LoadedPlugin] = field(default_factory=list)
     failures: list[PluginFailure] = field(default_factory=list)
 
-    def registry(self, kind: str) -> Registry[Any]:
-        """The registry of a kind: ``"tool_parsers"``, ``"reasoning_parsers"``, ``"policies"``
-        or ``"discovery"``."""
-        registry: Registry[Any] = getattr(self, kind)
+    def __getitem__(self, kind: PluginKind[T]) -> Registry[T]:
+        registry: Registry[T] = self.registries[kind.key]
         return registry
+
+    def registry(self, key: str) -> Registry[Any]:
+        """The registry of a kind by its key (``"tool_parsers"``, ``"discovery"``, …)."""
+        return self.registries[key]
+
+    @property
+    def tool_parsers(self) -> Registry[ToolParser]:
+        """Tool-call parsers."""
+        return self[TOOL_PARSERS]
+
+    @property
+    def reasoning_parsers(self) -> Registry[ReasoningParser]:
+        """Reasoning parsers."""
+        return self[REASONING_PARSERS]
+
+    @property
+    def policies(self) -> Registry[Policy]:
+        """Worker selection policies."""
+        return self[POLICIES]
+
+    @property
+    def discovery(self) -> Registry[DiscoveryProvider]:
+        """Discovery providers."""
+        return self[DISCOVERY]
 
 
 def _allow_list(allow: Iterable[str] | None) -> set[str] | None:
@@ -130,23 +151,16 @@ def load_plugins(
         raise PluginError(f"a plugin implements an unknown hook: {exc}") from exc
 
     registries: dict[str, Registry[Any]] = {}
-    for kind, hook_name in _HOOKS.items():
-        registry: Registry[Any] = Registry(_KIND_LABEL[kind], failures)
-        hook = getattr(pm.hook, hook_name)
+    for kind in PLUGIN_KINDS:
+        registry: Registry[Any] = Registry(kind.label, failures)
+        hook = getattr(pm.hook, kind.hook)
         # Each implementation is called on its own so every name is attributed to its distribution.
         for impl in reversed(hook.get_hookimpls()):
             origin = origins[impl.plugin_name]
             impl.function(register=_registrar(registry, origin))
-        registries[kind] = registry
+        registries[kind.key] = registry
 
-    return Plugins(
-        tool_parsers=registries["tool_parsers"],
-        reasoning_parsers=registries["reasoning_parsers"],
-        policies=registries["policies"],
-        discovery=registries["discovery"],
-        loaded=list(origins.values()),
-        failures=failures,
-    )
+    return Plugins(registries, loaded=list(origins.values()), failures=failures)
 
 
 def _registrar(registry: Registry[Any], origin: LoadedPlugin) -> hookspecs.Register:

@@ -4,15 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from turnout.plugin_kinds import PLUGIN_KINDS
 from turnout.plugin_loader import Plugins, load_plugins
-
-_KINDS = ("tool_parsers", "reasoning_parsers", "policies", "discovery")
-_LABELS = {
-    "tool_parsers": "tool parser",
-    "reasoning_parsers": "reasoning parser",
-    "policies": "policy",
-    "discovery": "discovery",
-}
 
 
 def plugins_report(plugins: Plugins | None = None) -> dict[str, Any]:
@@ -23,17 +16,17 @@ def plugins_report(plugins: Plugins | None = None) -> dict[str, Any]:
         entry = distributions.setdefault(
             loaded.distribution,
             {"distribution": loaded.distribution, "version": loaded.version}
-            | {kind: [] for kind in _KINDS},
+            | {kind.key: [] for kind in PLUGIN_KINDS},
         )
         entry["version"] = loaded.version
-    for kind in _KINDS:
-        for registration in plugins.registry(kind).registrations():
+    for kind in PLUGIN_KINDS:
+        for registration in plugins[kind].registrations():
             entry = distributions.setdefault(
                 registration.distribution,
                 {"distribution": registration.distribution, "version": registration.version}
-                | {k: [] for k in _KINDS},
+                | {other.key: [] for other in PLUGIN_KINDS},
             )
-            entry[kind].append(
+            entry[kind.key].append(
                 {
                     "name": registration.name,
                     "aliases": list(registration.aliases),
@@ -55,15 +48,15 @@ def render_plugins_report(report: dict[str, Any]) -> str:
     lines: list[str] = []
     for dist in report["plugins"]:
         lines.append(f"{dist['distribution']} {dist['version']}")
-        for kind in _KINDS:
-            for item in dist[kind]:
+        for kind in PLUGIN_KINDS:
+            for item in dist[kind.key]:
                 extra = []
                 if item["aliases"]:
                     extra.append("aliases: " + ", ".join(item["aliases"]))
                 if item["models"]:
                     extra.append("models: " + ", ".join(item["models"]))
                 suffix = f"  ({'; '.join(extra)})" if extra else ""
-                lines.append(f"  {_LABELS[kind]:<16} {item['name']}{suffix}")
+                lines.append(f"  {kind.listing_label:<16} {item['name']}{suffix}")
     for failure in report["failures"]:
         lines.append(
             f"FAILED {failure['distribution']} ({failure['entry_point']}): {failure['error']}"

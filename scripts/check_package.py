@@ -44,9 +44,10 @@ def main() -> None:
     # Every lazily registered built-in must import from the wheel.
     check = (
         "import turnout\n"
+        "from turnout.plugin_kinds import PLUGIN_KINDS\n"
         "p = turnout.load_plugins()\n"
-        "for kind in ('tool_parsers', 'reasoning_parsers', 'policies', 'discovery'):\n"
-        "    reg = p.registry(kind)\n"
+        "for kind in PLUGIN_KINDS:\n"
+        "    reg = p[kind]\n"
         "    for name in reg.names():\n"
         "        reg.factory(name)\n"
         "import turnout.demo_model, turnout.wire, turnout.sim, turnout.server.app\n"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from google.protobuf import json_format
@@ -12,6 +12,7 @@ from litestar.params import FromPath, FromQuery
 from litestar.types import ControllerRouterHandler
 
 from turnout.errors import ParserError
+from turnout.plugin_kinds import REASONING_PARSERS, TOOL_PARSERS, PluginKind
 from turnout.routing.types import RoutingRequest
 from turnout.server.context import Services, new_request_id
 from turnout.server.errors import ApiError, bad_request
@@ -26,10 +27,11 @@ from turnout.server.protocol import (
 )
 from turnout.server.respond import answer_json
 from turnout.tokenizer import ChatTemplateError
-from turnout.tool_calls.types import ToolParser
 from turnout.wire.sampling import build_generate_request, build_sampling_params
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.worker import Worker, WorkerState
+
+T = TypeVar("T")
 
 
 def _services(request: Request[Any, Any, Any]) -> Services:
@@ -245,10 +247,9 @@ async def parse_function_call(request: Request[Any, Any, Any]) -> Any:
     services = _services(request)
     body = decode_body(await request.body(), ParseFunctionCallRequest)
     name = body.tool_call_parser or body.parser
-    name, parser = _plugin(services, "tool_parsers", name, body.model, "tool_call_parser")
-    tool_parser: ToolParser = parser
+    name, parser = _plugin(services, TOOL_PARSERS, name, body.model, "tool_call_parser")
     try:
-        result = tool_parser.parse_complete(body.text, body.tools)
+        result = parser.parse_complete(body.text, body.tools)
     except Exception as exc:
         raise ParserError("tool", name, exc) from exc
     calls = [{"name": call.name, "arguments": call.arguments} for call in result.calls]
@@ -261,7 +262,7 @@ async def parse_reasoning(request: Request[Any, Any, Any]) -> Any:
     services = _services(request)
     body = decode_body(await request.body(), ParseReasoningRequest)
     name = body.reasoning_parser or body.parser
-    name, parser = _plugin(services, "reasoning_parsers", name, body.model, "reasoning_parser")
+    name, parser = _plugin(services, REASONING_PARSERS, name, body.model, "reasoning_parser")
     try:
         reasoning = parser.parse_complete(body.text)
     except Exception as exc:
@@ -272,13 +273,13 @@ async def parse_reasoning(request: Request[Any, Any, Any]) -> Any:
 
 
 def _plugin(
-    services: Services, kind: str, name: str | None, model: str | None, key: str
-) -> tuple[str, Any]:
+    services: Services, kind: PluginKind[T], name: str | None, model: str | None, key: str
+) -> tuple[str, T]:
     """The parser's registered name and a fresh instance (400 when none applies)."""
-    registry = services.plugins.registry(kind)
+    registry = services.plugins[kind]
     if name is None:
         model_id = services.models.resolve_name(model)
-        name = services.models.choice(model_id, kind)
+        name = services.models.choice(model_id, kind.key)
         if name is None:
             raise bad_request(f"no {registry.kind} applies to model {model_id!r}; name one", key)
     if name not in registry:
