@@ -109,6 +109,9 @@ async def test_any_grouping_of_messages_gives_the_one_by_one_answer(
 )
 @example(texts=["helloSTOP"], sizes=[2], stops=["STOP"])  # the stop's last token, then EOS
 @example(texts=["STOP"], sizes=[1, 2], stops=["STOP"])
+@example(texts=["hello\n"], sizes=[2], stops=["STOP", "\n"])
+@example(texts=["hello\n"], sizes=[3], stops=["STOP", "\n"])
+@example(texts=["hello\n"], sizes=[16], stops=["STOP", "\n"])
 async def test_tokens_per_message_do_not_change_text_usage_or_logprobs(
     texts: list[str], sizes: list[int], stops: list[str]
 ) -> None:
