@@ -123,3 +123,26 @@ def test_idle_stream_gets_keepalive_comments(router: Router) -> None:
     assert role_chunk["choices"][0]["delta"]["role"] == "assistant"
     assert ": keep-alive" in lines
     assert lines[-1] == "data: [DONE]"
+
+
+def test_client_disconnect_mid_batch_stream_aborts_every_prompt(router: Router) -> None:
+    """A completions batch streams prompt after prompt: a client that leaves during the first
+    prompt's output gets the later prompts' requests aborted too (they were opened up front)."""
+    for sim in router.sims:
+        sim.knobs.update({"delay_ms": 30.0})
+    headers = {"x-request-id": "batch-away-1"}
+    body = {"model": MODEL, "prompt": ["word " * 60] * 2, "max_tokens": 60, "stream": True}
+    with httpx.stream(
+        "POST", f"{router.base_url}/v1/completions", json=body, headers=headers, timeout=20
+    ) as response:
+        next(line for line in response.iter_lines() if line.startswith("data: "))
+
+    def aborted(suffix: str) -> bool:
+        return any(
+            rid.startswith("batch-away-1") and rid.endswith(suffix)
+            for s in router.sims
+            for rid in s.aborted
+        )
+
+    router.wait_until(lambda: aborted("-0") and aborted("-1"))
+    router.wait_until(lambda: all(s.running == 0 for s in router.sims))
