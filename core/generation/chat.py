@@ -7,16 +7,13 @@ from typing import Any
 
 import msgspec
 
-from turnout.reasoning.prompt import reasoning_open_at_prompt_end
-from turnout.routing.types import RoutingRequest
-from turnout.server import unsupported
-from turnout.server.chat_emit import ChatFolder, ChatStream, running_usage
-from turnout.server.context import RequestContext, Services
-from turnout.server.errors import ApiError, bad_request
-from turnout.server.events import Event
-from turnout.server.forced_call import ForcedCallParser
-from turnout.server.models import ARRAY_PARSER
-from turnout.server.pipeline import (
+from turnout.generation import unsupported
+from turnout.generation.chat_render import ChatFolder, ChatStream, running_usage
+from turnout.generation.context import RequestContext
+from turnout.generation.events import Event
+from turnout.generation.forced_call import ForcedCallParser
+from turnout.generation.models import ARRAY_PARSER
+from turnout.generation.pipeline import (
     generate_request,
     make_processors,
     output_options,
@@ -24,11 +21,16 @@ from turnout.server.pipeline import (
     stream_events,
     worker_streaming,
 )
-from turnout.server.prompt_size import encode_prompt, render_off_loop
-from turnout.server.protocol import ChatCompletionRequest, decode_body
+from turnout.generation.prompt_size import encode_prompt, render_off_loop
+from turnout.generation.requests import ChatCompletionRequest
+from turnout.generation.tool_choice import ToolPlan, plan_tools
+from turnout.generation.unsupported import refuse_modalities, refuse_unsupported
+from turnout.reasoning.prompt import reasoning_open_at_prompt_end
+from turnout.routing.types import RoutingRequest
+from turnout.server.context import Services
+from turnout.server.errors import ApiError, bad_request
+from turnout.server.protocol import decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
-from turnout.server.tool_choice import ToolPlan, plan_tools
-from turnout.server.unsupported import refuse_modalities, refuse_unsupported
 from turnout.tokenizer import ChatTemplateError
 from turnout.tokenizer.content_parts import media_kind
 from turnout.wire.sampling import Constraint

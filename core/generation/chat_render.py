@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
-from turnout.server.protocol import StreamOptions
+from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
+from turnout.generation.requests import StreamOptions
 
 
 def logprob_entry(lp: TokenLogprob) -> dict[str, Any]:

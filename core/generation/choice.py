@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from turnout.errors import ParserError
+from turnout.generation.events import ChoiceDelta, ChoiceEnd, TokenLogprob, ToolCallPiece
 from turnout.observability.metrics import note_parser_error
 from turnout.reasoning.types import ReasoningParser
-from turnout.server.events import ChoiceDelta, ChoiceEnd, TokenLogprob, ToolCallPiece
 from turnout.tool_calls.types import ToolCallDelta, ToolParser, Tools, finish_tool_parser
 
 log = logging.getLogger(__name__)

@@ -5,12 +5,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
-from turnout.routing.types import RoutingRequest
-from turnout.server.chat_emit import running_usage, usage_dict
-from turnout.server.context import RequestContext, Services
-from turnout.server.errors import bad_request
-from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
-from turnout.server.pipeline import (
+from turnout.generation.chat_render import running_usage, usage_dict
+from turnout.generation.context import RequestContext
+from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
+from turnout.generation.pipeline import (
     GenerateSession,
     closed_on_failure,
     generate_request,
@@ -20,11 +18,15 @@ from turnout.server.pipeline import (
     stream_events,
     worker_streaming,
 )
-from turnout.server.prompt_size import check_prompt_ids, encode_prompt
-from turnout.server.protocol import CompletionRequest, decode_body
+from turnout.generation.prompt_size import check_prompt_ids, encode_prompt
+from turnout.generation.requests import CompletionRequest
+from turnout.generation.tool_choice import plan_tools
+from turnout.generation.unsupported import COMPLETIONS, refuse_unsupported, unsupported
+from turnout.routing.types import RoutingRequest
+from turnout.server.context import Services
+from turnout.server.errors import bad_request
+from turnout.server.protocol import decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
-from turnout.server.tool_choice import plan_tools
-from turnout.server.unsupported import COMPLETIONS, refuse_unsupported, unsupported
 from turnout.wire.sampling import Constraint, ConstraintKind
 
 

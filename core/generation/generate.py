@@ -8,11 +8,9 @@ from typing import Any, cast
 
 import msgspec
 
-from turnout.routing.types import RoutingRequest
-from turnout.server.context import RequestContext, Services
-from turnout.server.errors import bad_request
-from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
-from turnout.server.pipeline import (
+from turnout.generation.context import RequestContext
+from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
+from turnout.generation.pipeline import (
     closed_on_failure,
     generate_request,
     make_processors,
@@ -21,10 +19,14 @@ from turnout.server.pipeline import (
     stream_events,
     worker_streaming,
 )
-from turnout.server.prompt_size import check_prompt_ids, encode_prompt
-from turnout.server.protocol import GenerateRequestBody, NativeSamplingParams, decode_body
+from turnout.generation.prompt_size import check_prompt_ids, encode_prompt
+from turnout.generation.requests import GenerateRequestBody, NativeSamplingParams
+from turnout.generation.unsupported import GENERATE, refuse_unsupported
+from turnout.routing.types import RoutingRequest
+from turnout.server.context import Services
+from turnout.server.errors import bad_request
+from turnout.server.protocol import decode_body
 from turnout.server.respond import Answer, answer_json, answer_stream
-from turnout.server.unsupported import GENERATE, refuse_unsupported
 from turnout.wire.sampling import Constraint, ConstraintKind
 
 _CONSTRAINTS: tuple[ConstraintKind, ...] = ("json_schema", "structural_tag", "regex", "ebnf")

@@ -13,11 +13,11 @@ from pathlib import Path
 
 from turnout.config import Config, ModelConfig
 from turnout.errors import StartupError
+from turnout.generation.prompt_size import PromptLimit
 from turnout.plugin_choice import choose_plugins
 from turnout.plugin_loader import Plugins
 from turnout.reasoning.types import ReasoningParser
 from turnout.server.errors import ApiError
-from turnout.server.prompt_size import PromptLimit
 from turnout.tokenizer import ModelTokenizer
 from turnout.tool_calls.types import ToolParser
 from turnout.workers.worker import Worker

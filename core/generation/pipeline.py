@@ -10,12 +10,12 @@ from typing import Any, Protocol
 
 import regex
 
+from turnout.generation.choice import CallIds, ChoiceProcessor
+from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, Usage
+from turnout.generation.models import ModelRuntime
+from turnout.generation.requests import SamplingFields, stop_strings
 from turnout.routing.types import RoutingRequest
-from turnout.server.choice import CallIds, ChoiceProcessor
 from turnout.server.errors import ApiError, bad_request
-from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, Usage
-from turnout.server.models import ModelRuntime
-from turnout.server.protocol import SamplingFields, stop_strings
 from turnout.tokenizer.stops import StopRegexTimeout, StopStringMatcher, compile_stop_regexes
 from turnout.tool_calls.types import ToolParser, Tools
 from turnout.wire.errors import WorkerCallError

@@ -19,7 +19,7 @@ from turnout.tokenizer import TooManyTokens
 from turnout.tokenizer.offload import offloader
 
 if TYPE_CHECKING:
-    from turnout.server.models import ModelRuntime
+    from turnout.generation.models import ModelRuntime
 
 #: Requests with a body at least this large render their chat template on a tokenizer thread.
 OFF_LOOP_BODY_BYTES = 256 * 1024

@@ -18,38 +18,39 @@ from litestar.types import ControllerRouterHandler
 from turnout.config import Config, ServerConfig, policy_config
 from turnout.discovery import DiscoveryManager, describe_discovery
 from turnout.errors import ParserError
+from turnout.generation.chat import handle_chat
+from turnout.generation.completions import handle_completion
+from turnout.generation.context import RequestContext
+from turnout.generation.generate import handle_generate
+from turnout.generation.models import ModelTable
+from turnout.generation.pipeline import GenerateSession
+from turnout.generation.prompt_size import PromptLimit, limit_from_labels, widest_limit
+from turnout.generation.requests import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    GenerateRequestBody,
+)
 from turnout.observability.logs import current_record
 from turnout.observability.metrics import CONTENT_TYPE, MeteredSession, note_failure
 from turnout.plugin_choice import choose_plugins, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
+from turnout.routing.dispatch import Dispatcher
 from turnout.routing.types import Policy, RoutingRequest
-from turnout.server.chat import handle_chat
-from turnout.server.completions import handle_completion
-from turnout.server.context import RequestContext, Services, new_request_id
+from turnout.server.context import Services, new_request_id
 from turnout.server.errors import ApiError, body_too_large
-from turnout.server.generate import handle_generate
 from turnout.server.info import info_routes
 from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import OpsMiddleware, OpsState, gate_middleware
-from turnout.server.models import ModelTable
 from turnout.server.openapi import REQUEST_BODY, openapi_config
-from turnout.server.pipeline import GenerateSession
-from turnout.server.prompt_size import PromptLimit, limit_from_labels, widest_limit
-from turnout.server.protocol import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    GenerateRequestBody,
-    nested_too_deeply,
-)
+from turnout.server.protocol import nested_too_deeply
 from turnout.server.reload import admin_reload, install_sighup
 from turnout.server.respond import Answer, answer_error
 from turnout.server.shutdown import drain_hook
+from turnout.server.worker_routes import DEPENDENCY as WORKER_REGISTRY
+from turnout.server.worker_routes import workers_router
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
-from turnout.workers.dispatch import Dispatcher
 from turnout.workers.errors import DispatchError, WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
-from turnout.workers.routes import DEPENDENCY as WORKER_REGISTRY
-from turnout.workers.routes import workers_router
 
 log = logging.getLogger(__name__)
 

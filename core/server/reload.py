@@ -19,12 +19,12 @@ from turnout.config import Config
 from turnout.discovery import DiscoveryManager, describe_discovery
 from turnout.errors import StartupError
 from turnout.plugin_choice import validate_plugin_names
+from turnout.routing.dispatch import Dispatcher
 from turnout.server.auth import KeyRing
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
 from turnout.server.middleware import OpsState
 from turnout.server.respond import answer_json
-from turnout.workers.dispatch import Dispatcher
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.worker import default_worker_id
 

@@ -19,11 +19,11 @@ from litestar import Litestar
 
 from turnout.config import Config, ModelConfig, ServerConfig
 from turnout.errors import ConfigError, StartupError
+from turnout.generation.models import STARTED_ENV, router_started
 from turnout.observability.logs import configure_logging
 from turnout.server.app import create_app
 from turnout.server.connections import ConnectionLimits, guarded_protocol
 from turnout.server.context import Services
-from turnout.server.models import STARTED_ENV, router_started
 from turnout.server.shutdown import DrainingServer
 from turnout.workers.settings import WorkerSpec
 

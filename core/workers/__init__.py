@@ -1,10 +1,10 @@
-"""Workers: registry, health, circuit breakers, retries and the request dispatcher.
+"""Workers: the fleet — registry, health, circuit breakers, connections and retry settings.
 
-The admin routes live in :mod:`turnout.workers.routes` (imported separately: Litestar).
+Choosing a worker and dispatching a request to it is :mod:`turnout.routing`; the ``/workers``
+admin routes are :mod:`turnout.server.worker_routes`.
 """
 
 from turnout.workers.breaker import CircuitBreaker, CircuitState
-from turnout.workers.dispatch import Dispatcher, GenerateSession
 from turnout.workers.errors import (
     DispatchError,
     NoWorkerAvailable,
@@ -32,8 +32,6 @@ __all__ = [
     "CircuitBreaker",
     "CircuitState",
     "DispatchError",
-    "Dispatcher",
-    "GenerateSession",
     "HealthOverride",
     "HealthSettings",
     "HealthState",

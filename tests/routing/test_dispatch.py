@@ -11,9 +11,9 @@ import pytest
 
 from turnout.plugins.policies.load import LeastLoadPolicy
 from turnout.plugins.policies.simple import RoundRobinPolicy
+from turnout.routing.dispatch import Dispatcher
 from turnout.routing.types import RoutingRequest
 from turnout.workers.breaker import CircuitState
-from turnout.workers.dispatch import Dispatcher
 from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import RetrySettings, WireSettings, WorkerSpec

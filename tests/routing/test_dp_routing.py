@@ -15,10 +15,10 @@ from turnout.plugins.policies.hashing import ConsistentHashingPolicy, PrefixHash
 from turnout.plugins.policies.load import LeastLoadPolicy, PowerOfTwoPolicy
 from turnout.plugins.policies.manual import ManualPolicy
 from turnout.plugins.policies.simple import RandomPolicy, RoundRobinPolicy
+from turnout.routing.dispatch import Dispatcher, GenerateSession
 from turnout.routing.types import Policy, RoutingRequest
 from turnout.sim import SimProcess, get_records, set_knobs
 from turnout.wire import WorkerClient, pb
-from turnout.workers.dispatch import Dispatcher, GenerateSession
 from turnout.workers.dp import DpRank
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import BreakerSettings, HealthSettings, WorkerSpec

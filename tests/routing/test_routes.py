@@ -11,10 +11,10 @@ import uvicorn
 from litestar import Litestar
 
 from turnout.plugins.policies.simple import RoundRobinPolicy
+from turnout.routing.dispatch import Dispatcher
 from turnout.routing.types import RoutingRequest
-from turnout.workers.dispatch import Dispatcher
+from turnout.server.worker_routes import admin_key_guard, workers_router
 from turnout.workers.registry import WorkerRegistry
-from turnout.workers.routes import admin_key_guard, workers_router
 
 from ._worker import free_port, make_request
 from .conftest import fast_settings

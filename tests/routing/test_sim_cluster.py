@@ -10,11 +10,11 @@ from collections.abc import AsyncIterator
 import pytest
 
 from turnout.plugins.policies.cache_aware import CacheAwarePolicy
+from turnout.routing.dispatch import Dispatcher
 from turnout.routing.types import RoutingRequest
 from turnout.sim import SimWorker
 from turnout.wire import pb
 from turnout.workers.breaker import CircuitState
-from turnout.workers.dispatch import Dispatcher
 from turnout.workers.errors import WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import WorkerSpec

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import turnout
 from turnout.demo_model import path as demo_path
-from turnout.server.choice import CallIds, ChoiceProcessor
+from turnout.generation.choice import CallIds, ChoiceProcessor
 from turnout.tokenizer import ModelTokenizer
 from turnout.tokenizer.stops import StopStringMatcher
 

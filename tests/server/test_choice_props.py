@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnout.server.chat_emit import ChatFolder
+from turnout.generation.chat_render import ChatFolder
 
 from .outputs import EOS, output_ids, outputs, processor
 

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from turnout.server.chat_emit import ChatFolder
+from turnout.generation.chat_render import ChatFolder
+from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, Usage
+from turnout.generation.pipeline import stream_events
 from turnout.server.errors import ApiError
-from turnout.server.events import ChoiceDelta, ChoiceEnd, Event, Usage
-from turnout.server.pipeline import stream_events
 from turnout.wire import pb
 
 from .outputs import EOS, TOKENIZER, output_ids, outputs, processor

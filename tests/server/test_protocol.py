@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from turnout.server.errors import ApiError
-from turnout.server.protocol import (
+from turnout.generation.requests import (
     ChatCompletionRequest,
     CompletionRequest,
     GenerateRequestBody,
-    decode_body,
 )
+from turnout.server.errors import ApiError
+from turnout.server.protocol import decode_body
 
 MESSAGES = [{"role": "user", "content": "x"}]
 

@@ -100,7 +100,7 @@ def test_values_the_wire_cannot_carry_are_rejected_by_name(
 
 def test_what_values_mean_is_left_to_the_request_layer_and_the_worker() -> None:
     """Ranges with a meaning (top_p in (0, 1], top_k -1 or >= 1 …) are checked where requests are
-    decoded (turnout.server.protocol); the wire builder carries any value its types can hold."""
+    decoded (turnout.generation.requests); the wire builder carries any value its types can hold."""
     p = build_sampling_params(
         max_new_tokens=2, min_new_tokens=5, top_p=0.0, top_k=0, temperature=-1.0
     )
