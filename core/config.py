@@ -14,6 +14,7 @@ import msgspec
 import yaml
 
 from turnout.errors import ConfigError
+from turnout.observability.tracing import TracingConfig
 from turnout.workers.settings import (
     BreakerSettings,
     HealthSettings,
@@ -170,6 +171,8 @@ class Config(_Section):
     retry: RetrySettings = msgspec.field(default_factory=RetrySettings)
     load_monitor: LoadMonitorSettings = msgspec.field(default_factory=LoadMonitorSettings)
     wire: WireSettings = msgspec.field(default_factory=WireSettings)
+    #: OpenTelemetry traces (off unless configured here or by ``OTEL_*`` variables).
+    tracing: TracingConfig = msgspec.field(default_factory=TracingConfig)
     #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.
     drain_timeout_s: float = 600.0
 

@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from math import inf
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import urlsplit
 
 from turnout.routing.types import Candidate, Policy, RoutingRequest
 from turnout.workers.connection import Failure, ResponseStream
@@ -21,6 +22,12 @@ from turnout.workers.registry import WorkerRegistry
 from turnout.workers.retry import backoff_delay
 from turnout.workers.settings import RetrySettings
 from turnout.workers.worker import Worker, WorkerState
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+    from opentelemetry.util.types import AttributeValue
+
+    from turnout.observability.otel import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +59,8 @@ class Dispatcher:
     ``policies`` maps model id -> policy instance; ``default_policy`` serves other models and
     is either an instance (shared) or a zero-argument factory (one instance per model, the
     right choice for stateful policies such as ``cache_aware``). :meth:`set_policies` swaps
-    them at run time (config reload).
+    them at run time (config reload). With ``tracing``, each worker selection and each attempt
+    is a span, and the attempt's span is the parent of the worker's (W3C context as metadata).
     """
 
     def __init__(
@@ -62,8 +70,11 @@ class Dispatcher:
         default_policy: Policy | PolicyFactory | None = None,
         retry: RetrySettings | None = None,
         rng: random.Random | None = None,
+        *,
+        tracing: Tracing | None = None,
     ) -> None:
         self.registry = registry
+        self.tracing = tracing
         self.retry = retry or registry.settings.retry
         #: Seconds a worker may take to send a request's first response (None: no bound).
         self.first_response_timeout = registry.settings.wire.first_response_timeout_s or None
@@ -135,6 +146,7 @@ class Dispatcher:
         retry = self.retry
         max_attempts = retry.max_attempts if retry.enabled else 1
         first_timeout = self.first_response_timeout
+        tracing = self.tracing
         tried: set[str] = set()
         refused_by: set[str] = set()
         attempt = 0
@@ -142,7 +154,10 @@ class Dispatcher:
             candidates = self.registry.candidates(model, tried)
             if not candidates:
                 raise self._no_worker(model, tried)
-            slot = self._select(route, routing, candidates)
+            if tracing is None:
+                slot = self._select(route, routing, candidates)
+            else:
+                slot = _traced_select(self, tracing, route, routing, candidates)
             worker = slot.worker
             attempt += 1
             remaining = None if deadline_at is None else max(deadline_at - loop.time(), 0.001)
@@ -150,8 +165,14 @@ class Dispatcher:
             slot.acquire()
             slot.pin(request)
             stream: ResponseStream | None = None
+            span: Span | None = None
+            metadata: Sequence[tuple[str, str]] = ()
+            if tracing is not None:
+                attributes = _attempt_attributes(slot, attempt)
+                span = tracing.start_span(_GENERATE, attributes, client=True)
+                metadata = tracing.worker_metadata(span)
             try:
-                stream = worker.connection.generate(request, remaining)
+                stream = worker.connection.generate(request, remaining, metadata)
                 if wait is None:
                     first = await stream.next_batch()
                 else:
@@ -159,6 +180,8 @@ class Dispatcher:
                         first = await stream.next_batch()
             except asyncio.CancelledError:
                 slot.release()
+                if span is not None:
+                    _end_span(span, None, cancelled=True)
                 if stream is not None:
                     await stream.aclose()
                 raise
@@ -170,6 +193,9 @@ class Dispatcher:
                 failure = worker.connection.classify(error)
                 if failure is None:
                     slot.release()
+                    if tracing is not None and span is not None:
+                        span.record_exception(error)
+                        tracing.end(span, f"{type(error).__name__}: {error}")
                     if stream is not None:
                         await stream.aclose()
                     raise
@@ -177,7 +203,7 @@ class Dispatcher:
             else:
                 if first:
                     worker.health.traffic_ok()
-                    return GenerateSession(self, slot, stream, first, route, routing, attempt)
+                    return GenerateSession(self, slot, stream, first, route, routing, attempt, span)
                 failure = Failure(
                     True,
                     502,
@@ -200,6 +226,8 @@ class Dispatcher:
                 # retry does; the same worker may take it on a new connection. Once per worker,
                 # and not counted against the retry budget.
                 refused_by.add(worker.id)
+                if span is not None:
+                    _end_span(span, failure, resent=True)
                 log.info(
                     "worker %s refused attempt %d, sending it again: %s",
                     worker.id,
@@ -214,6 +242,8 @@ class Dispatcher:
                 out_of_time = deadline_at is not None and loop.time() + delay >= deadline_at
                 last_try = out_of_time or not self.registry.candidates(model, tried)
             _log_failure(worker, failure, attempt, retrying=not last_try)
+            if span is not None:
+                _end_span(span, failure, exc=exc, retrying=not last_try)
             if not last_try:
                 await asyncio.sleep(delay)
                 continue
@@ -278,6 +308,7 @@ class GenerateSession:
         "_pending",
         "_route",
         "_routing",
+        "_span",
         "_stream",
         "attempts",
         "slot",
@@ -293,8 +324,11 @@ class GenerateSession:
         route: _Route,
         routing: RoutingRequest,
         attempts: int,
+        span: Span | None = None,
     ) -> None:
         self._dispatcher = dispatcher
+        #: The attempt's span (tracing on): it lasts as long as the worker's call.
+        self._span = span
         #: Where the request runs: the worker, or one of its DP ranks.
         self.slot = slot
         self.worker = slot.worker
@@ -406,12 +440,97 @@ class GenerateSession:
             worker.breaker.record_success()
         if self._route.done is not None:
             _call_hook(self._route.done, self._routing, self.slot.id, failure is None)
+        if self._span is not None:
+            _end_span(self._span, failure, cancelled=neutral)
 
     def __del__(self) -> None:
         # Safety net: a session dropped without aclose() must not stay "in flight" forever.
         if not self._done:
             self._done = True
             self.slot.release()
+            if self._span is not None:
+                _end_span(self._span, None, cancelled=True)
+
+
+#: The span name of a ``Generate`` call (``package.Service/Method``, as gRPC spans are named).
+_GENERATE = "sglang.grpc.scheduler.SglangScheduler/Generate"
+#: Most candidate ids listed on a selection span (the count is always there).
+_MAX_LISTED_CANDIDATES = 32
+
+
+def _traced_select(
+    dispatcher: Dispatcher,
+    tracing: Tracing,
+    route: _Route,
+    routing: RoutingRequest,
+    candidates: list[Slot],
+) -> Slot:
+    """``Dispatcher._select`` in a span naming the policy, the candidates and the choice."""
+    span = tracing.start_span(
+        "select worker",
+        {
+            "turnout.policy": type(route.policy).__name__,
+            "turnout.candidates": [slot.id for slot in candidates[:_MAX_LISTED_CANDIDATES]],
+            "turnout.candidates.count": len(candidates),
+        },
+    )
+    try:
+        slot = dispatcher._select(route, routing, candidates)
+    except BaseException as exc:
+        tracing.end(span, f"{type(exc).__name__}: {exc}")
+        raise
+    tracing.end(span, attributes={"turnout.worker.id": slot.id, "turnout.worker.load": slot.load})
+    return slot
+
+
+def _attempt_attributes(slot: Slot, attempt: int) -> dict[str, AttributeValue]:
+    address = urlsplit(slot.url)
+    attributes: dict[str, AttributeValue] = {
+        "rpc.system": "grpc",
+        "rpc.service": "sglang.grpc.scheduler.SglangScheduler",
+        "rpc.method": "Generate",
+        "server.address": address.hostname or "",
+        "turnout.worker.id": slot.id,
+        "turnout.attempt": attempt,
+        "turnout.retry": attempt > 1,
+    }
+    if address.port is not None:
+        attributes["server.port"] = address.port
+    return attributes
+
+
+def _end_span(
+    span: Span,
+    failure: Failure | None,
+    *,
+    exc: BaseException | None = None,
+    retrying: bool = False,
+    resent: bool = False,
+    cancelled: bool = False,
+) -> None:
+    """End an attempt's span: its outcome, and whether another attempt follows."""
+    from opentelemetry.trace import Status, StatusCode
+
+    if span.is_recording():
+        if cancelled:
+            span.set_attribute("turnout.outcome", "cancelled")
+        elif failure is None:
+            span.set_attribute("turnout.outcome", "ok")
+        else:
+            code = getattr(exc, "code", None)
+            span.set_attributes(
+                {
+                    "turnout.outcome": "refused" if resent else "failed",
+                    "turnout.status": failure.status,
+                    "turnout.worker_fault": failure.worker_fault,
+                    "turnout.retrying": retrying or resent,
+                    "error.type": getattr(code, "name", None) or type(exc or failure).__name__,
+                }
+            )
+            if code is not None and hasattr(code, "value"):
+                span.set_attribute("rpc.grpc.status_code", code.value[0])
+            span.set_status(Status(StatusCode.ERROR, failure.message))
+    span.end()
 
 
 def _silent(worker: Worker, waited: float) -> Failure:

@@ -6,7 +6,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from litestar import Litestar, Request, Response, get, post
 from litestar.config.cors import CORSConfig
@@ -32,6 +32,7 @@ from turnout.generation.requests import (
 )
 from turnout.observability.logs import current_record
 from turnout.observability.metrics import CONTENT_TYPE, MeteredSession, note_failure
+from turnout.observability.tracing import start_tracing
 from turnout.plugin_choice import choose_plugins, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
 from turnout.routing.dispatch import Dispatcher
@@ -51,6 +52,9 @@ from turnout.server.worker_routes import workers_router
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.workers.errors import DispatchError, WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
+
+if TYPE_CHECKING:
+    from turnout.observability.otel import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -167,7 +171,9 @@ def _prompt_limit(registry: WorkerRegistry) -> Callable[[str], PromptLimit | Non
     return limit
 
 
-def _opener(dispatcher: Dispatcher, config: Config, ops: OpsState) -> Any:
+def _opener(
+    dispatcher: Dispatcher, config: Config, ops: OpsState, tracing: Tracing | None = None
+) -> Any:
     timeout = config.server.request_timeout_s or None
     metrics = ops.metrics
 
@@ -191,6 +197,15 @@ def _opener(dispatcher: Dispatcher, config: Config, ops: OpsState) -> Any:
             metrics.retries.labels(model).inc(session.attempts - 1)
         if record is not None:
             record.worker, record.attempts = worker, session.attempts
+            if tracing is not None:
+                tracing.tag_request(
+                    {
+                        "turnout.request_id": record.ensure_id(),
+                        "gen_ai.request.model": model,
+                        "turnout.worker.id": worker,
+                        "turnout.attempts": session.attempts,
+                    }
+                )
         return MeteredSession(session, metrics.meter(model, record))
 
     return open_stream
@@ -214,12 +229,16 @@ def create_app(
     describe_discovery(config.discovery, plugins.discovery)
     ops = OpsState(config.server)
     server = config.server
+    # None unless tracing is configured: then nothing of OpenTelemetry's SDK is loaded.
+    tracing = start_tracing(config.tracing)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        if tracing is not None:
+            tracing.start()
         registry = WorkerRegistry(config.workers_settings())
         policies, default_policy = policies_for(config, plugins)
-        dispatcher = Dispatcher(registry, policies, default_policy)
+        dispatcher = Dispatcher(registry, policies, default_policy, tracing=tracing)
         models = ModelTable(
             config,
             plugins,
@@ -228,7 +247,7 @@ def create_app(
             registry.unplaced,
             prompt_limit=_prompt_limit(registry),
         )
-        services = Services(config, plugins, models, _opener(dispatcher, config, ops))
+        services = Services(config, plugins, models, _opener(dispatcher, config, ops, tracing))
         discovery = DiscoveryManager(registry, plugins.discovery)
         services.extras["registry"] = registry
         services.extras["discovery"] = discovery
@@ -269,6 +288,8 @@ def create_app(
             await registry.stop()
             ops.metrics.workers.detach()
             ops.metrics.process_exit()
+            if tracing is not None:
+                await tracing.stop()
 
     @get("/metrics", sync_to_thread=False, include_in_schema=False)
     def metrics() -> Response[bytes]:
@@ -288,6 +309,8 @@ def create_app(
         route_handlers=routes,
         lifespan=[*before, lifespan],
         middleware=[gate_middleware(ops)],
+        # The server span of each request (outside CORS and the error handlers).
+        plugins=[tracing.litestar_plugin()] if tracing is not None else [],
         cors_config=_cors(server),
         exception_handlers={
             ApiError: _api_error,

@@ -34,6 +34,8 @@ __all__ = ["Role", "SimKnobs", "SimRecords", "SimServicer"]
 
 SIM_VERSION: Final = f"turnout-sim/{turnout.__version__}"
 _LOAD_SECTIONS: Final = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
+#: Metadata keys of the W3C trace context, recorded per Generate request.
+TRACE_CONTEXT_KEYS: Final = frozenset({"traceparent", "tracestate", "baggage"})
 
 #: ``regular`` serves whole requests; ``prefill``/``decode`` are the two halves of a PD pair.
 Role = Literal["regular", "prefill", "decode"]
@@ -109,6 +111,8 @@ class SimRecords:
     embed_requests: list[pb.EmbedRequest] = field(default_factory=list)
     #: The ``mm_inputs`` of Generate and Embed requests that carried one, in order.
     multimodal: list[MultimodalRecord] = field(default_factory=list)
+    #: request id → the W3C trace context (``traceparent``, …) its Generate call carried.
+    metadata: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget everything recorded."""
@@ -121,6 +125,7 @@ class SimRecords:
         self.health_checks = 0
         self.embed_requests.clear()
         self.multimodal.clear()
+        self.metadata.clear()
 
 
 class SimServicer(pb_grpc.SglangSchedulerServicer):
@@ -176,6 +181,13 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         rid = request.request_id
         self._last_receive = time.time()
         self.records.requests.append(request)
+        trace_context = {
+            key: value
+            for key, value in context.invocation_metadata() or ()
+            if key in TRACE_CONTEXT_KEYS and isinstance(value, str)
+        }
+        if trace_context:
+            self.records.metadata[rid] = trace_context
         kind = request.sampling_params.WhichOneof("constraint")
         if kind is not None:
             self.records.constraints.append(

@@ -260,6 +260,7 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
             "rank_stats": worker.rank_stats,
             "embeds": [r.request_id for r in records.embed_requests],
             "multimodal": [m.as_dict() for m in records.multimodal],
+            "metadata": dict(records.metadata),
         }
 
     async def get_counters_rpc(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:

@@ -21,7 +21,15 @@ from google.protobuf.message import Message as ProtoMessage
 
 from turnout.wire.errors import MalformedResponse, WorkerCallError
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
-from turnout.wire.transport import Call, Channel, ClientSettings, Message, MessageType, method_path
+from turnout.wire.transport import (
+    Call,
+    Channel,
+    ClientSettings,
+    Message,
+    MessageType,
+    Metadata,
+    method_path,
+)
 
 __all__ = ["ClientSettings", "GenerateStream", "WorkerClient", "parse_worker_url"]
 
@@ -256,16 +264,22 @@ class WorkerClient:
     # -- calls ---------------------------------------------------------------------------------
 
     def generate(
-        self, request: pb.GenerateRequest, *, timeout_s: float | None = None
+        self,
+        request: pb.GenerateRequest,
+        *,
+        timeout_s: float | None = None,
+        metadata: Metadata = (),
     ) -> GenerateStream:
         """Start a Generate call; iterate the returned stream for chunks and completes.
 
         ``timeout_s`` (seconds) bounds the whole stream (None: none; the caller watches progress).
+        ``metadata`` goes with the call (the W3C trace context, so the worker's spans join the
+        router's trace).
         """
         self._check_open()
         self._used = True
         call = self._channel.call(
-            "Generate", _GENERATE_PATH, request, pb.GenerateResponse, timeout_s
+            "Generate", _GENERATE_PATH, request, pb.GenerateResponse, timeout_s, metadata=metadata
         )
         n = request.sampling_params.n if request.HasField("sampling_params") else 1
         return GenerateStream(self, call, request.request_id, n)

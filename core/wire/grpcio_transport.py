@@ -14,7 +14,7 @@ import grpc.aio
 from google.protobuf.message import DecodeError
 
 from turnout.wire.errors import MalformedResponse, WorkerCallError
-from turnout.wire.transport import ClientSettings, Message, MessageType
+from turnout.wire.transport import ClientSettings, Message, MessageType, Metadata
 
 __all__ = ["GrpcioCall", "GrpcioChannel"]
 
@@ -124,6 +124,8 @@ class GrpcioChannel:
         request: Message,
         response_type: MessageType,
         timeout: float | None,
+        *,
+        metadata: Metadata = (),
     ) -> GrpcioCall:
         """Start a call (unary and server-streaming methods look the same on the wire)."""
         multi = self._callables.get(path)
@@ -133,7 +135,8 @@ class GrpcioChannel:
                 path, request_serializer=_serialize, response_deserializer=None
             )
             self._callables[path] = multi
-        return GrpcioCall(multi(request, timeout=timeout), response_type, method, self.worker)
+        call = multi(request, timeout=timeout, metadata=tuple(metadata) or None)
+        return GrpcioCall(call, response_type, method, self.worker)
 
     async def wait_ready(self, within: float) -> None:
         """Wait until the channel is connected."""

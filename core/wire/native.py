@@ -24,7 +24,7 @@ from turnout import __version__
 from turnout.wire.errors import MalformedResponse, StreamRefused, WorkerCallError
 from turnout.wire.header_codec import Headers
 from turnout.wire.http2 import ConnectionSettings, ErrorCode, Http2Connection
-from turnout.wire.transport import ClientSettings, Message, MessageType
+from turnout.wire.transport import ClientSettings, Message, MessageType, Metadata
 
 __all__ = ["NativeCall", "NativeChannel"]
 
@@ -79,6 +79,7 @@ class NativeCall:
         "_held",
         "_max_message",
         "_messages",
+        "_metadata",
         "_method",
         "_partial",
         "_path",
@@ -98,10 +99,12 @@ class NativeCall:
         *,
         response_type: MessageType,
         timeout: float | None,
+        metadata: Metadata = (),
     ) -> None:
         self._channel = channel
         self._method = method
         self._path = path
+        self._metadata = metadata
         self._response_type = response_type
         raw = request.SerializeToString()
         self._body = b"\x00" + len(raw).to_bytes(4, "big") + raw
@@ -299,7 +302,9 @@ class NativeCall:
         remaining = None if deadline_at is None else deadline_at - loop.time()
         try:
             self._stream_id = connection.open_stream(
-                self, self._channel.request_headers(self._path, remaining), self._body
+                self,
+                self._channel.request_headers(self._path, remaining, self._metadata),
+                self._body,
             )
         except ConnectionError as exc:
             self._fail(grpc.StatusCode.UNAVAILABLE, str(exc))
@@ -501,9 +506,19 @@ class NativeChannel:
         request: Message,
         response_type: MessageType,
         timeout: float | None,
+        *,
+        metadata: Metadata = (),
     ) -> NativeCall:
         """Start a call: the request goes out now (or as soon as a connection is up)."""
-        call = NativeCall(self, method, path, request, response_type=response_type, timeout=timeout)
+        call = NativeCall(
+            self,
+            method,
+            path,
+            request,
+            response_type=response_type,
+            timeout=timeout,
+            metadata=metadata,
+        )
         call.start()
         return call
 
@@ -514,8 +529,10 @@ class NativeChannel:
                 return connection
         return None
 
-    def request_headers(self, path: str, timeout: float | None) -> list[tuple[str, str]]:
-        """The HTTP/2 request headers of a gRPC call."""
+    def request_headers(
+        self, path: str, timeout: float | None, metadata: Metadata = ()
+    ) -> list[tuple[str, str]]:
+        """The HTTP/2 request headers of a gRPC call, ``metadata`` last."""
         headers = [
             (":method", "POST"),
             (":scheme", self._scheme),
@@ -527,6 +544,8 @@ class NativeChannel:
         ]
         if timeout is not None:
             headers.append(("grpc-timeout", _timeout_header(timeout)))
+        if metadata:
+            headers.extend(metadata)
         return headers
 
     async def connection(self) -> Http2Connection:

@@ -7,6 +7,7 @@ Both raise ``WorkerCallError`` for every failure, with the worker's gRPC status.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol
 
@@ -16,6 +17,7 @@ __all__ = [
     "ClientSettings",
     "Message",
     "MessageType",
+    "Metadata",
     "TransportName",
     "method_path",
 ]
@@ -24,6 +26,8 @@ _MIB: Final = 1024 * 1024
 SERVICE: Final = "sglang.grpc.scheduler.SglangScheduler"
 
 TransportName = Literal["native", "grpcio"]
+#: gRPC metadata of a call: (lower-case key, printable ASCII value) pairs.
+Metadata = Sequence[tuple[str, str]]
 
 
 class Message(Protocol):
@@ -120,8 +124,11 @@ class Channel(Protocol):
         request: Message,
         response_type: MessageType,
         timeout: float | None,
+        *,
+        metadata: Metadata = (),
     ) -> Call:
-        """Start a call: the request is sent without waiting for ``read()``."""
+        """Start a call: the request is sent without waiting for ``read()``; ``metadata`` goes
+        with it (the W3C trace context, for one)."""
         ...
 
     async def wait_ready(self, within: float) -> None:

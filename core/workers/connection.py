@@ -39,8 +39,11 @@ class WorkerConnection(Protocol):
         """``GetLoads``: running plus waiting requests of each DP rank (index = rank)."""
         ...
 
-    def generate(self, request: Any, timeout: float | None) -> ResponseStream:
-        """Start ``Generate`` with an overall deadline ``timeout`` seconds from now (None: none)."""
+    def generate(
+        self, request: Any, timeout: float | None, metadata: Sequence[tuple[str, str]] = ()
+    ) -> ResponseStream:
+        """Start ``Generate`` with an overall deadline ``timeout`` seconds from now (None: none),
+        sending ``metadata`` (gRPC metadata: the W3C trace context) with it."""
         ...
 
     def classify(self, exc: BaseException) -> Failure | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -64,9 +64,14 @@ class WireConnection:
         response = await self.client.get_loads(timeout_s=timeout_s)
         return loads_by_rank(response)
 
-    def generate(self, request: pb.GenerateRequest, timeout: float | None) -> GenerateStream:
-        """Start ``Generate``."""
-        return self.client.generate(request, timeout_s=timeout)
+    def generate(
+        self,
+        request: pb.GenerateRequest,
+        timeout: float | None,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> GenerateStream:
+        """Start ``Generate`` (with ``metadata``: the W3C trace context)."""
+        return self.client.generate(request, timeout_s=timeout, metadata=metadata)
 
     def classify(self, exc: BaseException) -> Failure | None:
         """Map a :class:`WorkerCallError` to a :class:`Failure`."""
