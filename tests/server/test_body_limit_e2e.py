@@ -57,7 +57,14 @@ def send(
             else f"Content-Length: {len(body) if declared is None else declared}"
         )
         head = f"POST {path} HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-        sock.sendall(f"{head}{framing}\r\nConnection: close\r\n\r\n".encode())
+        head = f"{head}{framing}\r\nConnection: close\r\n\r\n"
+        if not chunked:
+            # Head and body in one write: a server that refuses on the head alone closes with
+            # nothing unread, so the kernel sends no reset that could discard its answer.
+            sock.sendall(head.encode() + body)
+            body = b""
+        else:
+            sock.sendall(head.encode())
         try:
             for start in range(0, len(body), 500):
                 piece = body[start : start + 500]
