@@ -12,7 +12,7 @@ import pytest
 from tests.server.harness import MODEL, Router, run_router
 from turnout.workers.worker import default_worker_id
 
-from .receiver import ExportedSpan, OtlpReceiver, by_name, children
+from .receiver import ExportedSpan, OtlpHttpReceiver, OtlpReceiver, by_name, children
 
 GENERATE = "sglang.grpc.scheduler.SglangScheduler/Generate"
 SERVER = "POST /v1/chat/completions"
@@ -196,3 +196,13 @@ def test_configured_by_otel_variables_alone(
         chat(router, "hello there", {"traceparent": traceparent})
         spans = collector.wait_for(complete(trace_id))
     assert {span.resource["service.name"] for span in spans} == {"gateway-eu"}
+
+
+def test_exported_over_otlp_http() -> None:
+    trace_id, _, traceparent = client_context()
+    with OtlpHttpReceiver() as collector:
+        section = {"endpoint": collector.endpoint, "protocol": "http/protobuf"}
+        with run_router({"tracing": section}) as router:
+            chat(router, "hello there", {"traceparent": traceparent})
+            spans = of_trace(collector.wait_for(complete(trace_id)), trace_id)
+    assert {span.name for span in spans} == {SERVER, "select worker", GENERATE}
