@@ -73,6 +73,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 def _cmd_check(args: argparse.Namespace) -> int:
     from turnout.config import config_warnings, load_config
     from turnout.discovery import describe_discovery
+    from turnout.observability.tracing import describe_tracing
     from turnout.plugin_choice import choose_plugins, validate_plugin_names
     from turnout.plugin_loader import load_plugins
 
@@ -90,6 +91,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
         )
     for line in discovery:
         print(line)
+    print(describe_tracing(config.tracing))
     for warning in config_warnings(config):
         print(f"turnout: warning: {warning}", file=sys.stderr)
     print("config OK")

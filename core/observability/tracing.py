@@ -20,7 +20,13 @@ from turnout.errors import ConfigError
 if TYPE_CHECKING:
     from turnout.observability.otel import Tracing
 
-__all__ = ["TracingConfig", "TracingSettings", "resolve_tracing", "start_tracing"]
+__all__ = [
+    "TracingConfig",
+    "TracingSettings",
+    "describe_tracing",
+    "resolve_tracing",
+    "start_tracing",
+]
 
 Protocol = Literal["grpc", "http/protobuf"]
 _PROTOCOLS: Final = ("grpc", "http/protobuf")
@@ -105,12 +111,56 @@ def resolve_tracing(
     )
 
 
+#: Modules of the ``tracing`` extra.
+_NEEDED: Final = (
+    "opentelemetry.sdk",
+    "opentelemetry.exporter.otlp",
+    "opentelemetry.instrumentation.asgi",
+)
+_MISSING_EXTRA: Final = (
+    "tracing is configured but OpenTelemetry is not installed: pip install 'turnout[tracing]'"
+)
+
+
+def _check_installed() -> None:
+    from importlib.util import find_spec
+
+    for module in (
+        "opentelemetry.sdk",
+        "opentelemetry.exporter.otlp",
+        "opentelemetry.instrumentation.asgi",
+    ):
+        try:
+            found = find_spec(module) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            raise ConfigError(_MISSING_EXTRA)
+
+
+def describe_tracing(config: TracingConfig) -> str:
+    """One line for ``turnout check``: whether and where traces go (``ConfigError`` when
+    tracing is on without the ``tracing`` extra)."""
+    settings = resolve_tracing(config)
+    if settings is None:
+        return "tracing: off"
+    _check_installed()
+    endpoint = settings.endpoint or "the OTEL_EXPORTER_OTLP endpoint"
+    ratio = settings.sampling_ratio
+    sampling = "OTEL_TRACES_SAMPLER" if ratio is None else f"ratio {ratio:g}"
+    return (
+        f"tracing: OTLP/{settings.protocol} to {endpoint}, service {settings.service_name!r}, "
+        f"sampling {sampling}"
+    )
+
+
 def start_tracing(config: TracingConfig) -> Tracing | None:
     """A :class:`Tracing` for ``config`` (the SDK is imported here), or None when tracing is
     off. Its exporter starts with :meth:`Tracing.start`."""
     settings = resolve_tracing(config)
     if settings is None:
         return None
+    _check_installed()
     from turnout.observability.otel import Tracing
 
     return Tracing(settings)

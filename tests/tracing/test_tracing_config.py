@@ -2,11 +2,22 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from turnout.config import build_config
 from turnout.errors import ConfigError
-from turnout.observability.tracing import TracingConfig, TracingSettings, resolve_tracing
+from turnout.observability.tracing import (
+    TracingConfig,
+    TracingSettings,
+    describe_tracing,
+    resolve_tracing,
+    start_tracing,
+)
 
 
 def resolve(section: dict[str, object], **env: str) -> TracingSettings | None:
@@ -16,6 +27,7 @@ def resolve(section: dict[str, object], **env: str) -> TracingSettings | None:
 def test_off_by_default() -> None:
     assert resolve_tracing(TracingConfig(), {}) is None
     assert resolve({}) is None
+    assert describe_tracing(TracingConfig(enabled=False)) == "tracing: off"
 
 
 def test_an_endpoint_turns_it_on() -> None:
@@ -62,3 +74,38 @@ def test_bad_values_are_config_errors() -> None:
         build_config({"tracing": {"sampler": "always_on"}})
     with pytest.raises(ConfigError, match="http/json"):
         resolve({"enabled": True}, OTEL_EXPORTER_OTLP_PROTOCOL="http/json")
+
+
+def test_turnout_check_names_where_traces_go(tmp_path: Path) -> None:
+    config = tmp_path / "turnout.yaml"
+    config.write_text(
+        "tracing: {endpoint: 'http://collector:4317', sampling_ratio: 0.25, service_name: edge}\n"
+    )
+    env = {name: value for name, value in os.environ.items() if not name.startswith("OTEL_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "turnout", "check", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    assert (
+        "tracing: OTLP/grpc to http://collector:4317, service 'edge', sampling ratio 0.25"
+        in result.stdout.splitlines()
+    )
+
+
+def test_tracing_without_the_extra_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+
+    def without_sdk(name: str, package: str | None = None) -> object:
+        return None if name.startswith("opentelemetry.sdk") else real(name, package)
+
+    monkeypatch.setattr(importlib.util, "find_spec", without_sdk)
+    with pytest.raises(ConfigError, match=r"pip install 'turnout\[tracing\]'"):
+        start_tracing(TracingConfig(endpoint="http://collector:4317"))
+    assert start_tracing(TracingConfig()) is None  # off: nothing is looked for
