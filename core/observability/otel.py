@@ -24,7 +24,12 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from litestar.plugins.opentelemetry import OpenTelemetryConfig, OpenTelemetryPlugin
+from litestar.middleware.base import DefineMiddleware
+from litestar.plugins.opentelemetry import (
+    OpenTelemetryConfig,
+    OpenTelemetryInstrumentationMiddleware,
+)
+from litestar.types import Message, Receive, Scope, Send
 from opentelemetry import propagate, trace
 from opentelemetry.metrics import NoOpMeterProvider
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -36,7 +41,7 @@ from opentelemetry.util.types import AttributeValue
 
 from turnout import __version__
 from turnout.errors import ConfigError
-from turnout.observability.logs import QUIET_PATHS
+from turnout.observability.logs import QUIET_PATHS, current_record
 from turnout.observability.metrics import route_label
 from turnout.observability.tracing import TracingSettings
 
@@ -123,6 +128,35 @@ def _remember_server_span(span: Span, scope: Any) -> None:
     _SERVER_SPAN.set(span)
 
 
+def _tag_server_span() -> None:
+    """What the request record knows when the response starts, on the server span (the
+    request id, the model, the worker and the attempts)."""
+    span = _SERVER_SPAN.get()
+    record = current_record()
+    if span is None or record is None or not span.is_recording():
+        return
+    attributes: dict[str, AttributeValue] = {"turnout.request_id": record.ensure_id()}
+    if record.model is not None:
+        attributes["gen_ai.request.model"] = record.model
+    if record.worker is not None:
+        attributes["turnout.worker.id"] = record.worker
+    if record.attempts:
+        attributes["turnout.attempts"] = record.attempts
+    span.set_attributes(attributes)
+
+
+class _ServerSpans(OpenTelemetryInstrumentationMiddleware):
+    """Litestar's OpenTelemetry middleware, tagging the server span as the response starts."""
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def tagging_send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                _tag_server_span()
+            await send(message)
+
+        await super().__call__(scope, receive, tagging_send)
+
+
 class Tracing:
     """Tracing that is on: spans of the router, the server span's plugin, the exporter."""
 
@@ -184,19 +218,19 @@ class Tracing:
         except TimeoutError:
             log.warning("tracing: queued spans not exported within %gs at shutdown", timeout)
 
-    def litestar_plugin(self) -> OpenTelemetryPlugin:
+    def litestar_middleware(self) -> DefineMiddleware:
         """Litestar's OpenTelemetry integration: a server span per request (health checks and
-        ``/metrics`` left out), the client's ``traceparent`` honoured."""
-        return OpenTelemetryPlugin(
-            OpenTelemetryConfig(
-                tracer_provider=self.provider,
-                meter_provider=NoOpMeterProvider(),
-                exclude=[f"^{path}$" for path in sorted(QUIET_PATHS)],
-                exclude_spans=["receive", "send"],
-                scope_span_details_extractor=_span_details,
-                server_request_hook_handler=_remember_server_span,
-            )
-        )
+        ``/metrics`` left out), the client's ``traceparent`` honoured. Litestar puts it
+        outermost (outside CORS and the error handlers) when it is in the app's middleware."""
+        return OpenTelemetryConfig(
+            tracer_provider=self.provider,
+            meter_provider=NoOpMeterProvider(),
+            exclude=[f"^{path}$" for path in sorted(QUIET_PATHS)],
+            exclude_spans=["receive", "send"],
+            scope_span_details_extractor=_span_details,
+            server_request_hook_handler=_remember_server_span,
+            middleware_class=_ServerSpans,
+        ).middleware
 
     # -- spans ---------------------------------------------------------------------------------
 
@@ -230,13 +264,6 @@ class Tracing:
             if error is not None:
                 span.set_status(Status(StatusCode.ERROR, error))
         span.end()
-
-    @staticmethod
-    def tag_request(attributes: Mapping[str, AttributeValue]) -> None:
-        """Add ``attributes`` to the request's server span."""
-        span = _SERVER_SPAN.get()
-        if span is not None and span.is_recording():
-            span.set_attributes(attributes)
 
     @staticmethod
     def worker_metadata(span: Span) -> WorkerMetadata:

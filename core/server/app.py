@@ -6,7 +6,7 @@ import contextlib
 import logging
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from litestar import Litestar, Request, Response, get, post
 from litestar.config.cors import CORSConfig
@@ -52,9 +52,6 @@ from turnout.server.worker_routes import workers_router
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.workers.errors import DispatchError, WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
-
-if TYPE_CHECKING:
-    from turnout.observability.otel import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -171,9 +168,7 @@ def _prompt_limit(registry: WorkerRegistry) -> Callable[[str], PromptLimit | Non
     return limit
 
 
-def _opener(
-    dispatcher: Dispatcher, config: Config, ops: OpsState, tracing: Tracing | None = None
-) -> Any:
+def _opener(dispatcher: Dispatcher, config: Config, ops: OpsState) -> Any:
     timeout = config.server.request_timeout_s or None
     metrics = ops.metrics
 
@@ -197,15 +192,6 @@ def _opener(
             metrics.retries.labels(model).inc(session.attempts - 1)
         if record is not None:
             record.worker, record.attempts = worker, session.attempts
-            if tracing is not None:
-                tracing.tag_request(
-                    {
-                        "turnout.request_id": record.ensure_id(),
-                        "gen_ai.request.model": model,
-                        "turnout.worker.id": worker,
-                        "turnout.attempts": session.attempts,
-                    }
-                )
         return MeteredSession(session, metrics.meter(model, record))
 
     return open_stream
@@ -247,7 +233,7 @@ def create_app(
             registry.unplaced,
             prompt_limit=_prompt_limit(registry),
         )
-        services = Services(config, plugins, models, _opener(dispatcher, config, ops, tracing))
+        services = Services(config, plugins, models, _opener(dispatcher, config, ops))
         discovery = DiscoveryManager(registry, plugins.discovery)
         services.extras["registry"] = registry
         services.extras["discovery"] = discovery
@@ -308,9 +294,11 @@ def create_app(
     app = Litestar(
         route_handlers=routes,
         lifespan=[*before, lifespan],
-        middleware=[gate_middleware(ops)],
-        # The server span of each request (outside CORS and the error handlers).
-        plugins=[tracing.litestar_plugin()] if tracing is not None else [],
+        middleware=[
+            gate_middleware(ops),
+            # The server span of each request (Litestar puts it outermost).
+            *([tracing.litestar_middleware()] if tracing is not None else []),
+        ],
         cors_config=_cors(server),
         exception_handlers={
             ApiError: _api_error,

@@ -205,4 +205,18 @@ def test_exported_over_otlp_http() -> None:
         with run_router({"tracing": section}) as router:
             chat(router, "hello there", {"traceparent": traceparent})
             spans = of_trace(collector.wait_for(complete(trace_id)), trace_id)
+            # A request refused before any worker: its server span alone, with its id.
+            refused_trace, _, refused_parent = client_context()
+            refused = httpx.post(
+                f"{router.base_url}/v1/chat/completions",
+                json={"model": "no-such-model", "messages": [{"role": "user", "content": "x"}]},
+                headers={"traceparent": refused_parent},
+                timeout=30,
+            )
+            assert refused.status_code == 404
+            got = collector.wait_for(lambda all_spans: bool(of_trace(all_spans, refused_trace)))
     assert {span.name for span in spans} == {SERVER, "select worker", GENERATE}
+    (lone,) = of_trace(got, refused_trace)
+    assert lone.name == SERVER
+    assert lone.attributes["http.status_code"] == 404
+    assert lone.attributes["turnout.request_id"] == refused.headers["x-request-id"]
