@@ -18,11 +18,9 @@ from turnout.routing.types import RoutingRequest
 from turnout.server.errors import ApiError, bad_request
 from turnout.tokenizer.stops import StopRegexTimeout, StopStringMatcher, compile_stop_regexes
 from turnout.tool_calls.types import ToolParser, Tools
-from turnout.wire.errors import WorkerCallError
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.sampling import Constraint, InvalidSamplingParams, build_generate_request
 from turnout.wire.sampling import build_sampling_params as _build_sampling_params
-from turnout.workers.errors import DispatchError
 
 
 class GenerateSession(Protocol):
@@ -226,10 +224,6 @@ async def stream_events(
                 return
             if events:
                 yield events
-    except WorkerCallError as exc:
-        raise ApiError(exc.http_status, f"worker error: {exc.message}") from None
-    except DispatchError as exc:
-        raise ApiError(exc.status, exc.message, code=exc.code) from None
     except StopRegexTimeout as exc:
         raise bad_request(str(exc), "stop_regex") from None
     finally:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlsplit
 
 from turnout.routing.types import Candidate, Policy, RoutingRequest
-from turnout.workers.connection import Failure, ResponseStream
+from turnout.workers.connection import ResponseStream
 from turnout.workers.dp import DpRank, Slot, candidate_ids
 from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
@@ -187,7 +187,7 @@ class Dispatcher:
                 raise
             except TimeoutError as error:
                 # The stream was cancelled by the timeout: the worker is told to abort it.
-                failure: Failure | None = _silent(worker, wait or 0.0)
+                failure: WorkerRequestError | None = _silent(worker, wait or 0.0)
                 exc: BaseException = error
             except Exception as error:
                 failure = worker.connection.classify(error)
@@ -204,14 +204,14 @@ class Dispatcher:
                 if first:
                     worker.health.traffic_ok()
                     return GenerateSession(self, slot, stream, first, route, routing, attempt, span)
-                failure = Failure(
-                    True,
-                    502,
-                    f"{worker.url}: Generate ended without a response",
-                    True,
+                failure = WorkerRequestError(
                     "the worker ended the request without answering",
+                    status=502,
+                    worker_fault=True,
+                    retryable=True,
+                    detail=f"{worker.url}: Generate ended without a response",
                 )
-                exc = RuntimeError(failure.message)
+                exc = RuntimeError(failure.detail)
 
             # The attempt failed before the client saw anything.
             slot.release()
@@ -232,7 +232,7 @@ class Dispatcher:
                     "worker %s refused attempt %d, sending it again: %s",
                     worker.id,
                     attempt,
-                    failure.message,
+                    failure.detail,
                 )
                 continue
             tried.add(worker.id)
@@ -247,15 +247,9 @@ class Dispatcher:
             if not last_try:
                 await asyncio.sleep(delay)
                 continue
-            public = failure.client_message()
-            raise WorkerRequestError(
-                public if attempt == 1 else f"{public} (after {attempt} attempts)",
-                status=failure.status,
-                worker_fault=failure.worker_fault,
-                worker_id=worker.id,
-                attempts=attempt,
-                detail=failure.message,
-            ) from exc
+            if attempt > 1:
+                failure.message = f"{failure.message} (after {attempt} attempts)"
+            raise failure.on(worker.id, attempt) from exc
 
     def _select(self, route: _Route, routing: RoutingRequest, candidates: list[Slot]) -> Slot:
         try:
@@ -389,16 +383,9 @@ class GenerateSession:
             log.warning(
                 "worker %s failed mid-stream (not retried: the client has output): %s",
                 self.worker.id,
-                failure.message,
+                failure.detail,
             )
-            raise WorkerRequestError(
-                failure.client_message(),
-                status=failure.status,
-                worker_fault=failure.worker_fault,
-                worker_id=self.worker.id,
-                attempts=self.attempts,
-                detail=failure.message,
-            ) from exc
+            raise failure.on(self.worker.id, self.attempts) from exc
         if not batch:
             self._finish(None)
             return batch
@@ -428,7 +415,7 @@ class GenerateSession:
     ) -> None:
         await self.aclose()
 
-    def _finish(self, failure: Failure | None, *, neutral: bool = False) -> None:
+    def _finish(self, failure: WorkerRequestError | None, *, neutral: bool = False) -> None:
         if self._done:
             return
         self._done = True
@@ -501,7 +488,7 @@ def _attempt_attributes(slot: Slot, attempt: int) -> dict[str, AttributeValue]:
 
 def _end_span(
     span: Span,
-    failure: Failure | None,
+    failure: WorkerRequestError | None,
     *,
     exc: BaseException | None = None,
     retrying: bool = False,
@@ -529,22 +516,24 @@ def _end_span(
             )
             if code is not None and hasattr(code, "value"):
                 span.set_attribute("rpc.grpc.status_code", code.value[0])
-            span.set_status(Status(StatusCode.ERROR, failure.message))
+            span.set_status(Status(StatusCode.ERROR, failure.detail))
     span.end()
 
 
-def _silent(worker: Worker, waited: float) -> Failure:
+def _silent(worker: Worker, waited: float) -> WorkerRequestError:
     """A worker that did not send a first response in time: hung, stopped or overloaded."""
-    return Failure(
-        True,
-        504,
-        f"{worker.url}: no response to Generate within {waited:g}s (aborted)",
-        True,
+    return WorkerRequestError(
         f"the worker did not start answering within {waited:g}s",
+        status=504,
+        worker_fault=True,
+        retryable=True,
+        detail=f"{worker.url}: no response to Generate within {waited:g}s (aborted)",
     )
 
 
-def _log_failure(worker: Worker, failure: Failure, attempt: int, *, retrying: bool) -> None:
+def _log_failure(
+    worker: Worker, failure: WorkerRequestError, attempt: int, *, retrying: bool
+) -> None:
     """One line per failed attempt, with the worker's address (the client is not told it)."""
     level = logging.WARNING if failure.worker_fault else logging.INFO
     log.log(
@@ -553,12 +542,12 @@ def _log_failure(worker: Worker, failure: Failure, attempt: int, *, retrying: bo
         worker.id,
         attempt,
         "retrying on another worker" if retrying else "giving up",
-        failure.message,
+        failure.detail,
     )
 
 
-def _record_failure(worker: Worker, failure: Failure) -> None:
-    worker.last_error = failure.message
+def _record_failure(worker: Worker, failure: WorkerRequestError) -> None:
+    worker.last_error = failure.detail
     if failure.worker_fault:
         worker.failures_total += 1
         worker.breaker.record_failure()

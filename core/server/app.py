@@ -12,12 +12,10 @@ from litestar import Litestar, Request, Response, get, post
 from litestar.config.cors import CORSConfig
 from litestar.datastructures import State
 from litestar.di import Provide
-from litestar.exceptions import HTTPException
 from litestar.types import ControllerRouterHandler
 
 from turnout.config import Config, ServerConfig, policy_config
 from turnout.discovery import DiscoveryManager, describe_discovery
-from turnout.errors import ParserError
 from turnout.generation.chat import handle_chat
 from turnout.generation.completions import handle_completion
 from turnout.generation.context import RequestContext
@@ -31,26 +29,25 @@ from turnout.generation.requests import (
     GenerateRequestBody,
 )
 from turnout.observability.logs import current_record
-from turnout.observability.metrics import CONTENT_TYPE, MeteredSession, note_failure
+from turnout.observability.metrics import CONTENT_TYPE, MeteredSession
 from turnout.observability.tracing import start_tracing
 from turnout.plugin_choice import choose_plugins, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
 from turnout.routing.dispatch import Dispatcher
 from turnout.routing.types import Policy, RoutingRequest
 from turnout.server.context import Services, new_request_id
-from turnout.server.errors import ApiError, body_too_large
+from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.server.info import info_routes
 from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import OpsMiddleware, OpsState, gate_middleware
 from turnout.server.openapi import REQUEST_BODY, openapi_config
-from turnout.server.protocol import nested_too_deeply
 from turnout.server.reload import admin_reload, install_sighup
-from turnout.server.respond import Answer, answer_error
+from turnout.server.respond import Answer
 from turnout.server.shutdown import drain_hook
 from turnout.server.worker_routes import DEPENDENCY as WORKER_REGISTRY
 from turnout.server.worker_routes import workers_router
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
-from turnout.workers.errors import DispatchError, WorkerRequestError
+from turnout.workers.errors import WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
 
 log = logging.getLogger(__name__)
@@ -103,14 +100,9 @@ def _generation_route(
     )
     async def route(request: Request[Any, Any, Any]) -> Answer:
         services = services_of(request)
-        if services.draining:
-            raise ApiError(503, "turnout is shutting down", code="shutting_down")
         ctx = request_context(request, services, prefix)
         body = await request.body()
-        try:
-            answer = await handler(services, body, ctx)
-        except DispatchError as exc:
-            raise ApiError(exc.status, exc.message, code=exc.code) from None
+        answer = await handler(services, body, ctx)
         answer.headers["x-request-id"] = ctx.request_id
         return answer
 
@@ -300,13 +292,7 @@ def create_app(
             *([tracing.litestar_middleware()] if tracing is not None else []),
         ],
         cors_config=_cors(server),
-        exception_handlers={
-            ApiError: _api_error,
-            HTTPException: _http_error,
-            RecursionError: _nested_too_deeply,
-            ParserError: _parser_error,
-            Exception: _internal_error,
-        },
+        exception_handlers=EXCEPTION_HANDLERS,
         dependencies={WORKER_REGISTRY: Provide(_provide_registry, sync_to_thread=False)},
         request_max_body_size=server.max_body_bytes,
         openapi_config=openapi_config(),
@@ -336,42 +322,3 @@ def _provide_registry(state: State) -> WorkerRegistry:
     registry = state["services"].extras["registry"]
     assert isinstance(registry, WorkerRegistry)
     return registry
-
-
-def _api_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
-    return answer_error(exc)
-
-
-def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
-    """Litestar's own errors (404, 405, validation of parameters…) in the API's error shape."""
-    if exc.status_code == 413:  # Litestar counting a chunked body (the gate checks the header)
-        return answer_error(body_too_large(request.route_handler.resolve_request_max_body_size()))
-    message, param = str(exc.detail), None
-    problems = exc.extra if isinstance(exc.extra, list) else []
-    first = problems[0] if problems and isinstance(problems[0], dict) else {}
-    if first.get("key"):
-        param = str(first["key"])
-        message = f"{param}: {first.get('message') or message}"
-    code = "invalid_value" if param is not None and exc.status_code == 400 else None
-    response = answer_error(ApiError(exc.status_code, message, param=param, code=code))
-    if exc.headers:
-        response.headers.update(exc.headers)
-    return response
-
-
-def _nested_too_deeply(request: Request[Any, Any, Any], exc: RecursionError) -> Response[bytes]:
-    """JSON nested deeper than Python recursion follows (the decoders raise RecursionError)."""
-    return answer_error(nested_too_deeply())
-
-
-def _parser_error(request: Request[Any, Any, Any], exc: ParserError) -> Response[bytes]:
-    """A parser raised (``/parse/*``): a defect of that parser, named in the 500 answer."""
-    log.error("%s on %s", exc, request.url.path, exc_info=exc.__cause__)
-    note_failure(exc)
-    return answer_error(ApiError(500, str(exc), code="parser_error"))
-
-
-def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
-    log.exception("unhandled error on %s", request.url.path, exc_info=exc)
-    note_failure(exc)
-    return answer_error(ApiError(500, f"internal error: {type(exc).__name__}"))

@@ -284,7 +284,6 @@ class GuardedProtocol(asyncio.Protocol):
             408,
             f"the request headers did not arrive within {seconds:g}s",
             code="request_header_timeout",
-            error_type="timeout_error",
         )
         self._transport.write(_response(408, error))
         self._close()
@@ -321,7 +320,6 @@ class GuardedProtocol(asyncio.Protocol):
             503,
             "too many open connections; retry later",
             code="connection_limit",
-            error_type="service_unavailable_error",
         )
         transport.write(_response(503, error))
         transport.close()

@@ -256,7 +256,6 @@ class _BodyDeadline:
                 408,
                 f"the request body did not arrive within {self._limit_s:g}s",
                 code="request_body_timeout",
-                error_type="timeout_error",
             ) from None
         if message["type"] != "http.request" or not message.get("more_body", False):
             self.done = True

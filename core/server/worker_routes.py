@@ -11,34 +11,22 @@ import hmac
 from collections.abc import Sequence
 from typing import Any
 
-import msgspec
-from litestar import Controller, Request, Response, Router, delete, get, post
+from litestar import Controller, Response, Router, delete, get, post
 from litestar.connection import ASGIConnection
 from litestar.di import NamedDependency, Provide
-from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 from litestar.handlers import BaseRouteHandler
 from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.types import Guard
 
+from turnout.errors import ApiError
+from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.wire import parse_worker_url
-from turnout.workers.errors import WorkerConflict, WorkerNotFound, error_type_for
+from turnout.workers.errors import WorkerConflict, WorkerNotFound
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import WorkerSpec
 from turnout.workers.worker import Worker, WorkerState, default_worker_id, worker_id_problem
 
 DEPENDENCY = "worker_registry"
-
-
-def _error(status: int, message: str, code: str, param: str | None = None) -> Response[Any]:
-    body = {
-        "error": {
-            "message": message,
-            "type": error_type_for(status),
-            "param": param,
-            "code": code,
-        }
-    }
-    return Response(body, status_code=status)
 
 
 def _listing(workers: Sequence[Worker]) -> dict[str, Any]:
@@ -79,7 +67,7 @@ class WorkersController(Controller):
         """One worker's state, load, model and circuit."""
         worker = worker_registry.get(worker_id)
         if worker is None:
-            return _error(404, f"no worker {worker_id!r}", "worker_not_found", "worker_id")
+            raise _not_found(worker_id)
         return Response(worker.info())
 
     @post("/")
@@ -96,24 +84,26 @@ class WorkersController(Controller):
         try:
             parse_worker_url(data.url)
         except ValueError as exc:
-            return _error(400, str(exc), "invalid_value", "url")
+            raise ApiError(400, str(exc), param="url", code="invalid_value") from None
         worker_id = data.id if data.id is not None else default_worker_id(data.url)
         problem = worker_id_problem(worker_id)
         if problem is not None:
             source = "id" if data.id is not None else "url"
             shown = repr(worker_id[:40]) + ("…" if len(worker_id) > 40 else "")
-            return _error(
+            raise ApiError(
                 400,
                 f"worker id {shown}{' (from the url)' if source == 'url' else ''} {problem}",
-                "invalid_value",
-                source,
+                param=source,
+                code="invalid_value",
             )
         if wait_s is not None and not 0 <= wait_s <= 600:
-            return _error(400, "wait_s must be within [0, 600]", "invalid_value", "wait_s")
+            raise ApiError(
+                400, "wait_s must be within [0, 600]", param="wait_s", code="invalid_value"
+            )
         try:
             worker = await worker_registry.add(data, wait_s=wait_s)
         except WorkerConflict as exc:
-            return _error(409, str(exc), "worker_exists", "url")
+            raise ApiError(409, str(exc), param="url", code="worker_exists") from None
         return Response(worker.info(), status_code=201)
 
     @delete("/{worker_id:str}", status_code=202)
@@ -132,9 +122,13 @@ class WorkersController(Controller):
                 worker = await worker_registry.remove(worker_id)
                 return Response({**worker.info(), "state": "removed"}, status_code=200)
             worker = worker_registry.start_drain(worker_id)
-        except WorkerNotFound as exc:
-            return _error(404, str(exc), "worker_not_found", "worker_id")
+        except WorkerNotFound:
+            raise _not_found(worker_id) from None
         return Response(worker.info(), status_code=202)
+
+
+def _not_found(worker_id: str) -> ApiError:
+    return ApiError(404, f"no worker {worker_id!r}", param="worker_id", code="worker_not_found")
 
 
 def admin_key_guard(api_key: str) -> Guard:
@@ -145,18 +139,9 @@ def admin_key_guard(api_key: str) -> Guard:
         header = connection.headers.get("authorization", "")
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), expected):
-            raise NotAuthorizedException("invalid or missing admin API key")
+            raise ApiError(401, "invalid or missing admin API key", code="invalid_api_key")
 
     return guard
-
-
-def _http_error(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
-    status = exc.status_code
-    message = exc.detail
-    if isinstance(exc, ValidationException) and exc.extra:
-        message = f"{message}: {msgspec.json.encode(exc.extra).decode()}"
-    code = {401: "invalid_api_key", 400: "invalid_value"}.get(status, str(status))
-    return _error(status, message, code)
 
 
 def workers_router(
@@ -183,5 +168,5 @@ def workers_router(
         route_handlers=[WorkersController],
         dependencies=dependencies,
         guards=list(guards),
-        exception_handlers={HTTPException: _http_error},
+        exception_handlers=EXCEPTION_HANDLERS,
     )

@@ -8,6 +8,7 @@ from turnout.wire.client import ClientSettings, GenerateStream, WorkerClient, pa
 from turnout.wire.errors import (
     CLIENT_ERROR_CODES,
     GRPC_TO_HTTP,
+    ClientClosed,
     MalformedResponse,
     StreamRefused,
     WorkerCallError,
@@ -26,6 +27,7 @@ from turnout.wire.sampling import (
 __all__ = [
     "CLIENT_ERROR_CODES",
     "GRPC_TO_HTTP",
+    "ClientClosed",
     "ClientSettings",
     "Constraint",
     "ConstraintKind",

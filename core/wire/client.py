@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 import grpc
 from google.protobuf.message import Message as ProtoMessage
 
-from turnout.wire.errors import MalformedResponse, WorkerCallError
+from turnout.wire.errors import ClientClosed, MalformedResponse, WorkerCallError
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.transport import (
     Call,
@@ -241,7 +241,7 @@ class WorkerClient:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise WorkerCallError(grpc.StatusCode.UNAVAILABLE, "client is closed", worker=self.url)
+            raise ClientClosed(worker=self.url)
 
     def _call(
         self, method: str, request: Message, response_type: MessageType, timeout_s: float | None

@@ -12,6 +12,7 @@ from turnout.errors import TurnoutError
 __all__ = [
     "CLIENT_ERROR_CODES",
     "GRPC_TO_HTTP",
+    "ClientClosed",
     "MalformedResponse",
     "StreamRefused",
     "WorkerCallError",
@@ -124,3 +125,12 @@ class StreamRefused(WorkerCallError):
     def __init__(self, message: str, *, worker: str = "", method: str = "") -> None:
         super().__init__(grpc.StatusCode.UNAVAILABLE, message, worker=worker, method=method)
         self.worker_fault = False
+
+
+class ClientClosed(WorkerCallError):
+    """A call on a client (or transport) that was already closed: UNAVAILABLE, nothing sent."""
+
+    def __init__(self, *, worker: str = "", method: str = "") -> None:
+        super().__init__(
+            grpc.StatusCode.UNAVAILABLE, "client is closed", worker=worker, method=method
+        )

@@ -13,7 +13,7 @@ import grpc
 import grpc.aio
 from google.protobuf.message import DecodeError
 
-from turnout.wire.errors import MalformedResponse, WorkerCallError
+from turnout.wire.errors import ClientClosed, MalformedResponse, WorkerCallError
 from turnout.wire.transport import ClientSettings, Message, MessageType, Metadata
 
 __all__ = ["GrpcioCall", "GrpcioChannel"]
@@ -106,9 +106,7 @@ class GrpcioChannel:
     def _get_channel(self) -> grpc.aio.Channel:
         if self._channel is None:
             if self._closed:
-                raise WorkerCallError(
-                    grpc.StatusCode.UNAVAILABLE, "client is closed", worker=self.worker
-                )
+                raise ClientClosed(worker=self.worker)
             options = self.settings.channel_options()
             if self._tls:
                 creds = grpc.ssl_channel_credentials()

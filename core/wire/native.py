@@ -21,7 +21,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from turnout import __version__
-from turnout.wire.errors import MalformedResponse, StreamRefused, WorkerCallError
+from turnout.wire.errors import ClientClosed, MalformedResponse, StreamRefused, WorkerCallError
 from turnout.wire.header_codec import Headers
 from turnout.wire.http2 import ConnectionSettings, ErrorCode, Http2Connection
 from turnout.wire.transport import ClientSettings, Message, MessageType, Metadata
@@ -554,9 +554,7 @@ class NativeChannel:
         if connection is not None:
             return connection
         if self._closed:
-            raise WorkerCallError(
-                grpc.StatusCode.UNAVAILABLE, "client is closed", worker=self.worker
-            )
+            raise ClientClosed(worker=self.worker)
         if self._connecting is None:
             self._connecting = asyncio.get_running_loop().create_task(self._connect())
         return await asyncio.shield(self._connecting)
@@ -619,9 +617,7 @@ class NativeChannel:
                 raise self._last_error from None
             if self._closed:
                 connection.close()
-                raise WorkerCallError(
-                    grpc.StatusCode.UNAVAILABLE, "client is closed", worker=self.worker
-                )
+                raise ClientClosed(worker=self.worker)
             self._backoff = _INITIAL_BACKOFF_S
             self._last_error = None
             self._connections.append(connection)

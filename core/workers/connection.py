@@ -7,8 +7,9 @@ wire client (``turnout.wire``) to it, and tests may pass their own ``connect``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Protocol
+
+from turnout.workers.errors import WorkerRequestError
 
 
 class ResponseStream(Protocol):
@@ -46,35 +47,11 @@ class WorkerConnection(Protocol):
         sending ``metadata`` (gRPC metadata: the W3C trace context) with it."""
         ...
 
-    def classify(self, exc: BaseException) -> Failure | None:
-        """How ``exc`` raised by a call of this connection counts; None: not a worker error."""
+    def classify(self, exc: BaseException) -> WorkerRequestError | None:
+        """How ``exc`` raised by a call of this connection counts and what the client is told;
+        None: not a worker error."""
         ...
 
     async def close(self) -> None:
         """Close the channel."""
         ...
-
-
-@dataclass(frozen=True, slots=True)
-class Failure:
-    """How an exception from a worker call counts."""
-
-    #: True for transport errors, UNAVAILABLE, 5xx-class statuses: they feed the circuit
-    #: breaker and may be retried elsewhere. False for client errors (bad request, ...).
-    worker_fault: bool
-    #: HTTP status the client would see.
-    status: int
-    #: What happened, for logs and ``GET /workers`` (it may name the worker's address).
-    message: str
-    #: Whether another worker may succeed (408/429/5xx and transport errors).
-    retryable: bool
-    #: What the client is told: never the worker's address (the log line with the request id
-    #: has it). Empty: a text derived from ``status``.
-    public: str = ""
-    #: The worker refused the call before running any of it (a graceful GOAWAY, REFUSED_STREAM):
-    #: it may be sent again as it is, to the same worker too (on a new connection).
-    refused: bool = False
-
-    def client_message(self) -> str:
-        """The error text for the client."""
-        return self.public or f"the worker failed the request (HTTP {self.status})"

@@ -1,50 +1,20 @@
-"""Errors of the worker layer; each carries the HTTP status and OpenAI error code to answer with."""
+"""Errors of the worker layer. Those a client sees are :class:`~turnout.errors.ApiError`\\ s:
+the app answers them as they are (status, code; the type from the one status table)."""
 
 from __future__ import annotations
 
-from turnout.errors import TurnoutError
-
-#: OpenAI error ``type`` per HTTP status.
-ERROR_TYPES = {
-    400: "invalid_request_error",
-    401: "authentication_error",
-    403: "permission_error",
-    404: "not_found_error",
-    409: "invalid_request_error",
-    422: "invalid_request_error",
-    429: "rate_limit_error",
-    500: "internal_server_error",
-    501: "not_implemented_error",
-    502: "upstream_error",
-    503: "service_unavailable_error",
-    504: "timeout_error",
-}
+from turnout.errors import ApiError, TurnoutError
 
 
-def error_type_for(status: int) -> str:
-    """The OpenAI error ``type`` for an HTTP status."""
-    return ERROR_TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
-
-
-class DispatchError(TurnoutError):
-    """A request could not be served by any worker; ``status``/``code``/``error_type`` say how
-    to answer (OpenAI error body)."""
+class DispatchError(ApiError):
+    """A request could not be served by any worker (an OpenAI error answer, 503 by default)."""
 
     status = 503
     code = "service_unavailable"
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None):
-        super().__init__(message)
-        self.message = message
-        if status is not None:
-            self.status = status
-        if code is not None:
-            self.code = code
-
-    @property
-    def error_type(self) -> str:
-        """OpenAI error ``type``."""
-        return error_type_for(self.status)
+        cls = type(self)
+        super().__init__(cls.status if status is None else status, message, code=code or cls.code)
 
 
 class NoWorkerAvailable(DispatchError):
@@ -62,11 +32,16 @@ class NoWorkerAvailable(DispatchError):
 
 
 class WorkerRequestError(DispatchError):
-    """The worker answered with an error (a client error, or the last of the retried faults).
+    """A worker call failed: how it counts for the worker and what the client is told.
 
-    ``status`` is the HTTP status mapped from the worker's error; ``worker_fault`` tells a
-    worker fault (5xx-class, transport) from a client error (4xx). ``message`` is what the
-    client may see (no worker address); ``detail`` is the full story for the logs.
+    Made once from the worker's error (``WorkerConnection.classify``) and raised as it is,
+    after the dispatcher noted the worker and the attempts. ``status`` is the HTTP status mapped
+    from the worker's error. ``worker_fault`` (transport errors, UNAVAILABLE, 5xx-class) feeds
+    the circuit breaker and may be retried elsewhere; client errors (4xx) do not. ``retryable``:
+    another worker may succeed. ``refused``: the worker refused the call before running any of
+    it (a graceful GOAWAY, REFUSED_STREAM), so it may be sent again as it is, to the same worker
+    too. ``message`` is what the client sees (never the worker's address); ``detail`` the full
+    story for the logs and ``GET /workers``.
     """
 
     def __init__(
@@ -75,16 +50,26 @@ class WorkerRequestError(DispatchError):
         *,
         status: int,
         worker_fault: bool,
+        retryable: bool = False,
+        refused: bool = False,
+        detail: str | None = None,
         worker_id: str | None = None,
         attempts: int = 1,
-        detail: str | None = None,
     ) -> None:
         code = "upstream_error" if worker_fault or status >= 500 else "invalid_request"
         super().__init__(message, status=status, code=code)
         self.worker_fault = worker_fault
+        self.retryable = retryable
+        self.refused = refused
+        self.detail = detail or message
         self.worker_id = worker_id
         self.attempts = attempts
-        self.detail = detail or message
+
+    def on(self, worker_id: str, attempts: int) -> WorkerRequestError:
+        """This error, noted as the failure of ``worker_id`` at attempt ``attempts``."""
+        self.worker_id = worker_id
+        self.attempts = attempts
+        return self
 
 
 class WorkerNotFound(TurnoutError):

@@ -18,7 +18,7 @@ from turnout.wire import (
     WorkerClient,
     pb,
 )
-from turnout.workers.connection import Failure
+from turnout.workers.errors import WorkerRequestError
 from turnout.workers.settings import WireSettings
 
 #: ``server_args`` keys copied into a worker's labels.
@@ -73,8 +73,8 @@ class WireConnection:
         """Start ``Generate`` (with ``metadata``: the W3C trace context)."""
         return self.client.generate(request, timeout_s=timeout, metadata=metadata)
 
-    def classify(self, exc: BaseException) -> Failure | None:
-        """Map a :class:`WorkerCallError` to a :class:`Failure`."""
+    def classify(self, exc: BaseException) -> WorkerRequestError | None:
+        """Map a :class:`WorkerCallError` to the :class:`WorkerRequestError` it is."""
         return classify(exc)
 
     async def close(self) -> None:
@@ -104,19 +104,19 @@ def client_settings(wire: WireSettings) -> ClientSettings:
     )
 
 
-def classify(exc: BaseException) -> Failure | None:
+def classify(exc: BaseException) -> WorkerRequestError | None:
     """Client errors (4xx) never count against a worker; 429 push-back is retried, not counted;
     a refused call (nothing ran) is sent again, not counted."""
     if not isinstance(exc, WorkerCallError):
         return None
     if isinstance(exc, StreamRefused):
-        return Failure(
-            worker_fault=False,
+        return WorkerRequestError(
+            "the worker refused the request while closing its connection",
             status=exc.http_status,
-            message=str(exc),
+            worker_fault=False,
             retryable=True,
-            public="the worker refused the request while closing its connection",
             refused=True,
+            detail=str(exc),
         )
     pushback = exc.code in _PUSHBACK
     fault = exc.worker_fault and not pushback
@@ -129,12 +129,12 @@ def classify(exc: BaseException) -> Failure | None:
         public = exc.message
     else:
         public = f"the worker failed the request ({exc.code.name})"
-    return Failure(
-        worker_fault=fault,
+    return WorkerRequestError(
+        public,
         status=exc.http_status,
-        message=str(exc),
+        worker_fault=fault,
         retryable=fault or exc.http_status in _RETRYABLE_STATUS,
-        public=public,
+        detail=str(exc),
     )
 
 
