@@ -34,7 +34,8 @@ _CONSTRAINTS: tuple[ConstraintKind, ...] = ("json_schema", "structural_tag", "re
 
 def _constraint(sampling: NativeSamplingParams) -> Constraint | None:
     given = [(kind, getattr(sampling, kind)) for kind in _CONSTRAINTS]
-    given = [(kind, value) for kind, value in given if value is not None]
+    # An empty constraint is none, as in SGLang (its sampling params test them for truth).
+    given = [(kind, value) for kind, value in given if value is not None and value != ""]
     if len(given) > 1:
         raise bad_request("only one of json_schema, regex, ebnf, structural_tag", "sampling_params")
     if not given:

@@ -136,3 +136,14 @@ def test_generate_refuses_prompt_logprobs_clearly(router: Router) -> None:
     response = httpx.post(f"{router.base_url}/generate", json={"text": "x", "logprob_start_len": 0})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "logprob_start_len"
+
+
+def test_generate_treats_an_empty_constraint_as_none(router: Router) -> None:
+    """Found by the fuzz test: an empty ``ebnf`` was a 500; SGLang tests constraints for truth."""
+    for kind in ("ebnf", "regex", "json_schema"):
+        reply = httpx.post(
+            f"{router.base_url}/generate",
+            json={"input_ids": [5, 6], "sampling_params": {kind: "", "max_new_tokens": 2}},
+            timeout=10,
+        )
+        assert reply.status_code == 200, reply.text
