@@ -135,6 +135,8 @@ def check_targets(
 def _cell(value: Any, fmt: str) -> str:
     if value is None:
         return "-"
+    if isinstance(value, list):
+        return "/".join(fmt.format(v) for v in value)
     return fmt.format(value)
 
 
@@ -160,6 +162,7 @@ _ROUTING_COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("cores", ("router_cpu", "cores"), "{:.2f}"),
     ("same wkr", ("routing", "same_worker_share"), "{:.3f}"),
     ("wkrs/group", ("routing", "workers_per_group"), "{:.2f}"),
+    ("conns/proc", ("routing", "connections_per_process"), "{}"),
     ("errors", ("errors",), "{}"),
 )
 _DP_COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (

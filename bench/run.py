@@ -383,10 +383,19 @@ class _Window:
     """CPU samples of the watched process trees at window start and end, RSS of the router
     at every progress event, and the workers' token counters at both edges."""
 
-    def __init__(self, watched: dict[str, int], sim_urls: list[str], router: str | None) -> None:
+    def __init__(
+        self,
+        watched: dict[str, int],
+        sim_urls: list[str],
+        router: str | None,
+        router_port: int | None = None,
+    ) -> None:
         self.watched = watched
         self.sim_urls = sim_urls
         self.router = router
+        self.router_port = router_port
+        #: Client connections held by each process of the router that holds any, at the end.
+        self.connections: list[int] | None = None
         self.start: dict[str, procfs.TreeSample] = {}
         self.end: dict[str, procfs.TreeSample] = {}
         self.counters: dict[str, list[dict[str, int]] | None] = {}
@@ -402,10 +411,18 @@ class _Window:
                 self.start = snapshot
             else:
                 self.end = snapshot
+                self.connections = self._client_connections()
             self.counters[kind] = _sim_counters(self.sim_urls)
         if self.router is not None and kind in ("window_start", "progress", "window_end"):
             tree = procfs.sample_tree(self.watched[self.router])
             self.rss.append((time.monotonic() - self.began, tree.rss / 2**20))
+
+    def _client_connections(self) -> list[int] | None:
+        if self.router is None or self.router_port is None:
+            return None
+        pids = procfs.tree_pids(self.watched[self.router])
+        counts = procfs.connections_by_pid(pids, local_port=self.router_port).values()
+        return sorted((count for count in counts if count), reverse=True)
 
     def cpu_s(self, name: str) -> float | None:
         if name not in self.start or name not in self.end:
@@ -441,7 +458,8 @@ def measure(
     watched = {f"sim{i}": pid for i, pid in enumerate(sim_pids)}
     if router is not None:
         watched["router"] = router.pid
-    window = _Window(watched, [sim.url for sim in sims], "router" if router else None)
+    port = int(router.url.rsplit(":", 1)[1]) if router is not None else None
+    window = _Window(watched, [sim.url for sim in sims], "router" if router else None, port)
     idle = procfs.sample_tree(router.pid).rss / 2**20 if router is not None else None
     summary = run_loadgen(
         args, target, scenario, plan, duration=args.duration, on_event=window.on_event
@@ -454,6 +472,9 @@ def measure(
     summary["loadgen_max_cores"] = round(max(loadgen_cpu) / seconds, 3) if seconds else None
     worker_tokens = window.worker_tokens()
     summary["worker_tokens"] = worker_tokens
+    if summary["routing"] is not None:
+        # Which serving process takes a connection is the kernel's choice: how they were spread.
+        summary["routing"]["connections_per_process"] = window.connections
     if SCENARIOS[scenario].env == "dp":
         ranks = window.ranks_used()
         summary["ranks"] = ranks

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from bench import procfs
+
 __all__ = [
     "Router",
     "StartError",
@@ -198,7 +200,34 @@ def start_turnout(
     ]
     router = _spawn(name, argv, log_dir, port, __version__)
     wait_router_ready(router)
+    if processes > 1:
+        wait_serving_processes(router, processes, worker_urls)
     return router
+
+
+def wait_serving_processes(
+    router: Router, processes: int, worker_urls: Sequence[str], timeout: float = 60.0
+) -> None:
+    """Wait until ``processes`` processes of the router's tree are connected to the workers.
+
+    One answer proves only that one serving process is up; the load generator's persistent
+    connections, opened right after, would all land on the processes ready by then. A serving
+    process connects to every worker as soon as it has started (its health checks).
+    """
+    ports = [int(url.rsplit(":", 1)[1]) for url in worker_urls]
+    deadline = time.monotonic() + timeout
+    while True:
+        counts = procfs.connections_by_pid(procfs.tree_pids(router.pid), remote_ports=ports)
+        connected = sum(1 for count in counts.values() if count)
+        if connected >= processes:
+            return
+        if time.monotonic() > deadline or router.proc.poll() is not None:
+            router.stop()
+            raise StartError(
+                f"{router.name}: {connected} of {processes} serving processes connected to the "
+                f"workers within {timeout:g}s:\n" + router.log_tail()
+            )
+        time.sleep(0.2)
 
 
 def find_smg() -> str | None:

@@ -124,6 +124,9 @@ def test_new_scenarios_end_to_end(tmp_path: Path) -> None:
     for target in ("turnout", "turnout-p2"):
         assert processes[target]["errors"] == 0, processes[target]["error_samples"]
         assert 0 < processes[target]["routing"]["same_worker_share"] <= 1
+        # the load generator's 4 connections, over the serving processes that took them
+        assert sum(processes[target]["routing"]["connections_per_process"]) == 4
+    assert len(processes["turnout"]["routing"]["connections_per_process"]) == 1
     assert "turnout-p2/turnout" in result["ratios"]
     assert "paced streams" in proc.stdout
     assert "routing quality" in proc.stdout

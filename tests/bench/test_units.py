@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -61,6 +62,28 @@ def test_vanished_process_counts_nothing() -> None:
     proc.wait()
     assert procfs.tree_pids(proc.pid) == []
     assert procfs.cpu_seconds([proc.pid]) == 0.0
+
+
+def test_connections_by_pid_tells_accepted_from_opened_connections() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+        with socket.create_connection(("127.0.0.1", port)) as client:
+            accepted, _ = server.accept()
+            with accepted:
+                me, gone = os.getpid(), _vanished_pid()
+                pids = [me, gone]
+                assert procfs.connections_by_pid(pids, local_port=port) == {me: 1, gone: 0}
+                assert procfs.connections_by_pid(pids, remote_ports=[port]) == {me: 1, gone: 0}
+                assert procfs.connections_by_pid([me], remote_ports=[client.getsockname()[1]]) == {
+                    me: 1
+                }
+        assert procfs.connections_by_pid([me], local_port=port) == {me: 0}
+
+
+def _vanished_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
 
 
 _ROOT = 'process 1:"python -m turnout serve";thread (11): MainThread;main (core/cli.py:1)'
