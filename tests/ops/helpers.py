@@ -66,7 +66,9 @@ def sse_events(body: str) -> list[str]:
 
 class Serve:
     """``python -m turnout serve`` with a config file (``server`` settings merged in), on a
-    free port, logging to ``self.log``; ``fd_limit`` lowers its file-descriptor limit."""
+    free port, logging to ``self.log``; ``fd_limit`` lowers its file-descriptor limit.
+    ``config`` replaces whole top-level sections (``workers``, ``models`` …), ``env`` adds
+    environment variables."""
 
     def __init__(
         self,
@@ -75,12 +77,15 @@ class Serve:
         server: dict[str, Any] | None = None,
         *,
         fd_limit: int | None = None,
+        config: dict[str, Any] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.config: dict[str, Any] = {
             "server": {"port": free_port(), "log_json": True, **(server or {})},
             "workers": [{"url": sim_url, "model": MODEL}],
             "models": {MODEL: {"tokenizer_path": str(demo_path())}},
             "health": {"interval_s": 0.5, "pending_interval_s": 0.1},
+            **(config or {}),
         }
         tmp_path.mkdir(parents=True, exist_ok=True)
         self.path = tmp_path / "turnout.yaml"
@@ -93,7 +98,7 @@ class Serve:
             [sys.executable, "-m", "turnout", "serve", "--config", str(self.path)],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
             preexec_fn=None if fd_limit is None else lambda: _limit_fds(fd_limit),  # noqa: PLW1509
         )
 
