@@ -394,7 +394,7 @@ class _Window:
         self.sim_urls = sim_urls
         self.router = router
         self.router_port = router_port
-        #: Client connections held by each process of the router that holds any, at the end.
+        #: Client connections held by each process of the router that holds any.
         self.connections: list[int] | None = None
         self.start: dict[str, procfs.TreeSample] = {}
         self.end: dict[str, procfs.TreeSample] = {}
@@ -409,9 +409,10 @@ class _Window:
             snapshot = {name: procfs.sample_tree(pid) for name, pid in pids.items()}
             if kind == "window_start":
                 self.start = snapshot
+                # the load generator's connections are up by now (warm-up) and persist
+                self.connections = self._client_connections()
             else:
                 self.end = snapshot
-                self.connections = self._client_connections()
             self.counters[kind] = _sim_counters(self.sim_urls)
         if self.router is not None and kind in ("window_start", "progress", "window_end"):
             tree = procfs.sample_tree(self.watched[self.router])

@@ -77,11 +77,14 @@ _WORDS: Final = (
 class PromptPool:
     """``size`` distinct user prompts of about ``tokens`` tokens each (deterministic).
 
-    With ``groups`` > 0, prompt ``i`` is a system prompt shared by its group (``i % groups``,
-    three quarters of the tokens) and a distinct user turn (the rest): a conversation prefix
-    that a cache-aware router should keep on one worker. ``ids(i)`` are the token ids of prompt
-    ``i`` as a templated ChatML conversation, for the direct-to-worker baseline (what a router
-    would send after templating).
+    With ``groups`` > 0, prompt ``i`` is a system prompt shared by its group (three quarters of
+    the tokens) and a distinct user turn (the rest): a conversation prefix that a cache-aware
+    router should keep on one worker. A group is a run of consecutive prompts of the pool, so
+    that the clients of a closed loop (client ``k`` of ``c`` sends prompts ``k, k + c, …``) all
+    send every group, over their own connections (a group per client would let each serving
+    process of a router see only the groups of the clients it holds). ``ids(i)`` are the token
+    ids of prompt ``i`` as a templated ChatML conversation, for the direct-to-worker baseline
+    (what a router would send after templating).
     """
 
     def __init__(self, tokens: int, size: int = 256, seed: int = 7, groups: int = 0) -> None:
@@ -112,7 +115,7 @@ class PromptPool:
 
     def group(self, i: int) -> int | None:
         """The prefix group of prompt ``i`` (None without groups)."""
-        return (i % len(self.texts)) % self.groups if self.groups else None
+        return (i % len(self.texts)) * self.groups // len(self.texts) if self.groups else None
 
     def system(self, i: int) -> str | None:
         """The shared system prompt of prompt ``i`` (None without groups)."""

@@ -164,15 +164,23 @@ def test_parser_bodies_offer_tools_and_let_the_answer_end() -> None:
 
 def test_prompt_groups_share_a_system_prompt() -> None:
     pool = PromptPool(80, size=8, groups=4)
-    assert [pool.group(i) for i in range(9)] == [0, 1, 2, 3, 0, 1, 2, 3, 0]
-    assert pool.system(0) == pool.system(4) != pool.system(1)
-    assert pool.text(0) != pool.text(4)
-    ids0, ids4 = pool.ids(0), pool.ids(4)
+    assert [pool.group(i) for i in range(9)] == [0, 0, 1, 1, 2, 2, 3, 3, 0]
+    assert pool.system(0) == pool.system(1) != pool.system(2)
+    assert pool.text(0) != pool.text(1)
+    ids0, ids4 = pool.ids(0), pool.ids(1)
     shared = next(i for i, (a, b) in enumerate(zip(ids0, ids4, strict=False)) if a != b)
     assert shared > 30  # a long common prefix for a cache-aware policy
     plain = PromptPool(80, size=4)
     assert plain.group(1) is None
     assert plain.system(1) is None
+
+
+def test_every_client_of_a_closed_loop_sends_every_group() -> None:
+    """Client k of 8 sends prompts k, k + 8, …: each group reaches the router over all 8
+    clients' connections (so over every serving process that holds some)."""
+    pool = PromptPool(20, size=64, groups=8)
+    clients = {g: {i % 8 for i in range(640) if pool.group(i) == g} for g in range(8)}
+    assert clients == {g: set(range(8)) for g in range(8)}
 
 
 def _chat(message: dict[str, Any]) -> bytes:
