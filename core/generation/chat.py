@@ -1,38 +1,31 @@
-"""``POST /v1/chat/completions``: render, tokenize, generate, parse, answer."""
+"""``POST /v1/chat/completions`` on the one flow: the check, the prompt builder (chat template,
+tools, reasoning) and the renderer."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from turnout.generation import unsupported
-from turnout.generation.chat_render import ChatFolder, ChatStream, running_usage
+from turnout.generation.chat_render import ChatRenderer
 from turnout.generation.context import RequestContext
-from turnout.generation.events import Event
+from turnout.generation.flow import Endpoint
 from turnout.generation.forced_call import ForcedCallParser
-from turnout.generation.models import ARRAY_PARSER
-from turnout.generation.pipeline import (
-    generate_request,
-    make_processors,
-    output_options,
-    sampling_params,
-    stream_events,
-    worker_streaming,
-)
+from turnout.generation.models import ARRAY_PARSER, ModelRuntime
+from turnout.generation.output import output_options
+from turnout.generation.plan import Plan, Prompt
 from turnout.generation.prompt_size import encode_prompt, render_off_loop
 from turnout.generation.requests import ChatCompletionRequest
 from turnout.generation.tool_choice import ToolPlan, plan_tools
 from turnout.generation.unsupported import refuse_modalities, refuse_unsupported
+from turnout.generation.usage import running_usage
 from turnout.reasoning.prompt import reasoning_open_at_prompt_end
-from turnout.routing.types import RoutingRequest
-from turnout.server.context import Services
 from turnout.server.errors import ApiError, bad_request
-from turnout.server.protocol import decode_body
-from turnout.server.respond import Answer, answer_json, answer_stream
 from turnout.tokenizer import ChatTemplateError
 from turnout.tokenizer.content_parts import media_kind
+from turnout.tool_calls.types import ToolParser
 from turnout.wire.sampling import Constraint
 
 _ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
@@ -95,14 +88,12 @@ def _history_calls(request: ChatCompletionRequest) -> int:
     return sum(len(m.tool_calls or []) for m in request.messages if m.role == "assistant")
 
 
-async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> Answer:
-    """Answer one chat completion request (streamed or one JSON body)."""
-    request = decode_body(body, ChatCompletionRequest)
-    _check_chat(request)
-    model_id = services.models.resolve_name(request.model)
-    runtime = await services.models.runtime(model_id)
+async def _prompts(
+    request: ChatCompletionRequest, runtime: ModelRuntime, ctx: RequestContext
+) -> Plan:
+    """Render the messages with the model's template, tokenize, and plan tools and reasoning."""
     tokenizer = runtime.tokenizer
-    plan = plan_tools(
+    tools = plan_tools(
         request.tools,
         request.tool_choice,
         request.response_format,
@@ -114,10 +105,10 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
         kwargs.setdefault("reasoning_effort", request.reasoning_effort)
     try:
         prompt = await render_off_loop(
-            len(body),
+            ctx.body_size,
             tokenizer.apply_chat_template,
             _messages(request),
-            plan.template_tools,
+            tools.template_tools,
             None if request.continue_final_message else request.add_generation_prompt,
             continue_final_message=request.continue_final_message,
             documents=request.documents,
@@ -136,24 +127,11 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
     start_in_reasoning = reasoning_open_at_prompt_end(
         prompt, runtime.reasoning_start_marker, runtime.reasoning_end_markers, thinking
     )
-
-    tool_parser, tool_parser_name = None, None
-    if plan.mode == "model":
-        tool_parser, tool_parser_name = runtime.tool_parser, runtime.tool_parser_name
-    elif plan.mode == "array":
-        tool_parser, tool_parser_name = runtime.array_parser, ARRAY_PARSER
-    elif plan.mode == "forced":
-        forced_name = plan.forced_name or ""
-
-        def tool_parser() -> ForcedCallParser:
-            return ForcedCallParser(forced_name)
-
-        tool_parser_name = "forced_call"
-
+    tool_parser, tool_parser_name = _tool_parser(tools, runtime)
     options = output_options(
         request,
         logprobs=request.logprobs,
-        tools=plan.parse_tools,
+        tools=tools.parse_tools,
         tool_parser=tool_parser,
         tool_parser_name=tool_parser_name,
         reasoning=reasoning,
@@ -161,55 +139,56 @@ async def handle_chat(services: Services, body: bytes, ctx: RequestContext) -> A
         history_calls=_history_calls(request),
         max_calls=None if request.parallel_tool_calls else 1,
     )
-    processors = make_processors(runtime, options)
-    worker_streams, interval = worker_streaming(request.stream, options.has_stops)
-    params = sampling_params(
-        request,
+    return Plan(
+        runtime,
+        [Prompt(prompt_ids, prompt)],
+        sampling=request,
         max_tokens=request.max_completion_tokens or request.max_tokens,
-        skip_special_tokens=request.skip_special_tokens,
-        constraint=_constraint(request, plan),
-        stop_token_ids=request.stop_token_ids or (),
-        stream_interval=interval,
-    )
-    worker_request = generate_request(
-        ctx.worker_request_id,
-        prompt_ids,
-        params,
-        prompt_text=prompt,
+        output=options,
+        constraint=_constraint(request, tools),
+        stream=request.stream,
         logprobs=request.logprobs,
         top_logprobs=request.top_logprobs or 0,
         require_reasoning=reasoning,
-        stream=worker_streams,
     )
-    routing = RoutingRequest(model_id, prompt_ids, prompt, ctx.headers, ctx.routing_key)
-    session = await services.open_stream(model_id, routing, worker_request)
-    events = stream_events(session, processors, worker_streams=worker_streams)
-    response_id = request.rid or ctx.request_id
-    if request.stream:
-        stream = ChatStream(
-            response_id,
-            model_id,
-            ctx.created,
-            include_usage=bool(request.stream_options and request.stream_options.include_usage),
-            running=running_usage(request.stream_options, [len(prompt_ids)], request.n),
-            stream_reasoning=request.stream_reasoning,
-        )
-        return answer_stream(_sse_chunks(stream, request.n, events), services)
-    folder = ChatFolder(response_id, model_id, ctx.created, request.n)
-    async for batch in events:
-        for event in batch:
-            folder.add(event)
-    return answer_json(folder.response())
 
 
-async def _sse_chunks(
-    stream: ChatStream, n: int, events: AsyncIterator[list[Event]]
-) -> AsyncIterator[list[dict[str, Any]]]:
-    """Chunk objects per batch of events; the role chunks go out with the first batch."""
-    chunks = stream.role_chunks(n)
-    async for batch in events:
-        for event in batch:
-            chunks.extend(stream.chunks(event))
-        if chunks:
-            yield chunks
-            chunks = []
+def _tool_parser(
+    tools: ToolPlan, runtime: ModelRuntime
+) -> tuple[Callable[[], ToolParser] | None, str | None]:
+    """The factory and registered name of the parser reading the output's tool calls."""
+    if tools.mode == "model":
+        return runtime.tool_parser, runtime.tool_parser_name
+    if tools.mode == "array":
+        return runtime.array_parser, ARRAY_PARSER
+    if tools.mode == "forced":
+        forced_name = tools.forced_name or ""
+
+        def forced() -> ForcedCallParser:
+            return ForcedCallParser(forced_name)
+
+        return forced, "forced_call"
+    return None, None
+
+
+def _renderer(request: ChatCompletionRequest, plan: Plan, ctx: RequestContext) -> ChatRenderer:
+    options = request.stream_options
+    return ChatRenderer(
+        request.rid or ctx.request_id,
+        plan.model_id,
+        ctx.created,
+        request.n,
+        include_usage=bool(options and options.include_usage),
+        running=running_usage(options, [len(p.ids) for p in plan.prompts], request.n),
+        stream_reasoning=request.stream_reasoning,
+    )
+
+
+ENDPOINT = Endpoint(
+    ChatCompletionRequest,
+    check=_check_chat,
+    prompts=_prompts,
+    renderer=_renderer,
+    description="Answer one chat completion request (streamed or one JSON body).",
+)
+"""``POST /v1/chat/completions``."""

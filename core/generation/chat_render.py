@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
-from turnout.generation.requests import StreamOptions
+from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob
+from turnout.generation.usage import RunningUsage, usage_dict
 
 
 def logprob_entry(lp: TokenLogprob) -> dict[str, Any]:
@@ -21,59 +20,14 @@ def logprob_entry(lp: TokenLogprob) -> dict[str, Any]:
     }
 
 
-def usage_dict(usage: Usage) -> dict[str, Any]:
-    """OpenAI ``usage`` object."""
-    return {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-        "prompt_tokens_details": {"cached_tokens": usage.cached_tokens},
-        "completion_tokens_details": {"reasoning_tokens": usage.reasoning_tokens},
-    }
+class ChatRenderer:
+    """Streams ``chat.completion.chunk`` objects in OpenAI's order, or folds one
+    ``chat.completion``, from the events of ``n`` choices.
 
-
-class RunningUsage:
-    """Token counts so far, for ``stream_options.continuous_usage_stats``: like SGLang and
-    vLLM, a chunk of a choice carries its prompt's tokens and that choice's tokens so far."""
-
-    __slots__ = ("_choices", "_n", "_prompts")
-
-    def __init__(self, prompt_tokens: Sequence[int], n: int) -> None:
-        """``prompt_tokens``: per prompt; choice ``i`` answers prompt ``i // n``."""
-        self._prompts = list(prompt_tokens)
-        self._n = n
-        self._choices: dict[int, int] = {}
-
-    def note(self, index: int, event: Event) -> None:
-        """Take the counts an event of choice ``index`` carries."""
-        if isinstance(event, ChoiceDelta | ChoiceEnd):
-            self._choices[index] = event.completion_tokens
-
-    def of(self, index: int) -> dict[str, int]:
-        """The ``usage`` object of a chunk of choice ``index``."""
-        prompt = self._prompts[index // self._n]
-        completion = self._choices.get(index, 0)
-        return {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        }
-
-
-def running_usage(
-    options: StreamOptions | None, prompt_tokens: Sequence[int], n: int
-) -> RunningUsage | None:
-    """The usage so far to report in every chunk, when the client asked for it."""
-    if options is None or not options.continuous_usage_stats:
-        return None
-    return RunningUsage(prompt_tokens, n)
-
-
-class ChatStream:
-    """Turns events into ``chat.completion.chunk`` objects, in OpenAI's order.
-
-    With ``include_usage`` every chunk has ``usage: null`` but the last one, which carries the
-    usage; with ``running`` (``continuous_usage_stats``) every chunk carries the usage so far.
+    Streaming with ``include_usage``, every chunk has ``usage: null`` but the last one, which
+    carries the usage; with ``running`` (``continuous_usage_stats``) every chunk carries the usage
+    so far. Without ``stream_reasoning`` (SGLang), a choice's reasoning is held back and goes out
+    in one piece with its first content or tool call, or at its end.
     """
 
     def __init__(
@@ -81,11 +35,13 @@ class ChatStream:
         response_id: str,
         model: str,
         created: int,
+        n: int,
         *,
-        include_usage: bool,
+        include_usage: bool = False,
         running: RunningUsage | None = None,
         stream_reasoning: bool = True,
     ) -> None:
+        self._id, self._model, self._created, self._n = response_id, model, created, n
         self._base = {
             "id": response_id,
             "object": "chat.completion.chunk",
@@ -94,19 +50,18 @@ class ChatStream:
         }
         self._include_usage = include_usage
         self._running = running
-        #: Reasoning held per choice when it goes out in one piece (``stream_reasoning: false``,
-        #: SGLang): with the first content or tool call, or at the end.
         self._held: dict[int, str] | None = None if stream_reasoning else {}
+        # The one-shot answer, per choice.
+        self._content: list[list[str]] = [[] for _ in range(n)]
+        self._reasoning: list[list[str]] = [[] for _ in range(n)]
+        self._calls: list[dict[int, dict[str, Any]]] = [{} for _ in range(n)]
+        self._logprobs: list[list[dict[str, Any]] | None] = [None] * n
+        self._ends: dict[int, ChoiceEnd] = {}
+        self._usage: dict[str, Any] | None = None
 
-    def _chunk(self, choice: dict[str, Any]) -> dict[str, Any]:
-        chunk = self._base | {"choices": [choice]}
-        if self._running is not None:
-            chunk["usage"] = self._running.of(choice["index"])
-        elif self._include_usage:
-            chunk["usage"] = None
-        return chunk
+    # -- streaming -------------------------------------------------------------------------------
 
-    def role_chunks(self, n: int) -> list[dict[str, Any]]:
+    def opening(self, prompt_index: int) -> list[dict[str, Any]]:
         """The first chunk of each choice: the assistant role."""
         return [
             self._chunk(
@@ -117,107 +72,97 @@ class ChatStream:
                     "finish_reason": None,
                 }
             )
-            for i in range(n)
+            for i in range(self._n)
         ]
 
-    def chunks(self, event: Event) -> list[dict[str, Any]]:
-        """Chunks for one event (possibly none)."""
-        if self._running is not None and not isinstance(event, Usage):
-            self._running.note(event.index, event)
-        if isinstance(event, ChoiceDelta):
-            reasoning = event.reasoning
-            if self._held is not None:
-                reasoning = self._held.pop(event.index, "") + reasoning
-                if reasoning and not (event.content or event.tool_calls):
-                    self._held[event.index] = reasoning
-                    reasoning = ""
-            choice = self._delta_choice(event, reasoning)
-            if not (choice["delta"] or choice["logprobs"]):
-                return []
-            return [self._chunk(choice)]
-        if isinstance(event, ChoiceEnd):
-            chunks = []
-            held = self._held.pop(event.index, "") if self._held is not None else ""
-            if held:
-                chunks.append(self._chunk(self._delta_choice(ChoiceDelta(event.index), held)))
-            end: dict[str, Any] = {
-                "index": event.index,
-                "delta": {},
-                "logprobs": None,
-                "finish_reason": event.finish_reason,
-                "matched_stop": event.matched_stop,
-            }
-            chunks.append(self._chunk(end))
-            return chunks
-        if self._include_usage:
-            return [self._base | {"choices": [], "usage": usage_dict(event)}]
+    def stream(self, events: list[Event]) -> list[dict[str, Any]]:
+        """Chunks for one batch of events (possibly none)."""
+        chunks: list[dict[str, Any]] = []
+        running = self._running
+        for event in events:
+            if isinstance(event, ChoiceDelta):
+                if running is not None:
+                    running.note(event)
+                self._delta_chunk(event, chunks)
+            elif isinstance(event, ChoiceEnd):
+                if running is not None:
+                    running.note(event)
+                self._end_chunks(event, chunks)
+            elif self._include_usage:
+                chunks.append(self._base | {"choices": [], "usage": usage_dict(event)})
+        return chunks
+
+    def closing(self) -> list[dict[str, Any]]:
+        """Nothing: the usage chunk goes out with the last events."""
         return []
 
-    @staticmethod
-    def _delta_choice(event: ChoiceDelta, reasoning: str) -> dict[str, Any]:
-        delta: dict[str, Any] = {}
-        if reasoning:
-            delta["reasoning_content"] = reasoning
+    def _chunk(self, choice: dict[str, Any]) -> dict[str, Any]:
+        chunk = self._base | {"choices": [choice]}
+        if self._running is not None:
+            chunk["usage"] = self._running.of(choice["index"])
+        elif self._include_usage:
+            chunk["usage"] = None
+        return chunk
+
+    def _delta_chunk(self, event: ChoiceDelta, chunks: list[dict[str, Any]]) -> None:
+        reasoning = event.reasoning
+        held = self._held
+        if held is not None:
+            reasoning = held.pop(event.index, "") + reasoning
+            if reasoning and not (event.content or event.tool_calls):
+                held[event.index] = reasoning
+                reasoning = ""
+        choice = _delta_choice(event, reasoning)
+        if choice["delta"] or choice["logprobs"]:
+            chunks.append(self._chunk(choice))
+
+    def _end_chunks(self, event: ChoiceEnd, chunks: list[dict[str, Any]]) -> None:
+        held = self._held.pop(event.index, "") if self._held is not None else ""
+        if held:
+            chunks.append(self._chunk(_delta_choice(ChoiceDelta(event.index), held)))
+        end: dict[str, Any] = {
+            "index": event.index,
+            "delta": {},
+            "logprobs": None,
+            "finish_reason": event.finish_reason,
+            "matched_stop": event.matched_stop,
+        }
+        chunks.append(self._chunk(end))
+
+    # -- one-shot --------------------------------------------------------------------------------
+
+    def fold(self, events: list[Event]) -> None:
+        """Fold one batch of events into the response."""
+        for event in events:
+            if isinstance(event, ChoiceDelta):
+                self._fold_delta(event)
+            elif isinstance(event, ChoiceEnd):
+                self._ends[event.index] = event
+            else:
+                self._usage = usage_dict(event)
+
+    def _fold_delta(self, event: ChoiceDelta) -> None:
+        i = event.index
         if event.content:
-            delta["content"] = event.content
-        if event.tool_calls:
-            calls = []
-            for piece in event.tool_calls:
-                call: dict[str, Any] = {"index": piece.index}
-                function: dict[str, Any] = {"arguments": piece.arguments}
-                if piece.name is not None:
-                    call["id"] = piece.id
-                    call["type"] = "function"
-                    function["name"] = piece.name
-                call["function"] = function
-                calls.append(call)
-            delta["tool_calls"] = calls
-        logprobs = None
+            self._content[i].append(event.content)
+        if event.reasoning:
+            self._reasoning[i].append(event.reasoning)
+        for piece in event.tool_calls:
+            call = self._calls[i].setdefault(
+                piece.index,
+                {"id": piece.id, "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            if piece.name is not None:
+                call["id"] = piece.id
+                call["function"]["name"] = piece.name
+            call["function"]["arguments"] += piece.arguments
         if event.logprobs is not None:
-            logprobs = {"content": [logprob_entry(lp) for lp in event.logprobs], "refusal": None}
-        return {"index": event.index, "delta": delta, "logprobs": logprobs, "finish_reason": None}
+            entries = self._logprobs[i] or []
+            entries.extend(logprob_entry(lp) for lp in event.logprobs)
+            self._logprobs[i] = entries
 
-
-class ChatFolder:
-    """Folds the event stream into one ``chat.completion`` response."""
-
-    def __init__(self, response_id: str, model: str, created: int, n: int) -> None:
-        self._id, self._model, self._created = response_id, model, created
-        self._content: list[list[str]] = [[] for _ in range(n)]
-        self._reasoning: list[list[str]] = [[] for _ in range(n)]
-        self._calls: list[dict[int, dict[str, Any]]] = [{} for _ in range(n)]
-        self._logprobs: list[list[dict[str, Any]] | None] = [None] * n
-        self._ends: dict[int, ChoiceEnd] = {}
-        self._usage: Usage | None = None
-
-    def add(self, event: Event) -> None:
-        """Fold one event."""
-        if isinstance(event, ChoiceDelta):
-            i = event.index
-            if event.content:
-                self._content[i].append(event.content)
-            if event.reasoning:
-                self._reasoning[i].append(event.reasoning)
-            for piece in event.tool_calls:
-                call = self._calls[i].setdefault(
-                    piece.index,
-                    {"id": piece.id, "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if piece.name is not None:
-                    call["id"] = piece.id
-                    call["function"]["name"] = piece.name
-                call["function"]["arguments"] += piece.arguments
-            if event.logprobs is not None:
-                entries = self._logprobs[i] or []
-                entries.extend(logprob_entry(lp) for lp in event.logprobs)
-                self._logprobs[i] = entries
-        elif isinstance(event, ChoiceEnd):
-            self._ends[event.index] = event
-        else:
-            self._usage = event
-
-    def response(self) -> dict[str, Any]:
-        """The complete response object."""
+    def answer(self) -> dict[str, Any]:
+        """The complete ``chat.completion`` object."""
         choices = []
         for i, parts in enumerate(self._content):
             content = "".join(parts)
@@ -250,5 +195,29 @@ class ChatFolder:
             "choices": choices,
         }
         if self._usage is not None:
-            body["usage"] = usage_dict(self._usage)
+            body["usage"] = self._usage
         return body
+
+
+def _delta_choice(event: ChoiceDelta, reasoning: str) -> dict[str, Any]:
+    delta: dict[str, Any] = {}
+    if reasoning:
+        delta["reasoning_content"] = reasoning
+    if event.content:
+        delta["content"] = event.content
+    if event.tool_calls:
+        calls = []
+        for piece in event.tool_calls:
+            call: dict[str, Any] = {"index": piece.index}
+            function: dict[str, Any] = {"arguments": piece.arguments}
+            if piece.name is not None:
+                call["id"] = piece.id
+                call["type"] = "function"
+                function["name"] = piece.name
+            call["function"] = function
+            calls.append(call)
+        delta["tool_calls"] = calls
+    logprobs = None
+    if event.logprobs is not None:
+        logprobs = {"content": [logprob_entry(lp) for lp in event.logprobs], "refusal": None}
+    return {"index": event.index, "delta": delta, "logprobs": logprobs, "finish_reason": None}

@@ -17,6 +17,8 @@ class RequestContext:
     #: The id sent to the worker: the request id, made unique when a client chose it (two
     #: clients sending the same ``x-request-id`` must not collide on a worker).
     worker_request_id: str = ""
+    #: Size of the request body in bytes (large ones are rendered off the event loop).
+    body_size: int = 0
     started: float = field(default_factory=time.monotonic)
     created: int = field(default_factory=lambda: int(time.time()))
 

@@ -1,4 +1,8 @@
-"""The event stream every endpoint consumes: streaming emits it, one-shot answers fold it."""
+"""The event stream every endpoint consumes: streaming emits it, one-shot answers fold it.
+
+A choice's ``index`` counts across the request's prompts: choice ``i`` of prompt ``k`` is
+``k * n + i``.
+"""
 
 from __future__ import annotations
 
@@ -59,12 +63,14 @@ class ChoiceEnd:
 
 @dataclass(slots=True)
 class Usage:
-    """Token counts of the whole request (all choices)."""
+    """Token counts of one prompt and all its choices (the last event of its stream)."""
 
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
     reasoning_tokens: int = 0
+    #: Which prompt of the request (0 when it has one).
+    prompt_index: int = 0
 
     @property
     def total_tokens(self) -> int:

@@ -16,18 +16,13 @@ from litestar.types import ControllerRouterHandler
 
 from turnout.config import Config, ServerConfig, policy_config
 from turnout.discovery import DiscoveryManager, describe_discovery
-from turnout.generation.chat import handle_chat
-from turnout.generation.completions import handle_completion
+from turnout.generation import chat, completions, generate
 from turnout.generation.context import RequestContext
-from turnout.generation.generate import handle_generate
+from turnout.generation.flow import Endpoint
+from turnout.generation.flow import generate as run_generation
 from turnout.generation.models import ModelTable
 from turnout.generation.pipeline import GenerateSession
 from turnout.generation.prompt_size import PromptLimit, limit_from_labels, widest_limit
-from turnout.generation.requests import (
-    ChatCompletionRequest,
-    CompletionRequest,
-    GenerateRequestBody,
-)
 from turnout.observability.logs import current_record
 from turnout.observability.metrics import CONTENT_TYPE, MeteredSession
 from turnout.observability.tracing import start_tracing
@@ -41,8 +36,9 @@ from turnout.server.info import info_routes
 from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import OpsMiddleware, OpsState, gate_middleware
 from turnout.server.openapi import REQUEST_BODY, openapi_config
+from turnout.server.protocol import decode_body
 from turnout.server.reload import admin_reload, install_sighup
-from turnout.server.respond import Answer
+from turnout.server.respond import Answer, answer_generated
 from turnout.server.shutdown import drain_hook
 from turnout.server.worker_routes import DEPENDENCY as WORKER_REGISTRY
 from turnout.server.worker_routes import workers_router
@@ -51,8 +47,6 @@ from turnout.workers.errors import WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
 
 log = logging.getLogger(__name__)
-
-Handler = Callable[[Services, bytes, RequestContext], Awaitable[Answer]]
 
 
 def services_of(request: Request[Any, Any, Any]) -> Services:
@@ -87,22 +81,24 @@ def request_context(
     return RequestContext(request_id, headers, routing_key, worker_request_id=worker_id)
 
 
-def _generation_route(
-    path: str, prefix: str, handler: Handler, body: type[Any]
-) -> ControllerRouterHandler:
+def _generation_route(path: str, prefix: str, endpoint: Endpoint[Any]) -> ControllerRouterHandler:
+    body_type = endpoint.request_type
+
     @post(
         path,
         name=prefix,
         status_code=200,
-        opt={REQUEST_BODY: body},
-        summary=body.__doc__.split("\n")[0].strip("`. ") if body.__doc__ else None,
-        description=handler.__doc__,
+        opt={REQUEST_BODY: body_type},
+        summary=body_type.__doc__.split("\n")[0].strip("`. ") if body_type.__doc__ else None,
+        description=endpoint.description,
     )
     async def route(request: Request[Any, Any, Any]) -> Answer:
         services = services_of(request)
         ctx = request_context(request, services, prefix)
         body = await request.body()
-        answer = await handler(services, body, ctx)
+        ctx.body_size = len(body)
+        generated = await run_generation(endpoint, decode_body(body, body_type), ctx, services)
+        answer = answer_generated(generated, services)
         answer.headers["x-request-id"] = ctx.request_id
         return answer
 
@@ -275,9 +271,9 @@ def create_app(
         return Response(ops.metrics.render(), media_type=CONTENT_TYPE)
 
     routes: list[ControllerRouterHandler] = [
-        _generation_route("/v1/chat/completions", "chatcmpl", handle_chat, ChatCompletionRequest),
-        _generation_route("/v1/completions", "cmpl", handle_completion, CompletionRequest),
-        _generation_route("/generate", "gnt", handle_generate, GenerateRequestBody),
+        _generation_route("/v1/chat/completions", "chatcmpl", chat.ENDPOINT),
+        _generation_route("/v1/completions", "cmpl", completions.ENDPOINT),
+        _generation_route("/generate", "gnt", generate.ENDPOINT),
         *info_routes(),
         metrics,
         workers_router(),

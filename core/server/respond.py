@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import msgspec
 from litestar import Response
 
+from turnout.generation.flow import Folded, Generated
 from turnout.observability.metrics import note_failure, note_stream_cut
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
@@ -29,9 +30,10 @@ def answer_error(error: ApiError) -> Response[bytes]:
     return Response(error.to_json(), status_code=error.status, media_type="application/json")
 
 
-async def sse_body(batches: AsyncIterator[list[Any]]) -> AsyncIterator[bytes]:
+async def sse_body(batches: AsyncGenerator[list[Any], None]) -> AsyncIterator[bytes]:
     """Frame each batch of payloads as one piece of SSE; an error after the stream started
-    becomes an error event (the response's tail, ``[DONE]``, follows in every case)."""
+    becomes an error event (the response's tail, ``[DONE]``, follows in every case). Closing
+    the body closes ``batches`` at once (which ends the request on its workers)."""
     try:
         async for payloads in batches:
             yield sse_batch(payloads)
@@ -43,9 +45,18 @@ async def sse_body(batches: AsyncIterator[list[Any]]) -> AsyncIterator[bytes]:
         note_failure(exc)
         note_stream_cut(500)
         yield sse_error(ApiError(500, f"internal error: {type(exc).__name__}"))
+    finally:
+        await batches.aclose()
 
 
-def answer_stream(batches: AsyncIterator[list[Any]], services: Services) -> EventStream:
+def answer_generated(generated: Generated, services: Services) -> Answer:
+    """The response of a generation request: one JSON body, or an SSE stream."""
+    if isinstance(generated, Folded):
+        return answer_json(generated.body)
+    return answer_stream(generated.payloads, services)
+
+
+def answer_stream(batches: AsyncGenerator[list[Any], None], services: Services) -> EventStream:
     """An SSE response: one piece per batch of payloads, keep-alive comments while idle."""
     return EventStream(
         sse_body(batches), tail=DONE, keepalive_s=services.config.server.keepalive_interval_s

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnout.generation.chat_render import ChatFolder
+from turnout.generation.chat_render import ChatRenderer
 
 from .outputs import EOS, output_ids, outputs, processor
 
@@ -21,17 +21,17 @@ def run(
     ids: list[int], cuts: list[int], stops: list[str], max_calls: int | None = None
 ) -> dict[str, Any]:
     choice = processor(0, stops, max_calls)
-    folder = ChatFolder("id", "m", 0, 1)
+    folder = ChatRenderer("id", "m", 0, 1)
     bounds = sorted({c % (len(ids) + 1) for c in cuts} | {0, len(ids)})
     for start, end in itertools.pairwise(bounds):
         delta = choice.push(ids[start:end])
         if delta is not None:
-            folder.add(delta)
+            folder.fold([delta])
     tail, end = choice.finish("stop", EOS)
     if tail is not None:
-        folder.add(tail)
-    folder.add(end)
-    return folder.response()["choices"][0]
+        folder.fold([tail])
+    folder.fold([end])
+    return folder.answer()["choices"][0]
 
 
 @settings(max_examples=80, deadline=None)

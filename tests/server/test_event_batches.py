@@ -9,7 +9,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from turnout.generation.chat_render import ChatFolder
+from turnout.generation.chat_render import ChatRenderer
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, Usage
 from turnout.generation.pipeline import stream_events
 from turnout.server.errors import ApiError
@@ -75,14 +75,13 @@ async def fold(
     batches: list[list[pb.GenerateResponse]], n: int, stops: list[str]
 ) -> tuple[dict[str, object], list[list[Event]]]:
     session = ScriptedSession(batches)
-    folder = ChatFolder("id", "m", 0, n)
+    folder = ChatRenderer("id", "m", 0, n)
     seen: list[list[Event]] = []
     async for batch in stream_events(session, [processor(i, stops) for i in range(n)]):
         seen.append(batch)
-        for event in batch:
-            folder.add(event)
+        folder.fold(batch)
     assert session.closed
-    return folder.response(), seen
+    return folder.answer(), seen
 
 
 @settings(max_examples=60, deadline=None)

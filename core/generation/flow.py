@@ -1,0 +1,243 @@
+"""The one request flow of every generation endpoint, as named stages.
+
+1. **prepare** — the endpoint checks the request (before the model is looked up), the name
+   becomes a model and its runtime (tokenizer, parsers), and the endpoint's prompt builder makes
+   a :class:`~turnout.generation.plan.Plan`: prompts (token ids, text), sampling, output
+   processing, worker flags.
+2. **build** — one ``GenerateRequest`` per prompt, and fresh choice processors per prompt.
+3. **dispatch** — one worker session per prompt, all or none (the dispatcher selects the
+   worker and retries faults before the first response). A prefill-decode dispatch would open
+   two legs per prompt here and hand back the decode leg's responses.
+4. **events** — each session's responses become batches of events, prompt after prompt
+   (:func:`~turnout.generation.pipeline.stream_events`).
+5. **render** — the endpoint's :class:`Renderer` turns each batch into stream payloads, or
+   folds it into one answer: streaming and one-shot answers read the very same events.
+
+An endpoint is an :class:`Endpoint`: a request type, a check, a prompt builder and a renderer.
+The HTTP side decodes the body, runs :func:`generate` and sends what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, Protocol, TypeVar
+
+from turnout.generation.choice import ChoiceProcessor
+from turnout.generation.context import RequestContext
+from turnout.generation.events import Event
+from turnout.generation.models import ModelRuntime, ModelTable
+from turnout.generation.output import make_processors
+from turnout.generation.pipeline import GenerateSession, Opener, stream_events
+from turnout.generation.plan import Plan
+from turnout.generation.worker_request import worker_requests, worker_streaming
+from turnout.routing.types import RoutingRequest
+from turnout.wire.proto import sglang_scheduler_pb2 as pb
+
+
+class Renderer(Protocol):
+    """Turns the event batches of one request into an API's answer.
+
+    Streaming calls :meth:`opening` before each prompt's events, :meth:`stream` per batch and
+    :meth:`closing` at the end; a one-shot answer calls :meth:`fold` per batch, then
+    :meth:`answer`. Batches hold the events of worker responses that arrived together.
+    """
+
+    def opening(self, prompt_index: int) -> list[Any]:
+        """Payloads sent before the first events of prompt ``prompt_index`` (with them)."""
+        ...
+
+    def stream(self, events: list[Event]) -> list[Any]:
+        """Payloads for one batch of events."""
+        ...
+
+    def closing(self) -> list[Any]:
+        """Payloads sent after the last batch."""
+        ...
+
+    def fold(self, events: list[Event]) -> None:
+        """Take one batch of events into the one-shot answer."""
+        ...
+
+    def answer(self) -> Any:
+        """The one-shot answer's body (once every batch was folded)."""
+        ...
+
+
+class GenerationRequest(Protocol):
+    """What the flow reads of any endpoint's request."""
+
+    @property
+    def model(self) -> str | None:
+        """The requested model name (``None``: the default)."""
+        ...
+
+
+R = TypeVar("R", bound=GenerationRequest)
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint(Generic[R]):
+    """A generation API on the one flow."""
+
+    #: The request body's type (decoding validates it).
+    request_type: type[R]
+    #: Refuses what the endpoint cannot serve (400s), before the model is looked up.
+    check: Callable[[R], None]
+    #: The prompt builder.
+    prompts: Callable[[R, ModelRuntime, RequestContext], Awaitable[Plan]]
+    #: A fresh renderer for one request.
+    renderer: Callable[[R, Plan, RequestContext], Renderer]
+    #: What the endpoint answers (API docs).
+    description: str = ""
+
+
+class Backend(Protocol):
+    """What the flow needs of the router: models, and streams on workers."""
+
+    @property
+    def models(self) -> ModelTable:
+        """Model names → runtimes."""
+        ...
+
+    @property
+    def open_stream(self) -> Opener:
+        """Starts a request on a worker of a model."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Folded:
+    """A one-shot answer: the body to send as JSON."""
+
+    body: Any
+
+
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """A streamed answer: lists of payloads, each list to be sent in one piece."""
+
+    payloads: AsyncGenerator[list[Any], None]
+
+
+Generated = Folded | Streamed
+
+
+async def generate(
+    endpoint: Endpoint[R], request: R, ctx: RequestContext, backend: Backend
+) -> Generated:
+    """Answer one generation request: the stages of the module's docstring, in order."""
+    plan = await prepare(endpoint, request, ctx, backend.models)
+    work = build(plan, ctx)
+    renderer = endpoint.renderer(request, plan, ctx)
+    sessions = await dispatch(backend.open_stream, plan, work.requests, ctx)
+    streams = [
+        stream_events(session, choices, worker_streams=work.worker_streams, prompt_index=k)
+        for k, (session, choices) in enumerate(zip(sessions, work.processors, strict=True))
+    ]
+    if plan.stream:
+        return Streamed(_streamed(renderer, streams, sessions))
+    return Folded(await _folded(renderer, streams, sessions))
+
+
+async def prepare(
+    endpoint: Endpoint[R], request: R, ctx: RequestContext, models: ModelTable
+) -> Plan:
+    """Check, model, prompts: the endpoint's plan for ``request``."""
+    endpoint.check(request)
+    runtime = await models.runtime(models.resolve_name(request.model))
+    return await endpoint.prompts(request, runtime, ctx)
+
+
+@dataclass(frozen=True, slots=True)
+class Work:
+    """What the dispatch and events stages need of a plan, built once per request."""
+
+    #: One per prompt.
+    requests: list[pb.GenerateRequest]
+    #: The choice processors of each prompt.
+    processors: list[list[ChoiceProcessor]]
+    #: The workers are asked for a stream (else for one message per choice).
+    worker_streams: bool
+
+
+def build(plan: Plan, ctx: RequestContext) -> Work:
+    """The worker requests and fresh choice processors of every prompt."""
+    worker_streams, interval = worker_streaming(plan.stream, plan.output.has_stops)
+    requests = worker_requests(
+        plan,
+        plan.request_id or ctx.worker_request_id,
+        worker_streams=worker_streams,
+        stream_interval=interval,
+    )
+    processors = [
+        make_processors(plan.runtime, plan.output, first_index=k * plan.n)
+        for k in range(len(plan.prompts))
+    ]
+    return Work(requests, processors, worker_streams)
+
+
+async def dispatch(
+    open_stream: Opener, plan: Plan, requests: Sequence[pb.GenerateRequest], ctx: RequestContext
+) -> list[GenerateSession]:
+    """Open one worker session per prompt, one after another; when one cannot be opened, those
+    already open are closed (which aborts them on their workers) before the error goes on."""
+    sessions: list[GenerateSession] = []
+    try:
+        for prompt, request in zip(plan.prompts, requests, strict=True):
+            routing = RoutingRequest(
+                plan.model_id, prompt.ids, prompt.text or None, ctx.headers, ctx.routing_key
+            )
+            sessions.append(await open_stream(plan.model_id, routing, request))
+    except BaseException:
+        await _close(sessions)
+        raise
+    return sessions
+
+
+EventStreams = list[AsyncGenerator[list[Event], None]]
+
+
+async def _streamed(
+    renderer: Renderer, streams: EventStreams, sessions: list[GenerateSession]
+) -> AsyncGenerator[list[Any], None]:
+    """Payloads per batch of events, prompt after prompt; every session is closed at the end,
+    also those of prompts not reached (the client left, or an earlier prompt failed)."""
+    try:
+        for prompt_index, events in enumerate(streams):
+            opening = renderer.opening(prompt_index)
+            async for batch in events:
+                payloads = renderer.stream(batch)
+                if opening:
+                    payloads = opening + payloads
+                    opening = []
+                if payloads:
+                    yield payloads
+        closing = renderer.closing()
+        if closing:
+            yield closing
+    finally:
+        await _close(sessions, streams)
+
+
+async def _folded(
+    renderer: Renderer, streams: EventStreams, sessions: list[GenerateSession]
+) -> Any:
+    try:
+        for events in streams:
+            async for batch in events:
+                renderer.fold(batch)
+    finally:
+        await _close(sessions, streams)
+    return renderer.answer()
+
+
+async def _close(
+    sessions: list[GenerateSession], streams: Sequence[AsyncGenerator[list[Event], None]] = ()
+) -> None:
+    """Close the event streams (a stream left mid-way ends its processing), then every session
+    (idempotent: a finished stream closed its own)."""
+    for events in streams:
+        await events.aclose()
+    for session in sessions:
+        await session.aclose()

@@ -1,0 +1,141 @@
+"""SGLang's ``/generate`` output: ``{text, output_ids, meta_info, index}`` per choice, streamed
+(each chunk carries the choice's output so far) or folded."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
+
+
+class GenerateRenderer:
+    """Builds SGLang's result objects from the events of ``n`` choices per prompt (choice
+    ``k * n + i`` answers prompt ``k``); the answer is a list when the request was a batch or
+    ``n > 1``, else the one object."""
+
+    def __init__(
+        self,
+        rid: str,
+        n: int,
+        prompts: int,
+        *,
+        batch: bool = False,
+        logprobs: bool = False,
+        top_logprobs: bool = False,
+        text_in_logprobs: bool = False,
+        started: float | None = None,
+    ) -> None:
+        """``rid``: the request id (``<rid>-<i>`` per choice when there are several);
+        ``started``: when the request arrived (``time.monotonic``), for ``e2e_latency``."""
+        self._rid, self._n, self._batch = rid, n, batch
+        self._started = time.monotonic() if started is None else started
+        self._logprobs = logprobs
+        self._top = top_logprobs
+        self._with_text = text_in_logprobs
+        self._count = n * prompts
+        self._text: list[list[str]] = [[] for _ in range(self._count)]
+        self._ids: list[list[int]] = [[] for _ in range(self._count)]
+        self._lps: list[list[list[Any]]] = [[] for _ in range(self._count)]
+        self._tops: list[list[list[list[Any]]]] = [[] for _ in range(self._count)]
+        self._ends: dict[int, ChoiceEnd] = {}
+        self._usage: dict[int, Usage] = {}
+        #: Choices that ended and wait for their prompt's usage (their final chunk's counts).
+        self._ended: list[int] = []
+
+    # -- streaming -------------------------------------------------------------------------------
+
+    def opening(self, prompt_index: int) -> list[dict[str, Any]]:
+        """Nothing before a prompt's output."""
+        return []
+
+    def stream(self, events: list[Event]) -> list[dict[str, Any]]:
+        """One chunk per choice the batch touched (its output so far); a choice's final chunk
+        goes out once its prompt's usage arrived (after the ends), with the counts."""
+        touched: dict[int, None] = {}
+        finals: list[int] = []
+        for event in events:
+            self._take(event)
+            if isinstance(event, ChoiceEnd):
+                self._ended.append(event.index)
+            elif isinstance(event, Usage):
+                finals.extend(self._ended)
+                self._ended.clear()
+            else:
+                touched[event.index] = None
+        chunks = [self._result(i, final=False) for i in touched if i not in finals]
+        chunks.extend(self._result(i, final=True) for i in finals)
+        return chunks
+
+    def closing(self) -> list[dict[str, Any]]:
+        """Nothing after the last prompt."""
+        return []
+
+    # -- one-shot --------------------------------------------------------------------------------
+
+    def fold(self, events: list[Event]) -> None:
+        """Fold one batch of events into the results."""
+        for event in events:
+            self._take(event)
+
+    def answer(self) -> list[dict[str, Any]] | dict[str, Any]:
+        """The results: a list for a batch or ``n > 1``, else the one result."""
+        results = [self._result(i, final=True) for i in range(self._count)]
+        return results if self._batch or self._n > 1 else results[0]
+
+    # -- shared ----------------------------------------------------------------------------------
+
+    def _take(self, event: Event) -> None:
+        if isinstance(event, ChoiceDelta):
+            i = event.index
+            self._text[i].append(event.content)
+            self._ids[i].extend(event.token_ids or ())
+            for lp in event.logprobs or ():
+                self._lps[i].append(self._entry(lp))
+                if self._top:
+                    self._tops[i].append([self._entry(top) for top in lp.top])
+        elif isinstance(event, ChoiceEnd):
+            self._ends[event.index] = event
+        else:
+            self._usage[event.prompt_index] = event
+
+    def _result(self, i: int, final: bool) -> dict[str, Any]:
+        return {
+            "text": "".join(self._text[i]),
+            "output_ids": self._ids[i],
+            "meta_info": self._meta(i, final),
+            "index": i,
+        }
+
+    def _meta(self, i: int, final: bool) -> dict[str, Any]:
+        end = self._ends.get(i) if final else None
+        usage = self._usage.get(i // self._n)
+        meta: dict[str, Any] = {
+            "id": self._rid if self._count == 1 else f"{self._rid}-{i}",
+            "finish_reason": _finish_reason(end) if end else None,
+            "prompt_tokens": usage.prompt_tokens if usage else 0,
+            "completion_tokens": end.completion_tokens if end else len(self._ids[i]),
+            "cached_tokens": usage.cached_tokens if usage else 0,
+            "e2e_latency": time.monotonic() - self._started,
+        }
+        if end is not None:
+            meta["matched_stop"] = end.matched_stop
+            meta["reasoning_tokens"] = end.reasoning_tokens
+        if self._logprobs:
+            meta["output_token_logprobs"] = self._lps[i]
+            if self._top:
+                meta["output_top_logprobs"] = self._tops[i]
+        return meta
+
+    def _entry(self, lp: TokenLogprob) -> list[Any]:
+        """SGLang's ``[logprob, token_id, text or null]``."""
+        return [lp.logprob, lp.token_id, lp.token if self._with_text else None]
+
+
+def _finish_reason(end: ChoiceEnd) -> dict[str, Any]:
+    if end.finish_reason == "length":
+        return {"type": "length", "length": end.completion_tokens}
+    reason: dict[str, Any] = {"type": end.finish_reason}
+    if end.matched_stop is not None:
+        reason["matched"] = end.matched_stop
+    return reason

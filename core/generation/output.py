@@ -1,0 +1,112 @@
+"""How each choice's output is processed: the options a prompt builder chooses, and the fresh
+per-choice processors made from them for each prompt."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import regex
+
+from turnout.generation.choice import CallIds, ChoiceProcessor
+from turnout.generation.models import ModelRuntime
+from turnout.generation.requests import SamplingFields, stop_strings
+from turnout.server.errors import bad_request
+from turnout.tokenizer.stops import StopStringMatcher, compile_stop_regexes
+from turnout.tool_calls.types import ToolParser, Tools
+
+
+@dataclass(slots=True)
+class OutputOptions:
+    """How each choice's output is processed."""
+
+    n: int
+    stops: list[str]
+    no_stop_trim: bool
+    skip_special_tokens: bool
+    spaces_between_special_tokens: bool
+    logprobs: bool
+    stop_regexes: list[regex.Pattern[str]] = field(default_factory=list)
+    keep_token_ids: bool = False
+    tools: Tools = None
+    tool_parser: Callable[[], ToolParser] | None = None
+    #: The tool parser's registered name (attributes its failures).
+    tool_parser_name: str | None = None
+    reasoning: bool = False
+    start_in_reasoning: bool | None = None
+    history_calls: int = 0
+    #: At most this many tool calls per choice (``parallel_tool_calls: false`` gives 1).
+    max_calls: int | None = None
+
+    @property
+    def has_stops(self) -> bool:
+        """True when turnout matches stop strings or stop regexes on the output."""
+        return bool(self.stops or self.stop_regexes)
+
+
+def output_options(request: SamplingFields, **extra: Any) -> OutputOptions:
+    """Output options common to every endpoint (400 for a bad ``stop_regex``)."""
+    try:
+        regexes = compile_stop_regexes(stop_strings(request.stop_regex))
+    except ValueError as exc:
+        raise bad_request(str(exc), "stop_regex") from None
+    return OutputOptions(
+        n=request.n,
+        stops=stop_strings(request.stop),
+        stop_regexes=regexes,
+        no_stop_trim=request.no_stop_trim,
+        skip_special_tokens=request.skip_special_tokens,
+        spaces_between_special_tokens=request.spaces_between_special_tokens,
+        **extra,
+    )
+
+
+def make_processors(
+    runtime: ModelRuntime, options: OutputOptions, first_index: int = 0
+) -> list[ChoiceProcessor]:
+    """Fresh processors for the ``n`` choices of one prompt (no parser state is shared between
+    requests or choices). Their events are numbered from ``first_index``: prompt ``k`` of a
+    batch starts at ``k * n``, so every choice of a request has its own index."""
+    tokenizer = runtime.tokenizer
+    skip_special = options.skip_special_tokens and not (
+        runtime.parsers_need_special_tokens and (options.tool_parser or options.reasoning)
+    )
+    hidden = frozenset() if options.no_stop_trim else runtime.stop_token_ids
+    token_piece = tokenizer.pieces.piece if options.logprobs else None
+    processors = []
+    for index in range(first_index, first_index + options.n):
+        tool_parser = options.tool_parser() if options.tool_parser is not None else None
+        reasoning = None
+        if options.reasoning and runtime.reasoning_parser is not None:
+            reasoning = runtime.reasoning_parser(start_in_reasoning=options.start_in_reasoning)
+        stops = (
+            StopStringMatcher(
+                options.stops, keep_matched=options.no_stop_trim, patterns=options.stop_regexes
+            )
+            if options.has_stops
+            else None
+        )
+        processors.append(
+            ChoiceProcessor(
+                index,
+                decoder=tokenizer.incremental_detokenizer(
+                    skip_special_tokens=skip_special,
+                    spaces_between_special_tokens=options.spaces_between_special_tokens,
+                ),
+                stops=stops,
+                reasoning=reasoning,
+                tool_parser=tool_parser,
+                tools=options.tools,
+                call_ids=CallIds(
+                    getattr(tool_parser, "call_id_style", "openai"), options.history_calls
+                ),
+                hidden_stop_ids=hidden,
+                token_piece=token_piece,
+                keep_token_ids=options.keep_token_ids,
+                max_calls=options.max_calls,
+                tool_parser_name=options.tool_parser_name,
+                reasoning_parser_name=runtime.reasoning_parser_name,
+            )
+        )
+    return processors

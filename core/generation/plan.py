@@ -1,0 +1,57 @@
+"""What a prompt builder makes of a request: the prompts and everything the later stages need."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from turnout.generation.models import ModelRuntime
+from turnout.generation.output import OutputOptions
+from turnout.generation.requests import SamplingFields
+from turnout.wire.sampling import Constraint
+
+
+@dataclass(slots=True)
+class Prompt:
+    """One prompt of a request, as a worker gets it."""
+
+    ids: list[int]
+    #: Its text: the client's, the rendered template, or what the ids decode to ("" when the
+    #: endpoint has no use for it). The worker gets it as information; policies may route on it.
+    text: str = ""
+
+
+@dataclass(slots=True)
+class Plan:
+    """A request, prepared: its model, prompts, sampling and output processing.
+
+    Each prompt gets ``output.n`` choices; choice ``i`` of prompt ``k`` is choice
+    ``k * n + i`` of the request (in events and in answers).
+    """
+
+    runtime: ModelRuntime
+    prompts: list[Prompt]
+    #: The request's sampling fields (temperature, n, stop, …).
+    sampling: SamplingFields
+    #: The token limit, with the endpoint's default applied (``None``: the worker's).
+    max_tokens: int | None
+    output: OutputOptions
+    constraint: Constraint | None = None
+    #: The client reads the answer as a stream.
+    stream: bool = False
+    logprobs: bool = False
+    top_logprobs: int = 0
+    #: Ask the worker to count reasoning tokens.
+    require_reasoning: bool = False
+    #: The worker request id (``<id>-<k>`` for prompt ``k`` of several); ``None``: the
+    #: request context's.
+    request_id: str | None = None
+
+    @property
+    def model_id(self) -> str:
+        """The model the request is for."""
+        return self.runtime.model_id
+
+    @property
+    def n(self) -> int:
+        """Choices per prompt."""
+        return self.output.n

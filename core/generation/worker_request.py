@@ -1,0 +1,108 @@
+"""Request building: the worker's ``GenerateRequest`` for each prompt of a plan."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turnout.generation.plan import Plan
+from turnout.generation.requests import SamplingFields
+from turnout.server.errors import ApiError
+from turnout.wire.proto import sglang_scheduler_pb2 as pb
+from turnout.wire.sampling import (
+    Constraint,
+    InvalidSamplingParams,
+    build_generate_request,
+    build_sampling_params,
+)
+
+#: Tokens per worker message when turnout streams from the worker only to watch for its stop
+#: strings while the client waits for one answer: 16x fewer messages, at most 16 tokens wasted.
+STOP_WATCH_INTERVAL = 16
+
+_SAMPLING = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+)
+
+
+def worker_streaming(client_streams: bool, has_stops: bool) -> tuple[bool, int | None]:
+    """Whether to ask the worker for a stream, and with how many tokens per message.
+
+    A client that streams gets every token as it comes. A one-shot answer is asked of the
+    worker in one message — unless turnout must watch for stop strings to abort early.
+    """
+    if client_streams:
+        return True, None
+    if has_stops:
+        return True, STOP_WATCH_INTERVAL
+    return False, None
+
+
+def sampling_params(
+    request: SamplingFields,
+    *,
+    max_tokens: int | None,
+    constraint: Constraint | None,
+    stream_interval: int | None = None,
+) -> pb.SamplingParams:
+    """Map the request's sampling fields onto fully populated SamplingParams."""
+    explicit: dict[str, Any] = {}
+    for name in _SAMPLING:
+        value = getattr(request, name)
+        if value is not None:
+            explicit[name] = value
+    custom = {"seed": request.seed} if request.seed is not None else None
+    try:
+        return build_sampling_params(
+            max_new_tokens=max_tokens,
+            n=request.n,
+            min_new_tokens=request.min_tokens or 0,
+            stop_token_ids=list(request.stop_token_ids or ()),
+            ignore_eos=request.ignore_eos,
+            no_stop_trim=request.no_stop_trim,
+            skip_special_tokens=request.skip_special_tokens,
+            spaces_between_special_tokens=request.spaces_between_special_tokens,
+            constraint=constraint,
+            logit_bias=request.logit_bias,
+            custom_params=custom,
+            stream_interval=stream_interval,
+            **explicit,
+        )
+    except InvalidSamplingParams as exc:
+        raise ApiError(400, str(exc), code="invalid_value") from None
+
+
+def worker_requests(
+    plan: Plan, request_id: str, *, worker_streams: bool, stream_interval: int | None
+) -> list[pb.GenerateRequest]:
+    """One ``GenerateRequest`` per prompt, all with the same SamplingParams; the id is
+    ``request_id``, or ``<request_id>-<k>`` for prompt ``k`` when there are several. See
+    :func:`worker_streaming` for ``worker_streams`` and ``stream_interval``."""
+    params = sampling_params(
+        plan.sampling,
+        max_tokens=plan.max_tokens,
+        constraint=plan.constraint,
+        stream_interval=stream_interval,
+    )
+    several = len(plan.prompts) > 1
+    try:
+        return [
+            build_generate_request(
+                request_id=f"{request_id}-{k}" if several else request_id,
+                input_ids=prompt.ids,
+                sampling_params=params,
+                original_text=prompt.text,
+                stream=worker_streams,
+                return_logprob=plan.logprobs,
+                top_logprobs_num=plan.top_logprobs,
+                require_reasoning=plan.require_reasoning,
+            )
+            for k, prompt in enumerate(plan.prompts)
+        ]
+    except InvalidSamplingParams as exc:
+        raise ApiError(400, str(exc), code="invalid_value") from None
