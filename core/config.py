@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
@@ -143,6 +144,63 @@ class ModelConfig(_Section):
     images: ImagesConfig | None = None
 
 
+#: A tenant's name: it labels metrics and log lines and names its counters in the storage.
+_TenantName = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+_Positive = Annotated[int, msgspec.Meta(ge=1)]
+
+
+class TenantConfig(_Section):
+    """One tenant: its API keys, the models it may use and its limits (see docs/tenants.md).
+    Every limit is optional; a tenant without any is only identified."""
+
+    #: Plain API keys (usually ``${VAR}`` references).
+    keys: list[_Key] = msgspec.field(default_factory=list)
+    #: API keys given as SHA-256 hex digests, so that the config file holds no secret
+    #: (``printf %s "$KEY" | sha256sum``).
+    key_sha256: list[Annotated[str, msgspec.Meta(pattern=r"^[0-9a-fA-F]{64}$")]] = msgspec.field(
+        default_factory=list
+    )
+    #: Model ids or aliases the tenant may use, as names or globs (``Qwen/*``); other models
+    #: are answered 404 as if they were not served. None: every model.
+    models: list[Annotated[str, msgspec.Meta(min_length=1)]] | None = None
+    requests_per_minute: _Positive | None = None
+    #: Prompt plus completion tokens; a request reserves ``prompt + max_tokens`` when it is
+    #: admitted and is charged its real usage when it ends.
+    tokens_per_minute: _Positive | None = None
+    #: Requests of this tenant running (or queued for admission) at once.
+    concurrent_requests: _Positive | None = None
+    #: Place in the admission queue: waiting requests of a higher priority go first.
+    priority: int = 0
+
+    @property
+    def limited(self) -> bool:
+        """True when any limit is set."""
+        return bool(self.requests_per_minute or self.tokens_per_minute or self.concurrent_requests)
+
+
+class LimitsConfig(_Section):
+    """Where tenant budgets are counted (restart to change)."""
+
+    #: ``memory://`` (each serving process counts its own budgets) or ``redis://host:port/db``
+    #: / ``rediss://…`` (every process and replica shares them; ``pip install 'turnout[redis]'``).
+    storage: Annotated[str, msgspec.Meta(pattern=r"^(memory|redis|rediss)://")] = "memory://"
+    #: Prefix of the storage keys, so that several routers can share one Redis.
+    key_prefix: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._:-]{1,64}$")] = "turnout"
+    #: The window the per-minute limits are counted in; a shorter one scales them down
+    #: (``requests_per_minute * window_s / 60`` per window).
+    window_s: Annotated[int, msgspec.Meta(ge=1, le=3600)] = 60
+    #: Deadline of one storage call: a storage slower than this counts as unreachable.
+    timeout_s: Annotated[float, msgspec.Meta(gt=0, le=10)] = 0.25
+    #: While the shared storage is unreachable: ``open`` keeps serving with per-process limits
+    #: (logged), ``closed`` answers limited tenants 503.
+    on_storage_error: Literal["open", "closed"] = "open"
+    #: How often an unreachable storage is tried again.
+    retry_interval_s: Annotated[float, msgspec.Meta(gt=0)] = 5.0
+    #: Completion tokens reserved for a request that sets no ``max_tokens`` when its model's
+    #: context length is unknown.
+    default_max_tokens: _Positive = 4096
+
+
 class DefaultsConfig(_Section):
     """Choices for models the ``models`` section does not list (or leaves open)."""
 
@@ -173,6 +231,11 @@ class Config(_Section):
     wire: WireSettings = msgspec.field(default_factory=WireSettings)
     #: OpenTelemetry traces (off unless configured here or by ``OTEL_*`` variables).
     tracing: TracingConfig = msgspec.field(default_factory=TracingConfig)
+    #: Tenants by name: API keys, allowed models and limits. Keys of ``server.api_keys`` stay
+    #: untenanted (unlimited, every model).
+    tenants: dict[_TenantName, TenantConfig] = msgspec.field(default_factory=dict)
+    #: The storage of tenant budgets.
+    limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.
     drain_timeout_s: float = 600.0
 
@@ -243,16 +306,18 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
 def build_config(data: dict[str, Any]) -> Config:
     """Validate plain data into a :class:`Config`; errors name the key path and the bad value."""
     data = substitute_env(data)
-    models = data.get("models")
-    if isinstance(models, dict):
-        # msgspec does not name dict keys in error paths; validate entries one by one first.
-        for model_id, entry in models.items():
+    # msgspec does not name dict keys in error paths; validate entries one by one first.
+    for section, entry_type in (("models", ModelConfig), ("tenants", TenantConfig)):
+        entries = data.get(section)
+        if not isinstance(entries, dict):
+            continue
+        for name, entry in entries.items():
             try:
-                msgspec.convert(entry, ModelConfig, strict=False)
+                msgspec.convert(entry, entry_type, strict=False)
             except msgspec.ValidationError as exc:
-                message = str(exc).replace(" - at `$", f" - at `$.models.{model_id}", 1)
+                message = str(exc).replace(" - at `$", f" - at `$.{section}.{name}", 1)
                 if " - at `" not in message:
-                    message += f" - at `$.models.{model_id}`"
+                    message += f" - at `$.{section}.{name}`"
                 raise ConfigError(_describe_validation_error(message, data)) from None
     try:
         config = msgspec.convert(data, Config, strict=False)
@@ -312,6 +377,33 @@ def _check(config: Config) -> None:
                     f"{seen.get(alias, alias)!r}"
                 )
             seen[alias] = model_id
+    _check_tenant_keys(config)
+
+
+def _check_tenant_keys(config: Config) -> None:
+    """Every key belongs to one tenant at most, and never doubles as an untenanted key."""
+    owners: dict[str, str] = {}
+    server = config.server
+    for key in server.api_keys:
+        owners.setdefault(key_digest(key), "server.api_keys")
+    if server.admin_api_key:
+        owners.setdefault(key_digest(server.admin_api_key), "server.admin_api_key")
+    for name, tenant in config.tenants.items():
+        digests = [(key_digest(k), "keys") for k in tenant.keys]
+        digests += [(d.lower(), "key_sha256") for d in tenant.key_sha256]
+        for digest, field_name in digests:
+            owner = owners.get(digest)
+            if owner is not None:
+                raise ConfigError(
+                    f"tenants.{name}.{field_name}: a key is also listed in {owner}; "
+                    "give each key once"
+                )
+            owners[digest] = f"tenants.{name}"
+
+
+def key_digest(key: str) -> str:
+    """The SHA-256 hex digest of an API key (as ``key_sha256`` lists them)."""
+    return hashlib.sha256(key.encode()).hexdigest()
 
 
 _LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"})
@@ -344,6 +436,16 @@ def config_warnings(config: Config) -> list[str]:
             f"worker{serving}: a worker serves one model, and turnout registers it once, as "
             f"workers[{earlier}]"
         )
+    server = config.server
+    if any(t.keys or t.key_sha256 for t in config.tenants.values()) and not (
+        server.admin_api_key or server.api_keys
+    ):
+        warnings.append(
+            "tenants have keys but server.admin_api_key is not set: admin routes (/workers, "
+            "/admin/reload) refuse every key (tenant keys never open them)"
+        )
+    if config.limits.storage != "memory://" and not config.tenants:
+        warnings.append("limits.storage is set but no tenant is configured: nothing is counted")
     return warnings
 
 

@@ -102,13 +102,21 @@ class ApiError(TurnoutError):
     """
 
     def __init__(
-        self, status: int, message: str, *, param: str | None = None, code: str | None = None
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code or default_code(status)
+        #: Extra response headers (``Retry-After`` and the rate-limit headers of a 429).
+        self.headers = dict(headers) if headers else {}
 
     def __str__(self) -> str:
         return self.message

@@ -39,6 +39,8 @@ class RequestRecord:
     #: "stream_error" (a stream that had started ended with an error event).
     outcome: str = "ok"
     model: str | None = None
+    #: The tenant whose key authenticated the request (its name from the config, never the key).
+    tenant: str | None = None
     worker: str | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -185,7 +187,7 @@ _access = logging.getLogger(ACCESS_LOGGER)
 
 
 def log_access(record: RequestRecord, duration_s: float) -> None:
-    """The one line per request: id, route, status, model, worker, tokens, latency."""
+    """The one line per request: id, route, status, tenant, model, worker, tokens, latency."""
     level = logging.DEBUG if record.path in QUIET_PATHS else logging.INFO
     if not _access.isEnabledFor(level):
         return
@@ -196,6 +198,9 @@ def log_access(record: RequestRecord, duration_s: float) -> None:
         "latency_ms": round(duration_s * 1000, 1),
     }
     text = f"{record.method} {record.path} {record.status} {fields['latency_ms']}ms"
+    if record.tenant is not None:
+        fields["tenant"] = record.tenant
+        text += f" tenant={record.tenant}"
     if record.model is not None:
         fields["model"] = record.model
         fields["worker"] = record.worker

@@ -151,6 +151,26 @@ class Metrics:
             ["reason"],
             registry=registry,
         )
+        # Tenant label values are tenant names from the config only (bounded).
+        self.tenant_requests = Counter(
+            "turnout_tenant_requests",
+            "HTTP requests authenticated by a tenant's key, by tenant and status",
+            ["tenant", "status"],
+            registry=registry,
+        )
+        self.tenant_tokens = Counter(
+            "turnout_tenant_tokens",
+            "Tokens used by a tenant's requests (kind: prompt or completion)",
+            ["tenant", "kind"],
+            registry=registry,
+        )
+        self.tenant_rejected = Counter(
+            "turnout_tenant_rejected",
+            "Requests refused by a tenant's limits (limit: requests, tokens, concurrency, or "
+            "storage when the budget storage is unreachable and failing closed)",
+            ["tenant", "limit"],
+            registry=registry,
+        )
         self.workers = WorkerCollector()
         registry.register(self.workers)
 
@@ -166,6 +186,13 @@ class Metrics:
         if record.parser_error is not None:
             kind, name = record.parser_error
             self.parser_errors.labels(model, kind, name).inc()
+        tenant = record.tenant
+        if tenant is not None:
+            self.tenant_requests.labels(tenant, status).inc()
+            if record.prompt_tokens:
+                self.tenant_tokens.labels(tenant, "prompt").inc(record.prompt_tokens)
+            if record.completion_tokens:
+                self.tenant_tokens.labels(tenant, "completion").inc(record.completion_tokens)
 
     def meter(self, model: str, record: RequestRecord | None) -> RequestMeter:
         """Per-request observation of a worker stream, with the model's children bound once."""
@@ -254,6 +281,10 @@ class RequestMeter:
             self._itl.observe((now - last) / streamed)
         self._last = now
         self._streamed += streamed
+
+    def usage(self) -> int:
+        """Tokens of the stream so far: prompt plus generated (a tenant's real usage)."""
+        return self._prompt_tokens + max(self._streamed, self._completed)
 
     def finish(self) -> None:
         """Add the request's tokens to the counters (idempotent)."""

@@ -130,7 +130,7 @@ def _remember_server_span(span: Span, scope: Any) -> None:
 
 def _tag_server_span() -> None:
     """What the request record knows when the response starts, on the server span (the
-    request id, the model, the worker and the attempts)."""
+    request id, the model, the worker, the attempts and the tenant)."""
     span = _SERVER_SPAN.get()
     record = current_record()
     if span is None or record is None or not span.is_recording():
@@ -142,6 +142,8 @@ def _tag_server_span() -> None:
         attributes["turnout.worker.id"] = record.worker
     if record.attempts:
         attributes["turnout.attempts"] = record.attempts
+    if record.tenant is not None:  # the tenant's name: its key never leaves the key check
+        attributes["turnout.tenant"] = record.tenant
     span.set_attributes(attributes)
 
 

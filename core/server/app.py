@@ -42,6 +42,7 @@ from turnout.server.respond import Answer, answer_generated
 from turnout.server.shutdown import drain_hook
 from turnout.server.worker_routes import DEPENDENCY as WORKER_REGISTRY
 from turnout.server.worker_routes import workers_router
+from turnout.tenants import current_admission, current_tenant
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.workers.errors import WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
@@ -156,7 +157,12 @@ def _prompt_limit(registry: WorkerRegistry) -> Callable[[str], PromptLimit | Non
     return limit
 
 
-def _opener(dispatcher: Dispatcher, config: Config, ops: OpsState) -> Any:
+def _opener(
+    dispatcher: Dispatcher,
+    config: Config,
+    ops: OpsState,
+    prompt_limit: Callable[[str], PromptLimit | None],
+) -> Any:
     timeout = config.server.request_timeout_s or None
     metrics = ops.metrics
 
@@ -166,6 +172,15 @@ def _opener(dispatcher: Dispatcher, config: Config, ops: OpsState) -> Any:
         record = current_record()
         if record is not None:
             record.model = model
+        # A limited tenant's tokens: reserved now that the prompt is tokenized (429 when they
+        # do not fit), settled to the stream's usage when the request ends.
+        admission = current_admission()
+        reservation = None
+        if admission is not None:
+            limit = prompt_limit(model)
+            reservation = await admission.reserve_tokens(
+                request, limit.context_length if limit is not None else None
+            )
         try:
             session = await dispatcher.open_stream(model, routing, request, timeout)
         except WorkerRequestError as exc:
@@ -180,9 +195,26 @@ def _opener(dispatcher: Dispatcher, config: Config, ops: OpsState) -> Any:
             metrics.retries.labels(model).inc(session.attempts - 1)
         if record is not None:
             record.worker, record.attempts = worker, session.attempts
-        return MeteredSession(session, metrics.meter(model, record))
+        meter = metrics.meter(model, record)
+        if reservation is not None:
+            reservation.usage = meter.usage
+        return MeteredSession(session, meter)
 
     return open_stream
+
+
+def _visible_models(registry: WorkerRegistry) -> Callable[[], list[str]]:
+    """The served models, less those the current request's tenant may not use (for it they
+    are not served: 404 and absent from ``/v1/models``)."""
+
+    def served() -> list[str]:
+        models = registry.models()
+        tenant = current_tenant()
+        if tenant is None or tenant.settings.models is None:
+            return models
+        return [model for model in models if tenant.allows(model)]
+
+    return served
 
 
 def create_app(
@@ -202,6 +234,7 @@ def create_app(
     validate_plugin_names(config, plugins)
     describe_discovery(config.discovery, plugins.discovery)
     ops = OpsState(config.server)
+    ops.set_tenants(config)
     server = config.server
     # None unless tracing is configured: then nothing of OpenTelemetry's SDK is loaded.
     tracing = start_tracing(config.tracing)
@@ -213,15 +246,16 @@ def create_app(
         registry = WorkerRegistry(config.workers_settings())
         policies, default_policy = policies_for(config, plugins)
         dispatcher = Dispatcher(registry, policies, default_policy, tracing=tracing)
+        prompt_limit = _prompt_limit(registry)
         models = ModelTable(
             config,
             plugins,
-            registry.models,
+            _visible_models(registry),
             _tokenizer_hint(registry),
             registry.unplaced,
-            prompt_limit=_prompt_limit(registry),
+            prompt_limit=prompt_limit,
         )
-        services = Services(config, plugins, models, _opener(dispatcher, config, ops))
+        services = Services(config, plugins, models, _opener(dispatcher, config, ops, prompt_limit))
         discovery = DiscoveryManager(registry, plugins.discovery)
         services.extras["registry"] = registry
         services.extras["discovery"] = discovery
@@ -237,6 +271,8 @@ def create_app(
             ops.gate.reject_waiting()
 
         await models.preload(_configured_models(config))
+        if ops.limiter is not None:
+            await ops.limiter.start()
         ops.metrics.workers.attach(registry.all)
         registry.add_listener(lambda model, _workers: models.ensure_loading(model))
         await registry.start()
@@ -260,6 +296,8 @@ def create_app(
                 log.warning("%d request(s) still running at shutdown", ops.running)
             await discovery.stop()
             await registry.stop()
+            if ops.limiter is not None:
+                await ops.limiter.aclose()
             ops.metrics.workers.detach()
             ops.metrics.process_exit()
             if tracing is not None:

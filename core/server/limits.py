@@ -1,11 +1,12 @@
-"""Admission control: a concurrency limit with a bounded FIFO wait queue, and a watcher that
-notices a client leaving while its request waits or runs."""
+"""Admission control: a concurrency limit with a bounded wait queue (by priority, then in
+arrival order), and a watcher that notices a client leaving while its request waits or runs."""
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
+import heapq
+import itertools
 from collections.abc import Callable
 from typing import Any
 
@@ -63,9 +64,14 @@ class Permit:
             gate._release()
 
 
+#: A waiting request: (negated priority, arrival number, its future) — a heap entry.
+_Waiter = tuple[int, int, asyncio.Future[None]]
+
+
 class AdmissionGate:
-    """At most ``limit`` requests at once (0: unlimited); up to ``queue_size`` more wait, in
-    arrival order, at most ``queue_timeout_s`` each."""
+    """At most ``limit`` requests at once (0: unlimited); up to ``queue_size`` more wait, the
+    higher ``priority`` first and in arrival order within one, at most ``queue_timeout_s``
+    each."""
 
     def __init__(
         self,
@@ -80,14 +86,15 @@ class AdmissionGate:
         self.queue_timeout_s = queue_timeout_s
         #: Permits held right now.
         self.active = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiters: list[_Waiter] = []
+        self._arrivals = itertools.count()
 
     @property
     def waiting(self) -> int:
         """Requests waiting for a permit."""
         return len(self._waiters)
 
-    async def acquire(self, gone: asyncio.Event | None = None) -> Permit:
+    async def acquire(self, gone: asyncio.Event | None = None, priority: int = 0) -> Permit:
         """A permit, now or after waiting; raises :class:`QueueFull`, :class:`QueueTimeout`,
         :class:`Draining` (via :meth:`reject_waiting`) or :class:`ClientGone` (``gone`` set)."""
         if self.limit <= 0:
@@ -98,7 +105,8 @@ class AdmissionGate:
         if len(self._waiters) >= self.queue_size:
             raise QueueFull(self.limit, self.queue_size)
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(waiter)
+        entry = (-priority, next(self._arrivals), waiter)
+        heapq.heappush(self._waiters, entry)
         self._changed()
         watcher = asyncio.ensure_future(gone.wait()) if gone is not None else None
         try:
@@ -108,7 +116,7 @@ class AdmissionGate:
             timeout = self.queue_timeout_s if self.queue_timeout_s > 0 else None
             await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:
-            self._abandon(waiter)
+            self._abandon(entry)
             raise
         finally:
             if watcher is not None:
@@ -119,7 +127,7 @@ class AdmissionGate:
                 self._release()
                 raise ClientGone
             return Permit(self)
-        self._abandon(waiter)
+        self._abandon(entry)
         if gone is not None and gone.is_set():
             raise ClientGone
         raise QueueTimeout(self.queue_timeout_s)
@@ -127,14 +135,16 @@ class AdmissionGate:
     def reject_waiting(self) -> None:
         """Fail every waiting request with 503 (the router is shutting down)."""
         while self._waiters:
-            waiter = self._waiters.popleft()
+            _, _, waiter = heapq.heappop(self._waiters)
             if not waiter.done():
                 waiter.set_exception(Draining())
         self._changed()
 
-    def _abandon(self, waiter: asyncio.Future[None]) -> None:
+    def _abandon(self, entry: _Waiter) -> None:
+        waiter = entry[2]
         with contextlib.suppress(ValueError):
-            self._waiters.remove(waiter)
+            self._waiters.remove(entry)  # the queue is bounded: linear removal is fine
+            heapq.heapify(self._waiters)
         self._changed()
         if waiter.done() and not waiter.cancelled() and waiter.exception() is None:
             self._release()  # it was granted while we gave up: pass it on
@@ -144,7 +154,7 @@ class AdmissionGate:
     def _release(self) -> None:
         self.active -= 1
         while self._waiters:
-            waiter = self._waiters.popleft()
+            _, _, waiter = heapq.heappop(self._waiters)
             if not waiter.done():
                 self.active += 1
                 waiter.set_result(None)

@@ -5,8 +5,9 @@
   log lines, request metrics and the access log line, the request body deadline (408), the
   connection's request bookkeeping, and a JSON 503 for a request cut by the end of the
   shutdown grace period before it answered.
-* :func:`gate_middleware` runs per route, inside Litestar's error handling and CORS: API keys,
-  and for generation routes draining, admission control (429/503), the request timeout (504)
+* :func:`gate_middleware` runs per route, inside Litestar's error handling and CORS: API keys
+  (and so the request's tenant), and for generation routes draining, the tenant's limits and
+  admission control (429/503), the request timeout (504)
   and cancellation when the client leaves (which aborts the request on the worker). A stream
   cut by the request timeout or the shutdown grace period ends with an error event and
   ``[DONE]``; its admission slot is free before that tail is sent.
@@ -34,7 +35,7 @@ from litestar.types import (
     Send,
 )
 
-from turnout.config import ServerConfig
+from turnout.config import Config, ServerConfig
 from turnout.observability.logs import RequestRecord, current_record, log_access, request_scope
 from turnout.observability.metrics import Metrics, route_label
 from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of
@@ -51,6 +52,8 @@ from turnout.server.limits import (
 from turnout.server.shutdown import ShutDown, cancelled_by_shutdown
 from turnout.server.sse import DONE, sse_error
 from turnout.tasks import cancel_and_wait
+from turnout.tenants import Admission, Tenant, TenantLimiter, TenantTable
+from turnout.tenants.context import admission_scope, tenant_scope
 
 #: A client-given request id is used only if it is short printable ASCII without spaces.
 _VALID_ID = re.compile(rb"[\x21-\x7e]{1,200}")
@@ -67,6 +70,10 @@ class OpsState:
     metrics: Metrics = field(default_factory=Metrics)
     keys: KeyRing = field(init=False)
     gate: AdmissionGate = field(init=False)
+    #: The tenants of the current configuration (swapped by a reload, with ``keys``).
+    tenants: TenantTable = field(default_factory=lambda: TenantTable({}, {}))
+    #: Tenant budgets; None until a configuration has a tenant with limits.
+    limiter: TenantLimiter | None = None
     #: True while the router drains (set by the lifespan / the shutdown signal).
     draining: Callable[[], bool] = lambda: False
     #: Generation requests running (admitted or not limited) right now.
@@ -75,13 +82,29 @@ class OpsState:
 
     def __post_init__(self) -> None:
         server = self.server
-        self.keys = KeyRing.from_config(server)
+        self.keys = KeyRing.from_config(server, self.tenants)
         self.gate = AdmissionGate(
             server.max_concurrent_requests,
             server.queue_size,
             server.queue_timeout_s,
             self.metrics.queue_depth.set,
         )
+
+    def set_tenants(self, config: Config) -> None:
+        """Take the keys and tenants of ``config`` (start-up and reloads); the storage of their
+        budgets (``limits``) is set up once and kept."""
+        tenants = TenantTable.from_config(config)
+        if self.limiter is None and tenants.any_limited:
+            metrics = self.metrics
+            self.limiter = TenantLimiter(
+                config.limits,
+                request_timeout_s=self.server.request_timeout_s,
+                on_refusal=lambda tenant, reason: metrics.tenant_rejected.labels(
+                    tenant, reason
+                ).inc(),
+            )
+        self.tenants = tenants
+        self.keys = KeyRing.from_config(config.server, tenants)
 
     def _enter(self) -> None:
         self.running += 1
@@ -307,18 +330,33 @@ class _Gate:
             return
         path = scope["path"]
         keys = self.ops.keys
+        tenant = None
         if keys.enabled:
             authorization = _header(scope.get("headers", ()), b"authorization")
-            keys.check(
+            tenant = keys.check(
                 access_of(path, self._metrics_public),
                 authorization.decode("latin-1") if authorization is not None else None,
             )
+        if tenant is not None:
+            record = current_record()
+            if record is not None:
+                record.tenant = tenant.name
+            with tenant_scope(tenant):
+                await self._route(path, scope, receive, send, tenant)
+        else:
+            await self._route(path, scope, receive, send, None)
+
+    async def _route(
+        self, path: str, scope: HTTPScope, receive: Receive, send: Send, tenant: Tenant | None
+    ) -> None:
         if path in GENERATION_PATHS and scope["method"] == "POST":
-            await self._generation(scope, receive, send)
+            await self._generation(scope, receive, send, tenant)
         else:
             await self.app(scope, receive, send)
 
-    async def _generation(self, scope: HTTPScope, receive: Receive, send: Send) -> None:
+    async def _generation(
+        self, scope: HTTPScope, receive: Receive, send: Send, tenant: Tenant | None
+    ) -> None:
         ops = self.ops
         server = ops.server
         record = current_record()
@@ -333,10 +371,15 @@ class _Gate:
                 code="request_too_large",
             )
         watch = ClientWatch(receive, server.max_body_bytes)
+        admission: Admission | None = None
+        served = False
         try:
             await watch.start()
+            limiter = ops.limiter
+            if tenant is not None and tenant.limited and limiter is not None:
+                admission = await limiter.admit(tenant)  # 429 over its limits
             try:
-                permit = await ops.gate.acquire(watch.gone)
+                permit = await ops.gate.acquire(watch.gone, tenant.priority if tenant else 0)
             except ClientGone:
                 ops.metrics.rejected.labels("client_gone").inc()
                 if record is not None:
@@ -345,6 +388,7 @@ class _Gate:
             except (QueueFull, QueueTimeout, Draining) as exc:
                 ops.metrics.rejected.labels(exc.code or "rejected").inc()
                 raise
+            served = True
             ops._enter()
             released = False
 
@@ -356,10 +400,16 @@ class _Gate:
                     ops._leave()
 
             try:
-                await self._run(scope, watch, send, record, release)
+                if admission is not None:
+                    with admission_scope(admission):
+                        await self._run(scope, watch, send, record, release)
+                else:
+                    await self._run(scope, watch, send, record, release)
             finally:
                 release()
         finally:
+            if admission is not None:
+                admission.close(served)  # settles its tokens to the real usage
             await watch.close()
 
     async def _run(

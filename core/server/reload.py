@@ -1,8 +1,9 @@
 """Apply a new configuration to a running router without dropping requests.
 
-Policies, parsers, per-model settings and the API keys are swapped for new requests (in-flight
-requests keep the objects they started with); workers that left the config are drained, new ones
-are added. Other server settings (host, port, limits, timeouts) only change on restart.
+Policies, parsers, per-model settings, the API keys and the tenants (their keys, models and
+limits) are swapped for new requests (in-flight requests keep the objects they started with);
+workers that left the config are drained, new ones are added. Other server settings (host,
+port, limits, timeouts) and the ``limits`` section (the budget storage) change on restart.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from turnout.discovery import DiscoveryManager, describe_discovery
 from turnout.errors import StartupError
 from turnout.plugin_choice import validate_plugin_names
 from turnout.routing.dispatch import Dispatcher
-from turnout.server.auth import KeyRing
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
 from turnout.server.middleware import OpsState
@@ -50,10 +50,13 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
 
     policies, default_policy = policies_for(new, services.plugins)
     dispatcher.set_policies(policies, default_policy)
-    keys = KeyRing.from_config(new.server)
     ops = services.extras.get("ops")
     if isinstance(ops, OpsState):
-        ops.keys = keys  # key rotation: old keys stop working with the next request
+        # Key rotation and tenants: old keys stop working with the next request; a request
+        # already admitted settles its budget with the tenant settings it started with.
+        ops.set_tenants(new)
+        if ops.limiter is not None and ops.limiter.settings != new.limits:
+            log.warning("the limits section changed: it applies when turnout restarts")
     services.models = models
     services.config = new
 

@@ -27,7 +27,12 @@ def answer_json(body: Any, status: int = 200) -> Response[bytes]:
 
 def answer_error(error: ApiError) -> Response[bytes]:
     """An OpenAI-style error response."""
-    return Response(error.to_json(), status_code=error.status, media_type="application/json")
+    return Response(
+        error.to_json(),
+        status_code=error.status,
+        media_type="application/json",
+        headers=error.headers or None,
+    )
 
 
 async def sse_body(batches: AsyncGenerator[list[Any], None]) -> AsyncIterator[bytes]:

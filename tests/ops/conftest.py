@@ -12,6 +12,7 @@ from tests.server.harness import MODEL
 from turnout.sim import SimProcess
 
 from .helpers import Serve, StartServe
+from .redis_server import RedisServer
 
 
 @pytest.fixture(scope="module")
@@ -37,3 +38,14 @@ def serve(tmp_path: Path, sim: SimProcess) -> Iterator[StartServe]:
     yield start
     for running in started:
         running.close()
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A real ``redis-server`` on a free port shared by a module's tests (they keep apart with
+    their own key prefixes); skipped where it is not installed, a failure under CI."""
+    server = RedisServer(tmp_path_factory.mktemp("redis"))
+    try:
+        yield server
+    finally:
+        server.stop()
