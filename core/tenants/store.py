@@ -127,11 +127,12 @@ class CounterStore:
         if self.down:
             return
         self.down = True
-        reason = (
-            "no answer within the deadline"
-            if exc is None or isinstance(exc, TimeoutError)
-            else f"{type(exc).__name__}: {exc}"
-        )
+        if exc is None:
+            reason = "no answer to PING"
+        elif isinstance(exc, TimeoutError):
+            reason = f"no answer within the deadline of {self.settings.timeout_s:g}s"
+        else:
+            reason = f"{type(exc).__name__}: {exc}"
         fallback = (
             "counting budgets per process until it is back"
             if self.settings.on_storage_error == "open"

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
-from turnout.config import build_config, config_warnings
+from turnout.config import build_config, config_warnings, substitute_env
 from turnout.errors import ConfigError
 from turnout.server.auth import Access, KeyRing
 from turnout.server.errors import ApiError
@@ -37,9 +40,13 @@ def test_tenants_and_limits_are_read_with_their_defaults() -> None:
         limits={"storage": "redis://127.0.0.1:6379/0"},
     )
     tenant = cfg.tenants["team-a"]
-    assert tenant.requests_per_minute == 10 and tenant.tokens_per_minute is None
-    assert tenant.models is None and tenant.priority == 5 and tenant.limited
-    assert cfg.limits.on_storage_error == "open" and cfg.limits.window_s == 60
+    assert tenant.requests_per_minute == 10
+    assert tenant.tokens_per_minute is None
+    assert tenant.models is None
+    assert tenant.priority == 5
+    assert tenant.limited
+    assert cfg.limits.on_storage_error == "open"
+    assert cfg.limits.window_s == 60
 
 
 @pytest.mark.parametrize(
@@ -82,8 +89,10 @@ def test_keys_name_their_tenant_and_tenant_keys_never_open_admin_routes() -> Non
     keys = KeyRing.from_config(cfg.server, TenantTable.from_config(cfg))
     tenant_a = keys.check(Access.SERVING, "Bearer ka")
     tenant_b = keys.check(Access.SERVING, "bearer kb")
-    assert tenant_a is not None and tenant_a.name == "a"
-    assert tenant_b is not None and tenant_b.name == "b"
+    assert tenant_a is not None
+    assert tenant_a.name == "a"
+    assert tenant_b is not None
+    assert tenant_b.name == "b"
     assert keys.check(Access.SERVING, "Bearer plain") is None
     assert keys.check(Access.ADMIN, "Bearer plain") is None  # no admin key: untenanted keys
     for key in ("ka", "kb"):
@@ -131,7 +140,9 @@ def test_model_patterns_match_ids_and_aliases() -> None:
 
 def test_window_state_of_a_fresh_window() -> None:
     state = WindowState(limit=10, window_s=60, previous=0, previous_ttl=0, current=0, current_ttl=0)
-    assert state.remaining == 10 and state.reset_s == 0 and state.wait_s(10) == 0
+    assert state.remaining == 10
+    assert state.reset_s == 0
+    assert state.wait_s(10) == 0
     assert state.wait_s(11) is None
 
 
@@ -155,7 +166,14 @@ def test_a_previous_window_ages_out_linearly() -> None:
 
 @pytest.mark.parametrize(
     ("seconds", "text"),
-    [(0.0, "0ms"), (0.0204, "21ms"), (1.0, "1s"), (1.5, "1.5s"), (360.0, "6m0s"), (61.25, "1m1.25s")],
+    [
+        (0.0, "0ms"),
+        (0.0204, "21ms"),
+        (1.0, "1s"),
+        (1.5, "1.5s"),
+        (360.0, "6m0s"),
+        (61.25, "1m1.25s"),
+    ],
 )
 def test_reset_durations_are_written_like_openai(seconds: float, text: str) -> None:
     assert duration(seconds) == text
@@ -184,6 +202,14 @@ def test_reservation_is_prompt_plus_max_tokens_per_choice() -> None:
 # -- admission priority ------------------------------------------------------------------------
 
 
+async def waiting(gate: AdmissionGate, count: int) -> None:
+    for _ in range(500):
+        if gate.waiting >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"{count} requests never waited")
+
+
 async def test_waiting_requests_of_a_higher_priority_go_first() -> None:
     gate = AdmissionGate(limit=1, queue_size=10, queue_timeout_s=5)
     holder = await gate.acquire()
@@ -200,12 +226,10 @@ async def test_waiting_requests_of_a_higher_priority_go_first() -> None:
         asyncio.create_task(wait("low-2", 0)),
         asyncio.create_task(wait("mid", 5)),
     ]
-    while gate.waiting < 4:
-        await asyncio.sleep(0.01)
+    await waiting(gate, 4)
     # One that gives up leaves the queue without disturbing the others' order.
     quitter = asyncio.create_task(gate.acquire(priority=20))
-    while gate.waiting < 5:
-        await asyncio.sleep(0.01)
+    await waiting(gate, 5)
     quitter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await quitter
@@ -214,3 +238,14 @@ async def test_waiting_requests_of_a_higher_priority_go_first() -> None:
     await asyncio.gather(*tasks)
     assert order == ["high", "mid", "low-1", "low-2"]
     assert gate.active == 0
+
+
+def test_the_documented_example_config_is_valid() -> None:
+    text = (Path(__file__).parents[2] / "docs" / "tenants.md").read_text()
+    block = re.search(r"```yaml\n(.*?)```", text, re.DOTALL)
+    assert block is not None
+    data = yaml.safe_load(block.group(1))
+    env = {name: f"value-of-{name}" for name in re.findall(r"\$\{(\w+)\}", block.group(1))}
+    cfg = build_config(substitute_env(data, environ=env))
+    assert set(cfg.tenants) == {"search-team", "batch-jobs"}
+    assert cfg.limits.storage.startswith("redis://")

@@ -1,0 +1,314 @@
+"""Tenants over real HTTP with budgets in memory (one process): keys name the tenant, models it
+may not use are 404, requests and tokens over its limits get 429 with OpenAI's headers, token
+reservations settle to the real usage (also when the client leaves), concurrency, metrics, the
+access log, and reloads."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import hashlib
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.server.harness import MODEL, Router, run_router
+
+from .helpers import chat, fresh_window, scrape, value
+
+CHAT = "/v1/chat/completions"
+#: Budgets are counted in windows of this many seconds (limits.window_s): a per-minute limit of
+#: 3 * N is N per window.
+WINDOW_S = 20
+ADMIN = "admin-key"
+PLAIN = "plain-key"
+KEYS = {
+    name: f"key-of-{name}"
+    for name in ("ident", "blocked", "alias", "rpm", "tpm", "leave", "conc", "rot")
+}
+
+
+def per_minute(per_window: int) -> int:
+    return per_window * 60 // WINDOW_S
+
+
+TENANTS: dict[str, Any] = {
+    "ident": {"keys": [KEYS["ident"]], "models": ["turnout-*"]},
+    "blocked": {"keys": [KEYS["blocked"]], "models": ["elsewhere/*"]},
+    "alias": {
+        "key_sha256": [hashlib.sha256(KEYS["alias"].encode()).hexdigest()],
+        "models": ["demo-alias"],
+    },
+    "rpm": {"keys": [KEYS["rpm"]], "requests_per_minute": per_minute(2)},
+    "tpm": {"keys": [KEYS["tpm"]], "tokens_per_minute": per_minute(300)},
+    "leave": {"keys": [KEYS["leave"]], "tokens_per_minute": per_minute(300)},
+    "conc": {"keys": [KEYS["conc"]], "concurrent_requests": 1},
+}
+
+
+def bearer(key: str) -> dict[str, str]:
+    return {"authorization": f"Bearer {key}"}
+
+
+@pytest.fixture(scope="module")
+def router() -> Iterator[Router]:
+    config = {
+        "server": {"api_keys": [PLAIN], "admin_api_key": ADMIN},
+        "tenants": TENANTS,
+        "limits": {"window_s": WINDOW_S},
+    }
+    with run_router(config=config, sims=1, model={"aliases": ["demo-alias"]}) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def reset_knobs(router: Router) -> Iterator[None]:
+    yield
+    router.sims[0].knobs.update({"delay_ms": 0.0})
+
+
+@pytest.fixture
+async def client(router: Router) -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(base_url=router.base_url, timeout=30) as http:
+        yield http
+
+
+def post(router: Router, key: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{router.base_url}{CHAT}", json=body, headers=bearer(key), timeout=30)
+
+
+async def stream_until(
+    client: httpx.AsyncClient, key: str, body: dict[str, Any], started: asyncio.Event, chunks: int
+) -> int:
+    """Stream a chat; set ``started`` after ``chunks`` events; return the events read (the
+    stream is read to its end unless the caller cancels)."""
+    seen = 0
+    async with client.stream("POST", CHAT, json=body, headers=bearer(key)) as response:
+        assert response.status_code == 200, await response.aread()
+        async for line in response.aiter_lines():
+            if line.startswith("data: "):
+                seen += 1
+                if seen >= chunks:
+                    started.set()
+    return seen
+
+
+async def eventually_ok(client: httpx.AsyncClient, key: str, body: dict[str, Any]) -> None:
+    """The request succeeds within a few seconds (budgets are given back in the background)."""
+    deadline = time.monotonic() + 5
+    while True:
+        answer = await client.post(CHAT, json=body, headers=bearer(key))
+        if answer.status_code == 200:
+            return
+        assert answer.status_code == 429, answer.text
+        assert time.monotonic() < deadline, answer.text
+        await asyncio.sleep(0.05)
+
+
+# -- identification and models -----------------------------------------------------------------
+
+
+def test_tenant_keys_serve_and_never_open_admin_routes(router: Router) -> None:
+    assert post(router, KEYS["ident"], chat()).status_code == 200
+    assert post(router, PLAIN, chat()).status_code == 200
+    assert post(router, "not-a-key", chat()).status_code == 401
+    workers = f"{router.base_url}/workers"
+    assert httpx.get(workers, headers=bearer(KEYS["ident"]), timeout=10).status_code == 401
+    assert httpx.get(workers, headers=bearer(ADMIN), timeout=10).status_code == 200
+
+
+def test_a_model_the_tenant_may_not_use_is_not_served_for_it(router: Router) -> None:
+    headers = bearer(KEYS["blocked"])
+    models = httpx.get(f"{router.base_url}/v1/models", headers=headers, timeout=10)
+    assert models.status_code == 200
+    assert models.json()["data"] == []
+    one = httpx.get(f"{router.base_url}/v1/models/{MODEL}", headers=headers, timeout=10)
+    assert one.status_code == 404
+    before = len(router.sims[0].requests)
+    refused = post(router, KEYS["blocked"], chat())
+    assert refused.status_code == 404, refused.text
+    error = refused.json()["error"]
+    assert error["code"] == "model_not_found"
+    assert error["type"] == "not_found_error"
+    # The same answer as for a model nobody serves: the message lists no model.
+    unknown = post(router, PLAIN, {**chat(), "model": "nobody/serves-this"}).json()["error"]
+    assert error["message"].split(";")[1] == unknown["message"].split(";")[1].replace(MODEL, "none")
+    assert len(router.sims[0].requests) == before
+    # Others still see it.
+    listed = httpx.get(f"{router.base_url}/v1/models", headers=bearer(PLAIN), timeout=10)
+    assert [m["id"] for m in listed.json()["data"]] == [MODEL]
+
+
+def test_models_are_matched_by_alias_and_glob(router: Router) -> None:
+    assert post(router, KEYS["alias"], {**chat(), "model": "demo-alias"}).status_code == 200
+    assert post(router, KEYS["alias"], chat()).status_code == 200  # the same model by its id
+    assert post(router, KEYS["ident"], chat()).status_code == 200  # turnout-*
+
+
+# -- requests per minute -----------------------------------------------------------------------
+
+
+def test_requests_over_the_limit_get_429_with_openai_headers(router: Router) -> None:
+    fresh_window(WINDOW_S)
+    for _ in range(2):
+        assert post(router, KEYS["rpm"], chat()).status_code == 200
+    refused = post(router, KEYS["rpm"], chat())
+    assert refused.status_code == 429, refused.text
+    error = refused.json()["error"]
+    assert error["type"] == "rate_limit_error"
+    assert error["code"] == "rate_limit_exceeded"
+    assert "'rpm'" in error["message"]
+    headers = refused.headers
+    assert headers["x-ratelimit-limit-requests"] == "2"
+    assert headers["x-ratelimit-remaining-requests"] == "0"
+    assert headers["x-ratelimit-reset-requests"].endswith("s")
+    retry_after = int(headers["retry-after"])
+    assert 1 <= retry_after <= 2 * WINDOW_S
+    assert 0 < int(headers["retry-after-ms"]) <= retry_after * 1000
+    # Other tenants and untenanted keys are not affected.
+    assert post(router, PLAIN, chat()).status_code == 200
+    assert post(router, KEYS["ident"], chat()).status_code == 200
+    samples = scrape(router.base_url)
+    assert value(samples, "turnout_tenant_rejected_total", tenant="rpm", limit="requests") == 1
+    assert value(samples, "turnout_tenant_requests_total", tenant="rpm", status="429") == 1
+    assert value(samples, "turnout_tenant_requests_total", tenant="rpm", status="200") == 2
+
+
+# -- tokens ------------------------------------------------------------------------------------
+
+
+async def test_token_reservations_block_concurrent_long_answers_until_they_settle(
+    router: Router, client: httpx.AsyncClient
+) -> None:
+    """Each request reserves prompt (9) + max_tokens (200) of a 300-token window: a second one
+    does not fit while the first runs, and fits once the first settled to its real use (11)."""
+    fresh_window(WINDOW_S)
+    router.sims[0].knobs.update({"delay_ms": 400.0})
+    body = chat("hi", stream=True, max_tokens=200)
+    started = asyncio.Event()
+    first = asyncio.create_task(stream_until(client, KEYS["tpm"], body, started, 1))
+    await asyncio.wait_for(started.wait(), 10)
+    refused = await client.post(CHAT, json=chat("hi", max_tokens=200), headers=bearer(KEYS["tpm"]))
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert refused.headers["x-ratelimit-limit-tokens"] == "300"
+    assert int(refused.headers["x-ratelimit-remaining-tokens"]) == 300 - 209
+    assert "x-ratelimit-limit-requests" not in refused.headers  # it has no request limit
+    await first
+    router.sims[0].knobs.update({"delay_ms": 0.0})
+    await eventually_ok(client, KEYS["tpm"], chat("hi", max_tokens=200))
+    samples = scrape(router.base_url)
+    assert value(samples, "turnout_tenant_rejected_total", tenant="tpm", limit="tokens") >= 1
+    assert value(samples, "turnout_tenant_tokens_total", tenant="tpm", kind="prompt") >= 18
+    assert value(samples, "turnout_tenant_tokens_total", tenant="tpm", kind="completion") >= 4
+
+
+def test_a_request_larger_than_the_whole_budget_is_not_retried(router: Router) -> None:
+    refused = post(router, KEYS["tpm"], chat("hi", max_tokens=400))
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "request_too_large_for_limit"
+    assert refused.headers["x-should-retry"] == "false"
+    assert "retry-after" not in refused.headers
+
+
+async def test_a_client_leaving_settles_its_reservation_to_what_was_generated(
+    router: Router, client: httpx.AsyncClient
+) -> None:
+    """88 prompt + 100 reserved; the client leaves after a few tokens: the reservation settles
+    to ~90, so the same request fits again (it would not if 188 stayed taken)."""
+    fresh_window(WINDOW_S)
+    router.sims[0].knobs.update({"delay_ms": 50.0})
+    body = chat(" ".join(["word"] * 80), stream=True, max_tokens=100)
+    started = asyncio.Event()
+    leaving = asyncio.create_task(stream_until(client, KEYS["leave"], body, started, 3))
+    await asyncio.wait_for(started.wait(), 10)
+    leaving.cancel()  # the client goes away mid-answer
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    router.sims[0].knobs.update({"delay_ms": 0.0})
+    await eventually_ok(client, KEYS["leave"], {**body, "stream": False})
+
+
+# -- concurrency -------------------------------------------------------------------------------
+
+
+async def test_concurrent_requests_over_the_limit_get_429(
+    router: Router, client: httpx.AsyncClient
+) -> None:
+    router.sims[0].knobs.update({"delay_ms": 300.0})
+    started = asyncio.Event()
+    running = asyncio.create_task(
+        stream_until(client, KEYS["conc"], chat("a b c", stream=True), started, 1)
+    )
+    await asyncio.wait_for(started.wait(), 10)
+    refused = await client.post(CHAT, json=chat(), headers=bearer(KEYS["conc"]))
+    assert refused.status_code == 429, refused.text
+    assert refused.json()["error"]["code"] == "concurrency_limit_exceeded"
+    assert refused.headers["retry-after"] == "1"
+    await running
+    router.sims[0].knobs.update({"delay_ms": 0.0})
+    await eventually_ok(client, KEYS["conc"], chat())
+    samples = scrape(router.base_url)
+    assert value(samples, "turnout_tenant_rejected_total", tenant="conc", limit="concurrency") >= 1
+
+
+# -- logs --------------------------------------------------------------------------------------
+
+
+def test_the_access_log_names_the_tenant_never_its_key(
+    router: Router, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="turnout.access")
+    assert post(router, KEYS["ident"], chat()).status_code == 200
+    router.wait_until(lambda: any("tenant=ident" in r.getMessage() for r in caplog.records))
+    line = next(r for r in caplog.records if "tenant=ident" in r.getMessage())
+    assert line.fields["tenant"] == "ident"  # type: ignore[attr-defined]
+    for record in caplog.records:
+        text = record.getMessage() + repr(getattr(record, "fields", ""))
+        assert not any(key in text for key in KEYS.values())
+
+
+# -- reload ------------------------------------------------------------------------------------
+
+ROTATED: dict[str, Any] = {}
+
+
+def rotate(data: dict[str, Any]) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    data["tenants"] = ROTATED
+    return data
+
+
+@pytest.fixture(scope="module")
+def reloading() -> Iterator[Router]:
+    config = {
+        "server": {"admin_api_key": ADMIN},
+        "tenants": {"rot": {"keys": ["old-key"]}},
+    }
+    with run_router(config=config, sims=1, reload_data=rotate) as running:
+        yield running
+
+
+def reload(router: Router) -> None:
+    answer = httpx.post(f"{router.base_url}/admin/reload", headers=bearer(ADMIN), timeout=30)
+    assert answer.status_code == 200, answer.text
+
+
+def test_reload_rotates_tenant_keys_and_applies_new_limits(reloading: Router) -> None:
+    assert post(reloading, "old-key", chat()).status_code == 200
+    for _ in range(3):  # no limits yet
+        assert post(reloading, "old-key", chat()).status_code == 200
+    ROTATED.clear()
+    ROTATED.update({"rot": {"keys": ["new-key"], "requests_per_minute": 1}})
+    reload(reloading)
+    assert post(reloading, "old-key", chat()).status_code == 401
+    assert post(reloading, "new-key", chat()).status_code == 200
+    refused = post(reloading, "new-key", chat())
+    assert refused.status_code == 429, refused.text
+    assert refused.headers["x-ratelimit-limit-requests"] == "1"
+    samples = scrape(reloading.base_url)
+    assert value(samples, "turnout_tenant_requests_total", tenant="rot", status="200") == 5
