@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from turnout.server.errors import ApiError
 
 #: Added to a computed wait so that the retry lands after the window moved, not on its edge.
-_MARGIN_S = 0.05
+_MARGIN_S = 0.01
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,11 +90,11 @@ def rate_limit_headers(states: dict[str, WindowState]) -> dict[str, str]:
     return headers
 
 
-def _retry_headers(wait_s: float, margin_s: float = 0.0) -> dict[str, str]:
-    """``Retry-After`` in whole seconds (rounded up) and ``retry-after-ms`` (with a margin)."""
+def _retry_headers(wait_s: float) -> dict[str, str]:
+    """``Retry-After`` in whole seconds (rounded up) and ``retry-after-ms``."""
     return {
         "retry-after": str(max(1, math.ceil(wait_s))),
-        "retry-after-ms": str(max(1, math.ceil((wait_s + margin_s) * 1000))),
+        "retry-after-ms": str(max(1, math.ceil(wait_s * 1000))),
     }
 
 
@@ -104,7 +104,7 @@ def over_limit(
     """429 for a request whose ``cost`` does not fit the ``kind`` window now."""
     state = states.get(kind)
     wait = state.wait_s(cost) if state is not None else None
-    wait_s = wait if wait is not None and wait > 0 else fallback_wait_s
+    wait_s = wait + _MARGIN_S if wait is not None and wait > 0 else fallback_wait_s
     unit = "request" if kind == "requests" else "tokens"
     limit = f" ({state.limit} {kind} per {state.window_s}s)" if state is not None else ""
     needs = "" if kind == "requests" else f"; this request needs {cost} {unit}"
@@ -112,7 +112,7 @@ def over_limit(
         429,
         f"rate limit reached for tenant {tenant!r} on {kind}{limit}{needs}; retry in {wait_s:.1f}s",
         code="rate_limit_exceeded",
-        headers={**_retry_headers(wait_s, _MARGIN_S), **rate_limit_headers(states)},
+        headers={**_retry_headers(wait_s), **rate_limit_headers(states)},
     )
 
 

@@ -167,7 +167,8 @@ class CounterStore:
                 await probe
         if self._pool is not None:
             with contextlib.suppress(Exception):
-                await self._pool.aclose()
+                async with asyncio.timeout(self.settings.timeout_s + 1.0):
+                    await self._pool.aclose()
 
 
 def _redis_storage(settings: LimitsConfig) -> tuple[Any, RedisStorage]:
