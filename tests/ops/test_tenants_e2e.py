@@ -184,23 +184,26 @@ def test_requests_over_the_limit_get_429_with_openai_headers(router: Router) -> 
 async def test_token_reservations_block_concurrent_long_answers_until_they_settle(
     router: Router, client: httpx.AsyncClient
 ) -> None:
-    """Each request reserves prompt (9) + max_tokens (200) of a 300-token window: a second one
-    does not fit while the first runs, and fits once the first settled to its real use (11)."""
+    """Each request reserves prompt + max_tokens (28 + 200) of a 300-token window: a second
+    one does not fit while the first runs, and fits once the first settled to its real use
+    (28 + 21)."""
     fresh_window(WINDOW_S)
-    router.sims[0].knobs.update({"delay_ms": 400.0})
-    body = chat("hi", stream=True, max_tokens=200)
+    router.sims[0].knobs.update({"delay_ms": 500.0})  # the first answer runs while we ask
+    text = " ".join(["word"] * 20)
+    body = chat(text, stream=True, max_tokens=200)
     started = asyncio.Event()
     first = asyncio.create_task(stream_until(client, KEYS["tpm"], body, started, 1))
     await asyncio.wait_for(started.wait(), 10)
-    refused = await client.post(CHAT, json=chat("hi", max_tokens=200), headers=bearer(KEYS["tpm"]))
+    second = chat(text, max_tokens=200)
+    refused = await client.post(CHAT, json=second, headers=bearer(KEYS["tpm"]))
+    router.sims[0].knobs.update({"delay_ms": 0.0})
     assert refused.status_code == 429, refused.text
     assert refused.json()["error"]["code"] == "rate_limit_exceeded"
     assert refused.headers["x-ratelimit-limit-tokens"] == "300"
-    assert int(refused.headers["x-ratelimit-remaining-tokens"]) == 300 - 209
+    assert int(refused.headers["x-ratelimit-remaining-tokens"]) == 300 - 228
     assert "x-ratelimit-limit-requests" not in refused.headers  # it has no request limit
     await first
-    router.sims[0].knobs.update({"delay_ms": 0.0})
-    await eventually_ok(client, KEYS["tpm"], chat("hi", max_tokens=200))
+    await eventually_ok(client, KEYS["tpm"], second)
     samples = scrape(router.base_url)
     assert value(samples, "turnout_tenant_rejected_total", tenant="tpm", limit="tokens") >= 1
     assert value(samples, "turnout_tenant_tokens_total", tenant="tpm", kind="prompt") >= 18
@@ -221,7 +224,7 @@ async def test_a_client_leaving_settles_its_reservation_to_what_was_generated(
     """88 prompt + 100 reserved; the client leaves after a few tokens: the reservation settles
     to ~90, so the same request fits again (it would not if 188 stayed taken)."""
     fresh_window(WINDOW_S)
-    router.sims[0].knobs.update({"delay_ms": 50.0})
+    router.sims[0].knobs.update({"delay_ms": 100.0})
     body = chat(" ".join(["word"] * 80), stream=True, max_tokens=100)
     started = asyncio.Event()
     leaving = asyncio.create_task(stream_until(client, KEYS["leave"], body, started, 3))
@@ -239,18 +242,17 @@ async def test_a_client_leaving_settles_its_reservation_to_what_was_generated(
 async def test_concurrent_requests_over_the_limit_get_429(
     router: Router, client: httpx.AsyncClient
 ) -> None:
-    router.sims[0].knobs.update({"delay_ms": 300.0})
+    router.sims[0].knobs.update({"delay_ms": 500.0})  # the first answer runs while we ask
     started = asyncio.Event()
-    running = asyncio.create_task(
-        stream_until(client, KEYS["conc"], chat("a b c", stream=True), started, 1)
-    )
+    body = chat(" ".join(["word"] * 20), stream=True)
+    running = asyncio.create_task(stream_until(client, KEYS["conc"], body, started, 1))
     await asyncio.wait_for(started.wait(), 10)
     refused = await client.post(CHAT, json=chat(), headers=bearer(KEYS["conc"]))
+    router.sims[0].knobs.update({"delay_ms": 0.0})
     assert refused.status_code == 429, refused.text
     assert refused.json()["error"]["code"] == "concurrency_limit_exceeded"
     assert refused.headers["retry-after"] == "1"
     await running
-    router.sims[0].knobs.update({"delay_ms": 0.0})
     await eventually_ok(client, KEYS["conc"], chat())
     samples = scrape(router.base_url)
     assert value(samples, "turnout_tenant_rejected_total", tenant="conc", limit="concurrency") >= 1

@@ -75,13 +75,13 @@ def test_two_routers_share_one_tenant_budget_exactly(redis_server: RedisServer) 
 
 
 async def _one_slot_for_both(first: Router, second: Router) -> None:
-    first.sims[0].knobs.update({"delay_ms": 300.0})
+    first.sims[0].knobs.update({"delay_ms": 500.0})  # the first answer runs while we ask
     try:
         async with httpx.AsyncClient(timeout=30) as client:
             started = asyncio.Event()
 
             async def long_stream() -> None:
-                body = chat("one two three", stream=True)
+                body = chat(" ".join(["word"] * 20), stream=True)
                 url = f"{first.base_url}{CHAT}"
                 async with client.stream("POST", url, json=body, headers=bearer("solo-key")) as r:
                     assert r.status_code == 200
@@ -92,6 +92,7 @@ async def _one_slot_for_both(first: Router, second: Router) -> None:
             await asyncio.wait_for(started.wait(), 10)
             url = f"{second.base_url}{CHAT}"
             refused = await client.post(url, json=chat(), headers=bearer("solo-key"))
+            first.sims[0].knobs.update({"delay_ms": 0.0})
             assert refused.status_code == 429, refused.text
             assert refused.json()["error"]["code"] == "concurrency_limit_exceeded"
             await running
