@@ -118,7 +118,7 @@ def test_two_turnout_serve_processes_share_one_tenant_budget_exactly(
     tmp_path: Path, redis_server: RedisServer, sim_process: SimProcess
 ) -> None:
     sections = {"tenants": SHARED_TENANTS, "limits": limits(redis_server.url)}
-    routers = [Serve(tmp_path / str(i), sim_process.url, sections=sections) for i in range(2)]
+    routers = [Serve(tmp_path / str(i), sim_process.url, config=sections) for i in range(2)]
     try:
         for router in routers:
             router.wait_ready()
