@@ -1,5 +1,5 @@
-"""The dispatcher: pick a worker, start ``Generate``, retry worker faults before the first
-response, and hand the pipeline a :class:`GenerateSession`."""
+"""The dispatcher: pick a worker, start ``Generate`` (or call ``Embed``), retry worker faults
+before the first response, and hand the pipeline a :class:`GenerateSession` (or the answer)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import asyncio
 import logging
 import random
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from math import inf
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 from urllib.parse import urlsplit
 
 from turnout.routing.types import Candidate, Policy, RoutingRequest
@@ -34,6 +34,12 @@ log = logging.getLogger(__name__)
 PolicyFactory = Callable[[], Policy]
 DoneHook = Callable[[RoutingRequest, str, bool], None]
 ChangedHook = Callable[[Sequence[str]], None]
+#: gRPC metadata of a call (the W3C trace context).
+Metadata = Sequence[tuple[str, str]]
+T = TypeVar("T")
+#: One attempt on a worker: (worker, the request's remaining seconds, the wait for the first
+#: answer, metadata) -> what the worker answered; raises what the worker's call raised.
+_Start = Callable[[Worker, float | None, float | None, Metadata], Awaitable[T]]
 
 
 @dataclass(slots=True)
@@ -51,6 +57,25 @@ class _Route:
             getattr(policy, "on_request_done", None),
             getattr(policy, "on_workers_changed", None),
         )
+
+
+@dataclass(slots=True)
+class _Won(Generic[T]):
+    """The attempt that succeeded: its result, and the slot and span it still holds."""
+
+    result: T
+    slot: Slot
+    route: _Route
+    attempts: int
+    span: Span | None
+
+
+class _Unanswered(Exception):
+    """An attempt that ended without an answer, as the failure to record."""
+
+    def __init__(self, failure: WorkerRequestError) -> None:
+        super().__init__(failure.detail)
+        self.failure = failure
 
 
 class Dispatcher:
@@ -140,6 +165,73 @@ class Dispatcher:
         :class:`WorkerRequestError` with the worker's status (a client error, or the last
         fault once retries are exhausted). ``timeout`` bounds the whole request.
         """
+
+        async def first_batch(
+            worker: Worker, remaining: float | None, wait: float | None, metadata: Metadata
+        ) -> tuple[ResponseStream, list[Any]]:
+            stream = worker.connection.generate(request, remaining, metadata)
+            try:
+                async with asyncio.timeout(wait):
+                    first = await stream.next_batch()
+                if not first:
+                    raise _Unanswered(
+                        WorkerRequestError(
+                            "the worker ended the request without answering",
+                            status=502,
+                            worker_fault=True,
+                            retryable=True,
+                            detail=f"{worker.url}: Generate ended without a response",
+                        )
+                    )
+            except BaseException:
+                # A timeout cancelled the read: closing tells the worker to abort it.
+                await stream.aclose()
+                raise
+            return stream, first
+
+        won = await self._attempt(model, routing, request, timeout, "Generate", first_batch)
+        stream, first = won.result
+        return GenerateSession(
+            self, won.slot, stream, first, won.route, routing, won.attempts, won.span
+        )
+
+    async def embed(
+        self,
+        model: str,
+        routing: RoutingRequest,
+        request: Any,
+        timeout: float | None = None,  # noqa: ASYNC109 - a deadline handed to the gRPC call
+    ) -> Any:
+        """The ``Embed`` call of ``request`` on a worker of ``model``: its response.
+
+        Selection, retries, back-off, breakers and ``wire.first_response_timeout_s`` (here the
+        wait for the answer) as for :meth:`open_stream`; the worker counts as in flight for
+        the call's duration only.
+        """
+
+        async def answer(
+            worker: Worker, remaining: float | None, wait: float | None, metadata: Metadata
+        ) -> Any:
+            async with asyncio.timeout(wait):
+                return await worker.connection.embed(request, remaining, metadata)
+
+        won = await self._attempt(model, routing, request, timeout, "Embed", answer)
+        _succeeded(won.slot, won.route, routing, won.span)
+        return won.result
+
+    async def _attempt(  # noqa: PLR0917 - the dispatch entry points' arguments, passed on
+        self,
+        model: str,
+        routing: RoutingRequest,
+        request: Any,
+        timeout: float | None,  # noqa: ASYNC109 - a deadline handed to the gRPC call
+        rpc: str,
+        start: _Start[T],
+    ) -> _Won[T]:
+        """Run ``start`` on selected workers until one succeeds (see :meth:`open_stream`).
+
+        The winner's slot stays acquired and its span open: the caller owns them.
+        """
         loop = asyncio.get_running_loop()
         deadline_at = None if timeout is None else loop.time() + timeout
         route = self._route(model)
@@ -164,60 +256,40 @@ class Dispatcher:
             wait = remaining if first_timeout is None else min(remaining or inf, first_timeout)
             slot.acquire()
             slot.pin(request)
-            stream: ResponseStream | None = None
             span: Span | None = None
-            metadata: Sequence[tuple[str, str]] = ()
+            metadata: Metadata = ()
             if tracing is not None:
-                attributes = _attempt_attributes(slot, attempt)
-                span = tracing.start_span(_GENERATE, attributes, client=True)
+                attributes = _attempt_attributes(slot, attempt, rpc)
+                span = tracing.start_span(_span_name(rpc), attributes, client=True)
                 metadata = tracing.worker_metadata(span)
             try:
-                stream = worker.connection.generate(request, remaining, metadata)
-                if wait is None:
-                    first = await stream.next_batch()
-                else:
-                    async with asyncio.timeout(wait):
-                        first = await stream.next_batch()
+                result = await start(worker, remaining, wait, metadata)
             except asyncio.CancelledError:
                 slot.release()
                 if span is not None:
                     _end_span(span, None, cancelled=True)
-                if stream is not None:
-                    await stream.aclose()
                 raise
             except TimeoutError as error:
-                # The stream was cancelled by the timeout: the worker is told to abort it.
-                failure: WorkerRequestError | None = _silent(worker, wait or 0.0)
+                failure = _silent(worker, wait or 0.0, rpc)
                 exc: BaseException = error
+            except _Unanswered as error:
+                failure = error.failure
+                exc = RuntimeError(failure.detail)
             except Exception as error:
-                failure = worker.connection.classify(error)
-                if failure is None:
+                classified = worker.connection.classify(error)
+                if classified is None:
                     slot.release()
                     if tracing is not None and span is not None:
                         span.record_exception(error)
                         tracing.end(span, f"{type(error).__name__}: {error}")
-                    if stream is not None:
-                        await stream.aclose()
                     raise
-                exc = error
+                failure, exc = classified, error
             else:
-                if first:
-                    worker.health.traffic_ok()
-                    return GenerateSession(self, slot, stream, first, route, routing, attempt, span)
-                failure = WorkerRequestError(
-                    "the worker ended the request without answering",
-                    status=502,
-                    worker_fault=True,
-                    retryable=True,
-                    detail=f"{worker.url}: Generate ended without a response",
-                )
-                exc = RuntimeError(failure.detail)
+                worker.health.traffic_ok()
+                return _Won(result, slot, route, attempt, span)
 
             # The attempt failed before the client saw anything.
             slot.release()
-            if stream is not None:
-                await stream.aclose()
-            assert failure is not None
             _record_failure(worker, failure)
             if route.done is not None:
                 _call_hook(route.done, routing, slot.id, False)
@@ -439,8 +511,7 @@ class GenerateSession:
                 _end_span(self._span, None, cancelled=True)
 
 
-#: The span name of a ``Generate`` call (``package.Service/Method``, as gRPC spans are named).
-_GENERATE = "sglang.grpc.scheduler.SglangScheduler/Generate"
+_SERVICE = "sglang.grpc.scheduler.SglangScheduler"
 #: Most candidate ids listed on a selection span (the count is always there).
 _MAX_LISTED_CANDIDATES = 32
 
@@ -470,12 +541,17 @@ def _traced_select(
     return slot
 
 
-def _attempt_attributes(slot: Slot, attempt: int) -> dict[str, AttributeValue]:
+def _span_name(rpc: str) -> str:
+    """The span name of a call (``package.Service/Method``, as gRPC spans are named)."""
+    return f"{_SERVICE}/{rpc}"
+
+
+def _attempt_attributes(slot: Slot, attempt: int, rpc: str) -> dict[str, AttributeValue]:
     address = urlsplit(slot.url)
     attributes: dict[str, AttributeValue] = {
         "rpc.system": "grpc",
-        "rpc.service": "sglang.grpc.scheduler.SglangScheduler",
-        "rpc.method": "Generate",
+        "rpc.service": _SERVICE,
+        "rpc.method": rpc,
         "server.address": address.hostname or "",
         "turnout.worker.id": slot.id,
         "turnout.attempt": attempt,
@@ -520,15 +596,25 @@ def _end_span(
     span.end()
 
 
-def _silent(worker: Worker, waited: float) -> WorkerRequestError:
+def _silent(worker: Worker, waited: float, rpc: str) -> WorkerRequestError:
     """A worker that did not send a first response in time: hung, stopped or overloaded."""
     return WorkerRequestError(
         f"the worker did not start answering within {waited:g}s",
         status=504,
         worker_fault=True,
         retryable=True,
-        detail=f"{worker.url}: no response to Generate within {waited:g}s (aborted)",
+        detail=f"{worker.url}: no response to {rpc} within {waited:g}s (aborted)",
     )
+
+
+def _succeeded(slot: Slot, route: _Route, routing: RoutingRequest, span: Span | None) -> None:
+    """A request that ended well on ``slot``: released, booked as a success."""
+    slot.release()
+    slot.worker.breaker.record_success()
+    if route.done is not None:
+        _call_hook(route.done, routing, slot.id, True)
+    if span is not None:
+        _end_span(span, None)
 
 
 def _log_failure(

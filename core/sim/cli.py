@@ -72,10 +72,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long either PD leg waits for the other (default %(default)s)",
     )
     parser.add_argument(
-        "--fail-status", default=None, help="fail every Generate with this gRPC status name"
+        "--fail-status",
+        default=None,
+        help="fail every Generate and Embed with this gRPC status name",
     )
     parser.add_argument("--fail-after-tokens", type=int, default=None)
-    parser.add_argument("--hang", action="store_true", help="Generate never answers")
+    parser.add_argument("--hang", action="store_true", help="Generate and Embed never answer")
     parser.add_argument("--unhealthy", action="store_true", help="HealthCheck answers unhealthy")
     return parser
 

@@ -55,12 +55,13 @@ class SimKnobs:
     ttft_ms: float = 0.0
     #: Tokens per streamed chunk (a request's ``stream_interval`` overrides it).
     tokens_per_chunk: int = 1
-    #: Fail Generate with this gRPC status name (e.g. "UNAVAILABLE") before the first chunk.
+    #: Fail Generate (before the first chunk) and Embed with this gRPC status name (e.g.
+    #: "UNAVAILABLE").
     fail_status: str | None = None
     #: Fail Generate after this many tokens of choice 0 (status ``fail_after_status``).
     fail_after_tokens: int | None = None
     fail_after_status: str = "INTERNAL"
-    #: Generate never produces anything (until cancelled or aborted).
+    #: Generate and Embed never answer (until cancelled, or a Generate aborted).
     hang: bool = False
     #: HealthCheck answers healthy=false.
     unhealthy: bool = False
@@ -111,7 +112,7 @@ class SimRecords:
     embed_requests: list[pb.EmbedRequest] = field(default_factory=list)
     #: The ``mm_inputs`` of Generate and Embed requests that carried one, in order.
     multimodal: list[MultimodalRecord] = field(default_factory=list)
-    #: request id → the W3C trace context (``traceparent``, …) its Generate call carried.
+    #: request id → the W3C trace context (``traceparent``, …) its Generate or Embed call carried.
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def clear(self) -> None:
@@ -181,13 +182,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         rid = request.request_id
         self._last_receive = time.time()
         self.records.requests.append(request)
-        trace_context = {
-            key: value
-            for key, value in context.invocation_metadata() or ()
-            if key in TRACE_CONTEXT_KEYS and isinstance(value, str)
-        }
-        if trace_context:
-            self.records.metadata[rid] = trace_context
+        self._record_trace_context(rid, context)
         kind = request.sampling_params.WhichOneof("constraint")
         if kind is not None:
             self.records.constraints.append(
@@ -519,17 +514,39 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
     async def Embed(
         self, request: pb.EmbedRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.EmbedResponse:
-        """The deterministic unit vector of the token ids (see :mod:`turnout.sim.embedding`)."""
+        """The deterministic unit vector of the token ids (see :mod:`turnout.sim.embedding`).
+
+        ``fail_status`` and ``hang`` apply as to Generate (within ``fault_budget``), and
+        ``ttft_ms`` delays the answer."""
         self._last_receive = time.time()
         self.records.embed_requests.append(request)
+        self._record_trace_context(request.request_id, context)
         self._record_multimodal("Embed", request.request_id, request)
         ids = request.tokenized.input_ids
         if not ids:
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "Tokenized input must be provided"
             )
+        knobs = self.knobs
+        if (knobs.fail_status or knobs.hang) and self._take_fault():
+            if knobs.fail_status:
+                await context.abort(
+                    grpc.StatusCode[knobs.fail_status], "simulated failure of Embed"
+                )
+            await asyncio.Event().wait()  # hang until the call is cancelled
+        if knobs.ttft_ms > 0:
+            await asyncio.sleep(knobs.ttft_ms / 1000)
         vector = embed_ids(ids, embedding_dim(self.model.files.config))
         return pb.EmbedResponse(embedding_dim=len(vector), embedding=vector, prompt_tokens=len(ids))
+
+    def _record_trace_context(self, rid: str, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        trace_context = {
+            key: value
+            for key, value in context.invocation_metadata() or ()
+            if key in TRACE_CONTEXT_KEYS and isinstance(value, str)
+        }
+        if trace_context:
+            self.records.metadata[rid] = trace_context
 
     def _record_multimodal(
         self,

@@ -26,7 +26,6 @@ from turnout.wire.transport import (
     Channel,
     ClientSettings,
     Message,
-    MessageType,
     Metadata,
     method_path,
 )
@@ -243,13 +242,6 @@ class WorkerClient:
         if self._closed:
             raise ClientClosed(worker=self.url)
 
-    def _call(
-        self, method: str, request: Message, response_type: MessageType, timeout_s: float | None
-    ) -> Call:
-        self._check_open()
-        self._used = True
-        return self._channel.call(method, method_path(method), request, response_type, timeout_s)
-
     async def __aenter__(self) -> Self:
         return self
 
@@ -336,17 +328,40 @@ class WorkerClient:
         )
 
     async def embed(
-        self, request: pb.EmbedRequest, *, timeout_s: float | None = None
+        self,
+        request: pb.EmbedRequest,
+        *,
+        timeout_s: float | None = None,
+        metadata: Metadata = (),
     ) -> pb.EmbedResponse:
-        """One embedding."""
-        return await self._unary(
-            "Embed", request, pb.EmbedResponse, timeout_s or self.settings.unary_timeout
-        )
+        """One embedding. A call cancelled before its answer (the caller went away, a timeout)
+        also sends the worker an ``Abort`` for the request id, as a dropped Generate does."""
+        try:
+            return await self._unary(
+                "Embed",
+                request,
+                pb.EmbedResponse,
+                timeout_s or self.settings.unary_timeout,
+                metadata=metadata,
+            )
+        except asyncio.CancelledError:
+            self._schedule_abort(request.request_id, "embed cancelled")
+            raise
 
     async def _unary(
-        self, method: str, request: Message, response_type: type[_Response], timeout_s: float
+        self,
+        method: str,
+        request: Message,
+        response_type: type[_Response],
+        timeout_s: float,
+        *,
+        metadata: Metadata = (),
     ) -> _Response:
-        call = self._call(method, request, response_type, timeout_s)
+        self._check_open()
+        self._used = True
+        call = self._channel.call(
+            method, method_path(method), request, response_type, timeout_s, metadata=metadata
+        )
         try:
             response: _Response | None = await call.read()
             if response is None:

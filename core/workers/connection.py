@@ -47,6 +47,13 @@ class WorkerConnection(Protocol):
         sending ``metadata`` (gRPC metadata: the W3C trace context) with it."""
         ...
 
+    async def embed(
+        self, request: Any, timeout_s: float | None, metadata: Sequence[tuple[str, str]] = ()
+    ) -> Any:
+        """``Embed``: the worker's answer, within ``timeout_s`` seconds (None: the client's
+        default deadline), sending ``metadata`` with the call."""
+        ...
+
     def classify(self, exc: BaseException) -> WorkerRequestError | None:
         """How ``exc`` raised by a call of this connection counts and what the client is told;
         None: not a worker error."""

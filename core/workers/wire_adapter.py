@@ -73,6 +73,15 @@ class WireConnection:
         """Start ``Generate`` (with ``metadata``: the W3C trace context)."""
         return self.client.generate(request, timeout_s=timeout, metadata=metadata)
 
+    async def embed(
+        self,
+        request: pb.EmbedRequest,
+        timeout_s: float | None,
+        metadata: Sequence[tuple[str, str]] = (),
+    ) -> pb.EmbedResponse:
+        """``Embed`` (with ``metadata``: the W3C trace context)."""
+        return await self.client.embed(request, timeout_s=timeout_s, metadata=metadata)
+
     def classify(self, exc: BaseException) -> WorkerRequestError | None:
         """Map a :class:`WorkerCallError` to the :class:`WorkerRequestError` it is."""
         return classify(exc)

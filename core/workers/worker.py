@@ -195,9 +195,9 @@ class Worker:
             self._external_load = max(0, sum(reported) - self.in_flight)
 
     def pin(self, request: Any) -> None:
-        """Leave the DP rank of ``request`` to the worker."""
-        if request.HasField("data_parallel_rank"):
-            request.ClearField("data_parallel_rank")
+        """Leave the DP rank of ``request`` to the worker (``ClearField``: also for messages
+        whose rank field has no presence, as ``EmbedRequest``'s)."""
+        request.ClearField("data_parallel_rank")
 
     def acquire(self) -> None:
         """Count a request as in flight."""

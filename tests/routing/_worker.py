@@ -41,6 +41,9 @@ class TestWorker(pb_grpc.SglangSchedulerServicer):
         self.fail_code: grpc.StatusCode | None = None
         self.fail_after_first: grpc.StatusCode | None = None
         self.reported_load = 0
+        #: Embed answers after this many seconds (it may be cancelled meanwhile).
+        self.embed_delay = 0.0
+        self.embeds = 0
         self.generates = 0
         self.served = 0
         self.health_checks = 0
@@ -85,6 +88,23 @@ class TestWorker(pb_grpc.SglangSchedulerServicer):
             self.served += 1
         finally:
             self.active -= 1
+
+    async def Embed(self, request: Any, context: Any) -> Any:
+        """A two-dimensional vector: (prompt tokens, this worker's port); fails with
+        ``fail_code`` like Generate."""
+        self.embeds += 1
+        if self.fail_code is not None:
+            await context.abort(self.fail_code, f"injected {self.fail_code.name}")
+        self.active += 1
+        try:
+            if self.embed_delay:
+                await asyncio.sleep(self.embed_delay)
+        finally:
+            self.active -= 1
+        ids = list(request.tokenized.input_ids)
+        return pb.EmbedResponse(
+            embedding_dim=2, embedding=[float(len(ids)), float(self.port)], prompt_tokens=len(ids)
+        )
 
     async def HealthCheck(self, request: Any, context: Any) -> Any:
         self.health_checks += 1
