@@ -10,7 +10,7 @@ from turnout.generation.models import ModelRuntime
 from turnout.generation.output import output_options
 from turnout.generation.plan import Plan, Prompt
 from turnout.generation.prompt_size import check_prompt_ids, encode_prompt
-from turnout.generation.requests import CompletionRequest
+from turnout.generation.requests import CompletionRequest, PromptItem
 from turnout.generation.tool_choice import plan_tools
 from turnout.generation.unsupported import COMPLETIONS, refuse_unsupported, unsupported
 from turnout.generation.usage import running_usage
@@ -29,12 +29,13 @@ def _check(request: CompletionRequest) -> None:
     refuse_unsupported(request, COMPLETIONS)
 
 
-def _given_prompts(request: CompletionRequest) -> list[str | list[int]]:
-    prompt = request.prompt
+def given_prompts(prompt: str | list[PromptItem], param: str) -> list[str | list[int]]:
+    """The prompts of a completions-style ``prompt``: a string, a list of strings and token-id
+    lists, or one list of token ids (a 400 naming ``param`` for anything else)."""
     if isinstance(prompt, str):
         return [prompt]
     if not prompt:
-        raise bad_request("prompt must not be empty", "prompt")
+        raise bad_request(f"{param} must not be empty", param)
     prompts: list[str | list[int]] = []
     ids: list[int] = []
     for item in prompt:
@@ -45,15 +46,15 @@ def _given_prompts(request: CompletionRequest) -> list[str | list[int]]:
         elif isinstance(item, list) and item and all(isinstance(t, int) for t in item):
             prompts.append(list(item))
         else:
-            raise bad_request("prompt must be a string, a list of strings or token ids", "prompt")
+            raise bad_request(f"{param} must be a string, a list of strings or token ids", param)
     if ids and prompts:
-        raise bad_request("prompt must be a string, a list of strings or token ids", "prompt")
+        raise bad_request(f"{param} must be a string, a list of strings or token ids", param)
     return [ids] if ids else prompts
 
 
 async def _prompts(request: CompletionRequest, runtime: ModelRuntime, ctx: RequestContext) -> Plan:
     """Each prompt tokenized (text) or checked (token ids), with its text (for echo)."""
-    given = _given_prompts(request)
+    given = given_prompts(request.prompt, "prompt")
     if len(given) * request.n > MAX_CHOICES:
         raise bad_request(f"at most {MAX_CHOICES} choices (prompts × n) per request", "prompt")
     prompts = []

@@ -145,8 +145,14 @@ async def prepare(
 ) -> Plan:
     """Check, model, prompts: the endpoint's plan for ``request``."""
     endpoint.check(request)
-    runtime = await models.runtime(models.resolve_name(request.model))
+    runtime = await model_runtime(models, request.model)
     return await endpoint.prompts(request, runtime, ctx)
+
+
+async def model_runtime(models: ModelTable, requested: str | None) -> ModelRuntime:
+    """The runtime of the model a request names (the errors of ``ModelTable.resolve_name``);
+    every endpoint resolves its model this way, generation or not."""
+    return await models.runtime(models.resolve_name(requested))
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from turnout.config import Config, ModelConfig
 from turnout.errors import StartupError
+from turnout.generation.model_facts import ModelFacts, read_model_facts
 from turnout.generation.prompt_size import PromptLimit
 from turnout.plugin_choice import choose_plugins
 from turnout.plugin_loader import Plugins
@@ -60,6 +61,8 @@ class ModelRuntime:
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
     #: How long a prompt the model's workers take now (``None``: they did not say).
     prompt_limit: Callable[[], PromptLimit | None] = lambda: None
+    #: What the model's ``config.json`` says (hidden size, Matryoshka, vision).
+    facts: ModelFacts = field(default_factory=ModelFacts)
 
 
 class ModelTable:
@@ -217,6 +220,7 @@ class ModelTable:
             stop_token_ids=tokenizer.eos_token_ids,
             array_parser=self._plugins.tool_parsers.factory(ARRAY_PARSER),
             prompt_limit=functools.partial(self.prompt_limit, model_id),
+            facts=read_model_facts(tokenizer.files.directory),
         )
         if choices.tool_parser is not None:
             factory = self._plugins.tool_parsers.factory(choices.tool_parser)

@@ -10,12 +10,13 @@ a worker round trip.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from turnout.server.errors import ApiError
 from turnout.tokenizer import TooManyTokens
+from turnout.tokenizer.model_tokenizer import OFF_LOOP_CHARS
 from turnout.tokenizer.offload import offloader
 
 if TYPE_CHECKING:
@@ -77,6 +78,32 @@ async def encode_prompt(
         raise _too_long(limit, exc.tokens, param, at_least=exc.at_least) from None
     check_prompt_ids(runtime, ids, param)
     return ids
+
+
+async def encode_prompts(
+    runtime: ModelRuntime,
+    texts: Sequence[str],
+    *,
+    add_special_tokens: bool,
+    params: Sequence[str],
+) -> list[list[int]]:
+    """:func:`encode_prompt` for many texts: encoded as one batch, on a tokenizer thread when
+    they are long together; a 400 naming ``params[i]`` for text ``i`` when it is empty or too
+    long (before encoding anything, when its length proves it)."""
+    limit = runtime.prompt_limit()
+    tokenizer = runtime.tokenizer
+    if limit is not None:
+        for text, param in zip(texts, params, strict=True):
+            least = tokenizer.min_token_count(text)
+            if least > limit.max_prompt_tokens:
+                raise _too_long(limit, least, param, at_least=True)
+    if sum(len(text) for text in texts) < OFF_LOOP_CHARS:
+        batch = tokenizer.encode_batch(texts, add_special_tokens)
+    else:
+        batch = await offloader().run(tokenizer.encode_batch, texts, add_special_tokens)
+    for ids, param in zip(batch, params, strict=True):
+        check_prompt_ids(runtime, ids, param)
+    return batch
 
 
 def check_prompt_ids(runtime: ModelRuntime, ids: list[int], param: str) -> None:

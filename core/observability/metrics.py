@@ -43,6 +43,7 @@ _ROUTES = frozenset(
         "/v1/chat/completions",
         "/v1/completions",
         "/generate",
+        "/v1/embeddings",
         "/v1/models",
         "/v1/tokenize",
         "/v1/detokenize",

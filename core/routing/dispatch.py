@@ -70,6 +70,16 @@ class _Won(Generic[T]):
     span: Span | None
 
 
+@dataclass(frozen=True, slots=True)
+class Answered:
+    """A unary call's answer, and where it came from."""
+
+    response: Any
+    worker: Worker
+    #: Attempts it took (1 = no retry).
+    attempts: int
+
+
 class _Unanswered(Exception):
     """An attempt that ended without an answer, as the failure to record."""
 
@@ -201,8 +211,8 @@ class Dispatcher:
         routing: RoutingRequest,
         request: Any,
         timeout: float | None = None,  # noqa: ASYNC109 - a deadline handed to the gRPC call
-    ) -> Any:
-        """The ``Embed`` call of ``request`` on a worker of ``model``: its response.
+    ) -> Answered:
+        """The ``Embed`` call of ``request`` on a worker of ``model``: its answer.
 
         Selection, retries, back-off, breakers and ``wire.first_response_timeout_s`` (here the
         wait for the answer) as for :meth:`open_stream`; the worker counts as in flight for
@@ -217,7 +227,7 @@ class Dispatcher:
 
         won = await self._attempt(model, routing, request, timeout, "Embed", answer)
         _succeeded(won.slot, won.route, routing, won.span)
-        return won.result
+        return Answered(won.result, won.slot.worker, won.attempts)
 
     async def _attempt(  # noqa: PLR0917 - the dispatch entry points' arguments, passed on
         self,

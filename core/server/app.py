@@ -16,6 +16,7 @@ from litestar.types import ControllerRouterHandler
 
 from turnout.config import Config, ServerConfig, policy_config
 from turnout.discovery import DiscoveryManager, describe_discovery
+from turnout.embeddings import Embedder, EmbeddingRequest, embed
 from turnout.generation import chat, completions, generate
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Endpoint
@@ -38,7 +39,7 @@ from turnout.server.middleware import OpsMiddleware, OpsState, gate_middleware
 from turnout.server.openapi import REQUEST_BODY, openapi_config
 from turnout.server.protocol import decode_body
 from turnout.server.reload import admin_reload, install_sighup
-from turnout.server.respond import Answer, answer_generated
+from turnout.server.respond import Answer, answer_generated, answer_json
 from turnout.server.shutdown import drain_hook
 from turnout.server.worker_routes import DEPENDENCY as WORKER_REGISTRY
 from turnout.server.worker_routes import workers_router
@@ -104,6 +105,24 @@ def _generation_route(path: str, prefix: str, endpoint: Endpoint[Any]) -> Contro
         return answer
 
     return route
+
+
+@post(
+    "/v1/embeddings",
+    name="embd",
+    status_code=200,
+    opt={REQUEST_BODY: EmbeddingRequest},
+    summary="Embeddings",
+    description="Embed text or token ids: one Embed call on a worker per input.",
+)
+async def embeddings_route(request: Request[Any, Any, Any]) -> Response[bytes]:
+    """``POST /v1/embeddings``."""
+    services = services_of(request)
+    ctx = request_context(request, services, "embd")
+    answer = await embed(decode_body(await request.body(), EmbeddingRequest), ctx, services)
+    response = answer_json(answer)
+    response.headers["x-request-id"] = ctx.request_id
+    return response
 
 
 def policies_for(
@@ -217,6 +236,49 @@ def _visible_models(registry: WorkerRegistry) -> Callable[[], list[str]]:
     return served
 
 
+def _embedder(dispatcher: Dispatcher, config: Config, ops: OpsState) -> Embedder:
+    """``Embed`` calls through the dispatcher, counted as ``_opener`` counts streams."""
+    timeout = config.server.request_timeout_s or None
+    metrics = ops.metrics
+
+    async def embed(
+        model: str, routing: RoutingRequest, request: pb.EmbedRequest
+    ) -> pb.EmbedResponse:
+        record = current_record()
+        if record is not None:
+            record.model = model
+        # A limited tenant's input tokens: reserved before the call (429 when they do not
+        # fit), given back when the call fails.
+        admission = current_admission()
+        reservation = None
+        if admission is not None:
+            reservation = await admission.reserve_input_tokens(len(request.tokenized.input_ids))
+        try:
+            answered = await dispatcher.embed(model, routing, request, timeout)
+        except WorkerRequestError as exc:
+            if exc.attempts > 1:
+                metrics.retries.labels(model).inc(exc.attempts - 1)
+            if record is not None:
+                record.worker, record.attempts = exc.worker_id, exc.attempts
+            raise
+        response: pb.EmbedResponse = answered.response
+        if reservation is not None:
+            used = response.prompt_tokens or len(request.tokenized.input_ids)
+            reservation.usage = lambda: used
+        worker = answered.worker.id
+        metrics.routed.labels(model, worker).inc()
+        metrics.prompt_tokens.labels(model).inc(response.prompt_tokens)
+        if answered.attempts > 1:
+            metrics.retries.labels(model).inc(answered.attempts - 1)
+        if record is not None:
+            record.worker = worker
+            record.attempts = max(record.attempts, answered.attempts)
+            record.prompt_tokens += response.prompt_tokens
+        return response
+
+    return embed
+
+
 def create_app(
     config: Config,
     *,
@@ -255,7 +317,13 @@ def create_app(
             registry.unplaced,
             prompt_limit=prompt_limit,
         )
-        services = Services(config, plugins, models, _opener(dispatcher, config, ops, prompt_limit))
+        services = Services(
+            config,
+            plugins,
+            models,
+            _opener(dispatcher, config, ops, prompt_limit),
+            _embedder(dispatcher, config, ops),
+        )
         discovery = DiscoveryManager(registry, plugins.discovery)
         services.extras["registry"] = registry
         services.extras["discovery"] = discovery
@@ -312,6 +380,7 @@ def create_app(
         _generation_route("/v1/chat/completions", "chatcmpl", chat.ENDPOINT),
         _generation_route("/v1/completions", "cmpl", completions.ENDPOINT),
         _generation_route("/generate", "gnt", generate.ENDPOINT),
+        embeddings_route,
         *info_routes(),
         metrics,
         workers_router(),

@@ -22,8 +22,10 @@ if TYPE_CHECKING:
 
 PUBLIC_PATHS = frozenset({"/health", "/liveness", "/readiness"})
 ADMIN_PREFIXES = ("/workers", "/admin")
-#: Routes that generate (admission control and the request timeout apply to these).
-GENERATION_PATHS = frozenset({"/v1/chat/completions", "/v1/completions", "/generate"})
+#: Routes that run requests on workers (admission control and the request timeout apply).
+GENERATION_PATHS = frozenset(
+    {"/v1/chat/completions", "/v1/completions", "/generate", "/v1/embeddings"}
+)
 
 
 class Access(enum.Enum):

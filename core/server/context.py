@@ -6,6 +6,7 @@ import secrets
 from dataclasses import dataclass, field
 
 from turnout.config import Config
+from turnout.embeddings import Embedder
 from turnout.generation.models import ModelTable
 from turnout.generation.pipeline import Opener
 from turnout.plugin_loader import Plugins
@@ -19,6 +20,7 @@ class Services:
     plugins: Plugins
     models: ModelTable
     open_stream: Opener
+    embed: Embedder
     #: Set while the server shuts down: readiness fails and new requests are refused.
     draining: bool = False
     extras: dict[str, object] = field(default_factory=dict)

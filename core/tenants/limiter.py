@@ -293,6 +293,11 @@ class Admission:
         cost = reservation_size(request, context_length, self._limiter.settings.default_max_tokens)
         return await self._limiter.reserve(self, cost)
 
+    async def reserve_input_tokens(self, count: int) -> Reservation | None:
+        """Reserve ``count`` input tokens of a request that generates none (an embedding):
+        charged as they are unless its ``usage`` says otherwise; 429 when they do not fit."""
+        return await self._limiter.reserve(self, count)
+
     def close(self, served: bool = True) -> None:
         """The request ended (idempotent): give back its slot and settle its tokens in the
         background; ``served=False`` also gives back its count in the requests per minute."""

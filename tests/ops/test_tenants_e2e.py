@@ -28,7 +28,7 @@ ADMIN = "admin-key"
 PLAIN = "plain-key"
 KEYS = {
     name: f"key-of-{name}"
-    for name in ("ident", "blocked", "alias", "rpm", "tpm", "leave", "conc", "rot")
+    for name in ("ident", "blocked", "alias", "rpm", "tpm", "leave", "conc", "rot", "emb")
 }
 
 
@@ -47,6 +47,7 @@ TENANTS: dict[str, Any] = {
     "tpm": {"keys": [KEYS["tpm"]], "tokens_per_minute": per_minute(300)},
     "leave": {"keys": [KEYS["leave"]], "tokens_per_minute": per_minute(300)},
     "conc": {"keys": [KEYS["conc"]], "concurrent_requests": 1},
+    "emb": {"keys": [KEYS["emb"]], "tokens_per_minute": per_minute(50)},
 }
 
 
@@ -216,6 +217,26 @@ def test_a_request_larger_than_the_whole_budget_is_not_retried(router: Router) -
     assert refused.json()["error"]["code"] == "request_too_large_for_limit"
     assert refused.headers["x-should-retry"] == "false"
     assert "retry-after" not in refused.headers
+
+
+def test_embeddings_count_their_input_tokens_and_models(router: Router) -> None:
+    """An embedding reserves its input tokens (it generates none): 30 of a 50-token window
+    fit once, not twice; more than the window is too large; a hidden model is not served."""
+    fresh_window(WINDOW_S)
+
+    def embed(key: str, ids: list[int], model: str = MODEL) -> httpx.Response:
+        body = {"model": model, "input": ids}
+        url = f"{router.base_url}/v1/embeddings"
+        return httpx.post(url, json=body, headers=bearer(key), timeout=30)
+
+    too_large = embed(KEYS["emb"], [5] * 60)
+    assert too_large.status_code == 429, too_large.text
+    assert too_large.json()["error"]["code"] == "request_too_large_for_limit"
+    assert embed(KEYS["emb"], [5] * 30).status_code == 200
+    refused = embed(KEYS["emb"], [5] * 30)
+    assert refused.status_code == 429, refused.text
+    assert int(refused.headers["x-ratelimit-remaining-tokens"]) == 20
+    assert embed(KEYS["blocked"], [5]).status_code == 404
 
 
 async def test_a_client_leaving_settles_its_reservation_to_what_was_generated(

@@ -12,7 +12,7 @@ import grpc
 import pytest
 
 from turnout.plugins.policies.simple import RoundRobinPolicy
-from turnout.routing.dispatch import Dispatcher
+from turnout.routing.dispatch import Answered, Dispatcher
 from turnout.routing.types import RoutingRequest
 from turnout.wire import pb
 from turnout.workers.breaker import CircuitState
@@ -29,9 +29,11 @@ def embed_request(rid: str = "e", ids: tuple[int, ...] = (1, 2, 3)) -> pb.EmbedR
     return pb.EmbedRequest(request_id=rid, tokenized=pb.TokenizedInput(input_ids=list(ids)))
 
 
-def served_by(answer: pb.EmbedResponse) -> int:
+def served_by(answer: Answered) -> int:
     """The port of the test worker that answered (its vector's second component)."""
-    return int(answer.embedding[1])
+    port = int(answer.response.embedding[1])
+    assert answer.worker.url.endswith(f":{port}")
+    return port
 
 
 async def test_embed_is_routed_by_the_policy_and_books_success(workers, registry_for) -> None:
@@ -48,7 +50,8 @@ async def test_embed_is_routed_by_the_policy_and_books_success(workers, registry
         await dispatcher.embed("m", ROUTING, embed_request(f"e{i}", (1,) * (i + 1)), timeout=5)
         for i in range(9)
     ]
-    assert [a.prompt_tokens for a in answers] == list(range(1, 10))
+    assert [a.response.prompt_tokens for a in answers] == list(range(1, 10))
+    assert {a.attempts for a in answers} == {1}
     assert Counter(served_by(a) for a in answers) == {w.port: 3 for w in fleet}
     assert [w.embeds for w in fleet] == [3, 3, 3]
     assert Counter(ok for _, ok in done) == {True: 9}
@@ -64,6 +67,7 @@ async def test_worker_faults_are_retried_elsewhere_and_counted(workers, registry
     for i in range(4):
         answer = await dispatcher.embed("m", ROUTING, embed_request(f"x{i}"), timeout=5)
         assert served_by(answer) == good.port
+        assert answer.attempts in (1, 2)
     assert bad.embeds >= 1
     assert good.embeds == 4
     bad_worker = registry.get(f"127.0.0.1:{bad.port}")

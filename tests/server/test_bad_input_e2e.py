@@ -16,6 +16,7 @@ JSON_ROUTES = [
     "/v1/chat/completions",
     "/v1/completions",
     "/generate",
+    "/v1/embeddings",
     "/v1/tokenize",
     "/v1/detokenize",
     "/parse/function_call",
@@ -61,6 +62,15 @@ def assert_openai_error(response: httpx.Response, status: int | None = None) -> 
         # /generate input ids.
         ("/generate", {"input_ids": [-5]}, "input_ids[0]"),
         ("/generate", {"input_ids": [[1], 2]}, "input_ids"),
+        # Embeddings.
+        ("/v1/embeddings", {"input": [-1]}, "input[0]"),
+        ("/v1/embeddings", {"input": [[1], [2**32]]}, "input[1][0]"),
+        ("/v1/embeddings", {"input": []}, "input"),
+        ("/v1/embeddings", {"input": ["a", ""]}, "input[1]"),
+        ("/v1/embeddings", {"input": [1, "a"]}, "input"),
+        ("/v1/embeddings", {"input": "x", "encoding_format": "int8"}, "encoding_format"),
+        ("/v1/embeddings", {"input": "x", "dimensions": 0}, "dimensions"),
+        ("/v1/embeddings", {"input": "x", "dimensions": 8}, "dimensions"),
         # Tokenize, detokenize, parse.
         ("/v1/tokenize", {"messages": None}, "prompt"),
         ("/v1/tokenize", {"messages": "hi"}, "messages"),

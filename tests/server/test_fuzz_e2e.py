@@ -29,6 +29,7 @@ ROUTES: dict[str, str | None] = {
     "/v1/chat/completions": "ChatCompletionRequest",
     "/v1/completions": "CompletionRequest",
     "/generate": "GenerateRequestBody",
+    "/v1/embeddings": "EmbeddingRequest",
     "/v1/tokenize": "TokenizeRequest",
     "/v1/detokenize": "DetokenizeRequest",
     "/parse/function_call": "ParseFunctionCallRequest",

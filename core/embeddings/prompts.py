@@ -1,0 +1,43 @@
+"""The inputs of an embeddings request as prompts: texts tokenized (one batch, off the event loop
+when long), token ids checked, each within the model's context."""
+
+from __future__ import annotations
+
+from turnout.embeddings.request import MAX_INPUTS
+from turnout.generation.completions import given_prompts
+from turnout.generation.models import ModelRuntime
+from turnout.generation.plan import Prompt
+from turnout.generation.prompt_size import check_prompt_ids, encode_prompts
+from turnout.generation.requests import PromptItem
+from turnout.server.errors import bad_request
+
+__all__ = ["embedding_prompts"]
+
+
+async def embedding_prompts(given: str | list[PromptItem], runtime: ModelRuntime) -> list[Prompt]:
+    """One prompt per input, in order: texts with the tokenizer's special tokens (as SGLang
+    tokenizes embedding inputs), token ids as given. 400s name the input (``input[i]``)."""
+    items = given_prompts(given, "input")
+    if len(items) > MAX_INPUTS:
+        raise bad_request(f"input has {len(items)} items, more than {MAX_INPUTS}", "input")
+    one = isinstance(given, str) or not any(isinstance(item, str | list) for item in given)
+    params = ["input" if one else f"input[{i}]" for i in range(len(items))]
+    texts = [(i, item) for i, item in enumerate(items) if isinstance(item, str)]
+    for i, text in texts:
+        if not text:
+            raise bad_request(f"{params[i]} must not be an empty string", params[i])
+    encoded = await encode_prompts(
+        runtime,
+        [text for _, text in texts],
+        add_special_tokens=True,
+        params=[params[i] for i, _ in texts],
+    )
+    prompts: list[Prompt] = []
+    text_ids = iter(encoded)
+    for i, item in enumerate(items):
+        if isinstance(item, str):
+            prompts.append(Prompt(next(text_ids), item))
+        else:
+            check_prompt_ids(runtime, item, params[i])
+            prompts.append(Prompt(item))
+    return prompts
