@@ -201,6 +201,21 @@ class LimitsConfig(_Section):
     default_max_tokens: _Positive = 4096
 
 
+class ResponsesConfig(_Section):
+    """The Responses API's store of responses (``store: true``, ``previous_response_id``,
+    ``GET /v1/responses/{id}``); restart to change."""
+
+    #: ``memory://``: each serving process keeps its own responses (a follow-up request must
+    #: reach the same process and replica).
+    storage: Annotated[str, msgspec.Meta(pattern=r"^memory://$")] = "memory://"
+    #: A stored response is forgotten this long after it was stored.
+    ttl_s: Annotated[float, msgspec.Meta(gt=0)] = 24 * 3600.0
+    #: In memory: at most this many responses and bytes (of JSON, input included); the least
+    #: recently used go first. A response larger than ``max_bytes`` is not stored.
+    max_entries: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 256 * 1024 * 1024
+
+
 class DefaultsConfig(_Section):
     """Choices for models the ``models`` section does not list (or leaves open)."""
 
@@ -236,6 +251,8 @@ class Config(_Section):
     tenants: dict[_TenantName, TenantConfig] = msgspec.field(default_factory=dict)
     #: The storage of tenant budgets.
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
+    #: The Responses API's store of responses.
+    responses: ResponsesConfig = msgspec.field(default_factory=ResponsesConfig)
     #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.
     drain_timeout_s: float = 600.0
 

@@ -96,6 +96,9 @@ class ChatRenderer:
         """Nothing: the usage chunk goes out with the last events."""
         return []
 
+    async def complete(self) -> None:
+        """Nothing is kept."""
+
     def _chunk(self, choice: dict[str, Any]) -> dict[str, Any]:
         chunk = self._base | {"choices": [choice]}
         if self._running is not None:

@@ -103,6 +103,9 @@ class CompletionRenderer:
             return []
         return [self._base | {"choices": [], "usage": usage_dict(self._usage)}]
 
+    async def complete(self) -> None:
+        """Nothing is kept."""
+
     def _chunk(
         self, index: int, text: str, logprobs: dict[str, Any] | None, finish: str | None
     ) -> dict[str, Any]:

@@ -38,9 +38,10 @@ from turnout.wire.proto import sglang_scheduler_pb2 as pb
 class Renderer(Protocol):
     """Turns the event batches of one request into an API's answer.
 
-    Streaming calls :meth:`opening` before each prompt's events, :meth:`stream` per batch and
-    :meth:`closing` at the end; a one-shot answer calls :meth:`fold` per batch, then
-    :meth:`answer`. Batches hold the events of worker responses that arrived together.
+    Streaming calls :meth:`opening` before each prompt's events, :meth:`stream` per batch,
+    :meth:`complete` and :meth:`closing` at the end; a one-shot answer calls :meth:`fold` per
+    batch, then :meth:`complete` and :meth:`answer`. Batches hold the events of worker
+    responses that arrived together.
     """
 
     def opening(self, prompt_index: int) -> list[Any]:
@@ -53,6 +54,12 @@ class Renderer(Protocol):
 
     def closing(self) -> list[Any]:
         """Payloads sent after the last batch."""
+        ...
+
+    async def complete(self) -> None:
+        """Called once every batch went through (streamed or folded), before :meth:`closing`
+        or :meth:`answer`: an endpoint that keeps its answers (the Responses API's store)
+        keeps it here, so that it is kept before the client reads the end of the answer."""
         ...
 
     def fold(self, events: list[Event]) -> None:
@@ -90,6 +97,9 @@ class Endpoint(Generic[R]):
     renderer: Callable[[R, Plan, RequestContext], Renderer]
     #: What the endpoint answers (API docs).
     description: str = ""
+    #: Its stream is OpenAI's typed events (each payload names its event in ``type``), as the
+    #: Responses API sends them; else ``data:`` lines ending with ``[DONE]``.
+    typed_events: bool = False
 
 
 class Backend(Protocol):
@@ -118,6 +128,8 @@ class Streamed:
     """A streamed answer: lists of payloads, each list to be sent in one piece."""
 
     payloads: AsyncGenerator[list[Any], None]
+    #: The payloads are typed events (see :attr:`Endpoint.typed_events`).
+    typed_events: bool = False
 
 
 Generated = Folded | Streamed
@@ -136,7 +148,7 @@ async def generate(
         for k, (session, choices) in enumerate(zip(sessions, work.processors, strict=True))
     ]
     if plan.stream:
-        return Streamed(_streamed(renderer, streams, sessions))
+        return Streamed(_streamed(renderer, streams, sessions), endpoint.typed_events)
     return Folded(await _folded(renderer, streams, sessions))
 
 
@@ -219,6 +231,7 @@ async def _streamed(
                     opening = []
                 if payloads:
                     yield payloads
+        await renderer.complete()
         closing = renderer.closing()
         if closing:
             yield closing
@@ -235,6 +248,7 @@ async def _folded(
                 renderer.fold(batch)
     finally:
         await _close(sessions, streams)
+    await renderer.complete()
     return renderer.answer()
 
 

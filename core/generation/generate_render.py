@@ -71,6 +71,9 @@ class GenerateRenderer:
         """Nothing after the last prompt."""
         return []
 
+    async def complete(self) -> None:
+        """Nothing is kept."""
+
     # -- one-shot --------------------------------------------------------------------------------
 
     def fold(self, events: list[Event]) -> None:

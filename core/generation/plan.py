@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from turnout.generation.models import ModelRuntime
 from turnout.generation.output import OutputOptions
@@ -45,6 +46,9 @@ class Plan:
     #: The worker request id (``<id>-<k>`` for prompt ``k`` of several); ``None``: the
     #: request context's.
     request_id: str | None = None
+    #: What the endpoint's prompt builder hands on to its renderer (the Responses API: the
+    #: conversation the prompt was rendered from).
+    endpoint_state: Any = None
 
     @property
     def model_id(self) -> str:

@@ -42,6 +42,7 @@ _ROUTES = frozenset(
     {
         "/v1/chat/completions",
         "/v1/completions",
+        "/v1/responses",
         "/generate",
         "/v1/embeddings",
         "/v1/models",
@@ -69,6 +70,8 @@ def route_label(path: str) -> str:
         return "/workers/{id}"
     if path.startswith("/v1/models/"):
         return "/v1/models/{model}"
+    if path.startswith("/v1/responses/"):
+        return "/v1/responses/{id}"
     return "other"
 
 

@@ -29,6 +29,8 @@ from turnout.observability.metrics import CONTENT_TYPE, MeteredSession
 from turnout.observability.tracing import start_tracing
 from turnout.plugin_choice import choose_plugins, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
+from turnout.responses.endpoint import ResponsesApi
+from turnout.responses.store import make_store
 from turnout.routing.dispatch import Dispatcher
 from turnout.routing.types import Policy, RoutingRequest
 from turnout.server.context import Services, new_request_id
@@ -40,6 +42,7 @@ from turnout.server.openapi import REQUEST_BODY, openapi_config
 from turnout.server.protocol import decode_body
 from turnout.server.reload import admin_reload, install_sighup
 from turnout.server.respond import Answer, answer_generated, answer_json
+from turnout.server.responses_routes import responses_routes
 from turnout.server.shutdown import drain_hook
 from turnout.server.worker_routes import DEPENDENCY as WORKER_REGISTRY
 from turnout.server.worker_routes import workers_router
@@ -300,6 +303,7 @@ def create_app(
     server = config.server
     # None unless tracing is configured: then nothing of OpenTelemetry's SDK is loaded.
     tracing = start_tracing(config.tracing)
+    responses = ResponsesApi(make_store(config.responses))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -368,6 +372,7 @@ def create_app(
                 await ops.limiter.aclose()
             ops.metrics.workers.detach()
             ops.metrics.process_exit()
+            await responses.store.aclose()
             if tracing is not None:
                 await tracing.stop()
 
@@ -381,6 +386,8 @@ def create_app(
         _generation_route("/v1/completions", "cmpl", completions.ENDPOINT),
         _generation_route("/generate", "gnt", generate.ENDPOINT),
         embeddings_route,
+        _generation_route("/v1/responses", "resp", responses.endpoint),
+        *responses_routes(responses.store),
         *info_routes(),
         metrics,
         workers_router(),

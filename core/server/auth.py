@@ -24,7 +24,7 @@ PUBLIC_PATHS = frozenset({"/health", "/liveness", "/readiness"})
 ADMIN_PREFIXES = ("/workers", "/admin")
 #: Routes that run requests on workers (admission control and the request timeout apply).
 GENERATION_PATHS = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/generate", "/v1/embeddings"}
+    {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate", "/v1/embeddings"}
 )
 
 

@@ -13,7 +13,14 @@ from turnout.generation.flow import Folded, Generated
 from turnout.observability.metrics import note_failure, note_stream_cut
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
-from turnout.server.sse import DONE, EventStream, sse_batch, sse_error
+from turnout.server.sse import (
+    DONE,
+    EventStream,
+    sse_batch,
+    sse_error,
+    sse_typed_batch,
+    sse_typed_error,
+)
 
 Answer = Response[bytes] | EventStream
 _encode = msgspec.json.Encoder().encode
@@ -35,34 +42,54 @@ def answer_error(error: ApiError) -> Response[bytes]:
     )
 
 
-async def sse_body(batches: AsyncGenerator[list[Any], None]) -> AsyncIterator[bytes]:
-    """Frame each batch of payloads as one piece of SSE; an error after the stream started
-    becomes an error event (the response's tail, ``[DONE]``, follows in every case). Closing
-    the body closes ``batches`` at once (which ends the request on its workers)."""
+async def sse_body(
+    batches: AsyncGenerator[list[Any], None], *, typed: bool = False
+) -> AsyncIterator[bytes]:
+    """Frame each batch of payloads as one piece of SSE (``typed``: as named events, see
+    :func:`sse_typed_batch`); an error after the stream started becomes an error event (the
+    response's tail, ``[DONE]`` for untyped streams, follows in every case). Closing the body
+    closes ``batches`` at once (which ends the request on its workers)."""
+    sent = 0
     try:
-        async for payloads in batches:
-            yield sse_batch(payloads)
+        if typed:
+            async for payloads in batches:
+                sent += len(payloads)
+                yield sse_typed_batch(payloads)
+        else:
+            async for payloads in batches:
+                yield sse_batch(payloads)
     except ApiError as exc:
         note_stream_cut(exc.status)
-        yield sse_error(exc)
+        yield _error_event(exc, typed, sent)
     except Exception as exc:  # a stream must end cleanly whatever broke
         log.exception("stream failed")
         note_failure(exc)
         note_stream_cut(500)
-        yield sse_error(ApiError(500, f"internal error: {type(exc).__name__}"))
+        yield _error_event(ApiError(500, f"internal error: {type(exc).__name__}"), typed, sent)
     finally:
         await batches.aclose()
+
+
+def _error_event(error: ApiError, typed: bool, sent: int) -> bytes:
+    # A typed stream numbers its events from 0: the error is the next one.
+    return sse_typed_error(error, sent) if typed else sse_error(error)
 
 
 def answer_generated(generated: Generated, services: Services) -> Answer:
     """The response of a generation request: one JSON body, or an SSE stream."""
     if isinstance(generated, Folded):
         return answer_json(generated.body)
-    return answer_stream(generated.payloads, services)
+    return answer_stream(generated.payloads, services, typed=generated.typed_events)
 
 
-def answer_stream(batches: AsyncGenerator[list[Any], None], services: Services) -> EventStream:
-    """An SSE response: one piece per batch of payloads, keep-alive comments while idle."""
+def answer_stream(
+    batches: AsyncGenerator[list[Any], None], services: Services, *, typed: bool = False
+) -> EventStream:
+    """An SSE response: one piece per batch of payloads, keep-alive comments while idle; an
+    untyped stream ends with ``[DONE]``, a typed one (OpenAI's Responses API) with its last
+    event."""
     return EventStream(
-        sse_body(batches), tail=DONE, keepalive_s=services.config.server.keepalive_interval_s
+        sse_body(batches, typed=typed),
+        tail=b"" if typed else DONE,
+        keepalive_s=services.config.server.keepalive_interval_s,
     )

@@ -17,7 +17,15 @@ from litestar.types import Receive, Send
 from turnout.server.errors import ApiError
 from turnout.tasks import cancel_and_wait
 
-__all__ = ["DONE", "KEEPALIVE", "EventStream", "sse_batch", "sse_error"]
+__all__ = [
+    "DONE",
+    "KEEPALIVE",
+    "EventStream",
+    "sse_batch",
+    "sse_error",
+    "sse_typed_batch",
+    "sse_typed_error",
+]
 
 DONE: Final = b"data: [DONE]\n\n"
 KEEPALIVE: Final = b": keep-alive\n\n"
@@ -32,6 +40,35 @@ def sse_batch(payloads: Iterable[Any]) -> bytes:
 def sse_error(error: ApiError) -> bytes:
     """The error event sent when a stream fails after it started."""
     return b"data: " + error.to_json() + b"\n\n"
+
+
+def sse_typed_batch(payloads: Iterable[dict[str, Any]]) -> bytes:
+    """Several typed events as one piece of the body: each is named by its payload's ``type``
+    (``event: response.output_text.delta``), as OpenAI's Responses API streams them."""
+    return b"".join(
+        [
+            b"event: " + payload["type"].encode() + b"\ndata: " + _encode(payload) + b"\n\n"
+            for payload in payloads
+        ]
+    )
+
+
+def sse_typed_error(error: ApiError, sequence_number: int) -> bytes:
+    """The ``error`` event of a typed stream that fails after it started: the fields of
+    OpenAI's error event, and the error object under ``error`` (which clients raise)."""
+    detail = error.body()["error"]
+    return sse_typed_batch(
+        [
+            {
+                "type": "error",
+                "code": detail["code"],
+                "message": detail["message"],
+                "param": detail["param"],
+                "sequence_number": sequence_number,
+                "error": detail,
+            }
+        ]
+    )
 
 
 class EventStream(Response[bytes]):

@@ -1,0 +1,10 @@
+"""OpenAI's Responses API (``/v1/responses``) on the one generation flow.
+
+- :mod:`~turnout.responses.request`: the request body and what turnout refuses of it;
+- :mod:`~turnout.responses.items`: input items, checked and given ids, and as chat messages;
+- :mod:`~turnout.responses.endpoint`: the prompt builder (the chat template path) and the
+  :class:`~turnout.generation.flow.Endpoint`;
+- :mod:`~turnout.responses.render`: the typed stream events, and the response folded from them;
+- :mod:`~turnout.responses.store`: where responses are kept for ``previous_response_id`` and
+  ``GET /v1/responses/{id}``.
+"""

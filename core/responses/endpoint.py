@@ -1,0 +1,233 @@
+"""``POST /v1/responses`` on the one flow: the prompt builder and the renderer.
+
+The prompt builder reads the input items (after the kept items of ``previous_response_id``),
+makes them chat messages and hands a chat request to the chat endpoint's own check and prompt
+builder: the chat template, tools and ``tool_choice``, the reasoning parser, the JSON-schema
+constraint and sampling are the chat path's, not a copy of it. The renderer streams typed
+events and, with ``store``, keeps the finished response before its last event goes out.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from turnout.generation import chat
+from turnout.generation.context import RequestContext
+from turnout.generation.flow import Endpoint
+from turnout.generation.models import ModelRuntime
+from turnout.generation.plan import Plan
+from turnout.generation.requests import ChatCompletionRequest, ChatMessage
+from turnout.responses.items import Item, chat_messages, input_items, new_id
+from turnout.responses.render import Keeper, ResponsesRenderer
+from turnout.responses.request import ResponsesRequest, check_request
+from turnout.responses.store import ResponseStore, StoredResponse
+from turnout.server.errors import ApiError, bad_request
+
+log = logging.getLogger(__name__)
+
+#: Chat request fields → the Responses request's names (errors name what the client sent).
+_FIELD_NAMES = {
+    "response_format": "text.format",
+    "max_completion_tokens": "max_output_tokens",
+    "reasoning_effort": "reasoning.effort",
+    "messages": "input",
+}
+_MESSAGE_PARAM = re.compile(r"messages\[(\d+)\](.*)")
+
+
+@dataclass(frozen=True, slots=True)
+class _Context:
+    """What the prompt builder hands the renderer."""
+
+    response_id: str
+    #: Every item the response is generated from (kept with it).
+    items: list[Item]
+
+
+class ResponsesApi:
+    """The Responses API of one app: the endpoint, on the app's response store."""
+
+    def __init__(self, store: ResponseStore) -> None:
+        self.store = store
+        self.endpoint = Endpoint(
+            ResponsesRequest,
+            check=check_request,
+            prompts=self._prompts,
+            renderer=self._renderer,
+            description="Create a model response (OpenAI's Responses API), streamed as typed "
+            "events or as one JSON body.",
+            typed_events=True,
+        )
+
+    async def previous(self, response_id: str) -> StoredResponse:
+        """The kept response a request follows (404 when it is not kept)."""
+        stored = await self.store.get(response_id)
+        if stored is None:
+            raise ApiError(
+                404,
+                f"previous response {response_id!r} not found",
+                param="previous_response_id",
+                code="previous_response_not_found",
+            )
+        return stored
+
+    async def _prompts(
+        self, request: ResponsesRequest, runtime: ModelRuntime, ctx: RequestContext
+    ) -> Plan:
+        history: list[Item] = []
+        if request.previous_response_id is not None:
+            history = (await self.previous(request.previous_response_id)).context()
+        items = input_items(request.input)
+        conversation = chat_messages(request.instructions, history, items)
+        if not conversation.messages:
+            raise bad_request("input must not be empty", "input")
+        chat_request = chat_request_of(request, conversation.messages)
+        try:
+            chat.ENDPOINT.check(chat_request)
+            plan = await chat.ENDPOINT.prompts(chat_request, runtime, ctx)
+        except ApiError as exc:
+            exc.param = _param_name(exc.param, conversation.origins)
+            raise
+        plan.endpoint_state = _Context(new_id("resp"), [*history, *items])
+        return plan
+
+    def _renderer(
+        self, request: ResponsesRequest, plan: Plan, ctx: RequestContext
+    ) -> ResponsesRenderer:
+        context: _Context = plan.endpoint_state
+        response = response_object(request, context.response_id, plan.model_id, ctx.created)
+        keep: Keeper | None = None
+        if request.stores:
+            store, items = self.store, context.items
+
+            async def keep(finished: dict[str, Any]) -> None:
+                try:
+                    await store.put(StoredResponse(finished, items))
+                except Exception as exc:  # the answer stands; only follow-ups will miss it
+                    log.warning("response %s could not be stored: %s", finished["id"], exc)
+
+        return ResponsesRenderer(response, logprobs=request.logprobs, keep=keep)
+
+
+def chat_request_of(
+    request: ResponsesRequest, messages: list[ChatMessage]
+) -> ChatCompletionRequest:
+    """The chat request the chat path builds the prompt of."""
+    reasoning = request.reasoning or {}
+    return ChatCompletionRequest(
+        messages=messages,
+        model=request.model,
+        stream=request.streams,
+        temperature=request.temperature,
+        top_p=request.top_p,
+        top_k=request.top_k,
+        min_p=request.min_p,
+        repetition_penalty=request.repetition_penalty,
+        frequency_penalty=request.frequency_penalty,
+        presence_penalty=request.presence_penalty,
+        seed=request.seed,
+        max_completion_tokens=request.max_output_tokens,
+        logprobs=request.logprobs,
+        top_logprobs=request.top_logprobs if request.logprobs else None,
+        response_format=_response_format(request.text),
+        tools=[_chat_tool(tool) for tool in request.tools] if request.tools else None,
+        tool_choice=_chat_tool_choice(request.tool_choice),
+        parallel_tool_calls=request.parallel_tool_calls is not False,
+        chat_template_kwargs=request.chat_template_kwargs,
+        reasoning_effort=reasoning.get("effort"),
+    )
+
+
+def _chat_tool(tool: dict[str, Any]) -> dict[str, Any]:
+    function = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+    return {"type": "function", "function": function}
+
+
+def _chat_tool_choice(choice: str | dict[str, Any] | None) -> str | dict[str, Any] | None:
+    if not isinstance(choice, dict):
+        return choice
+    if choice.get("type") == "function":
+        return {"type": "function", "function": {"name": choice.get("name")}}
+    # allowed_tools: the chat path reads the same tool references.
+    return {
+        "type": "allowed_tools",
+        "allowed_tools": {"mode": choice.get("mode", "auto"), "tools": choice.get("tools") or []},
+    }
+
+
+def _response_format(text: dict[str, Any] | None) -> dict[str, Any] | None:
+    fmt = (text or {}).get("format")
+    if not fmt or fmt.get("type") == "text":
+        return None
+    if fmt["type"] == "json_object":
+        return {"type": "json_object"}
+    spec = {k: fmt[k] for k in ("name", "schema", "strict") if k in fmt}
+    return {"type": "json_schema", "json_schema": spec}
+
+
+def _param_name(param: str | None, origins: Sequence[str]) -> str | None:
+    """A chat request's parameter as the Responses request names it."""
+    if param is None:
+        return None
+    found = _MESSAGE_PARAM.fullmatch(param)
+    if found is not None:
+        index = int(found.group(1))
+        origin = origins[index] if index < len(origins) else "input"
+        rest = found.group(2) if origin.startswith("input[") else ""
+        return origin + rest
+    head, dot, rest = param.partition(".")
+    return _FIELD_NAMES.get(head, head) + dot + rest
+
+
+def response_object(
+    request: ResponsesRequest, response_id: str, model: str, created: int
+) -> dict[str, Any]:
+    """The response as it starts: the request's settings, no output yet."""
+    reasoning = request.reasoning or {}
+    fmt = (request.text or {}).get("format") or {"type": "text"}
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": created,
+        "status": "in_progress",
+        "background": False,
+        "completed_at": None,
+        "error": None,
+        "incomplete_details": None,
+        "instructions": request.instructions,
+        "max_output_tokens": request.max_output_tokens,
+        "max_tool_calls": request.max_tool_calls,
+        "model": model,
+        "output": [],
+        "parallel_tool_calls": request.parallel_tool_calls is not False,
+        "previous_response_id": request.previous_response_id,
+        "reasoning": {"effort": reasoning.get("effort"), "summary": reasoning.get("summary")},
+        "service_tier": "default",
+        "store": request.stores,
+        "temperature": request.temperature,
+        "text": {"format": fmt, "verbosity": "medium"},
+        "tool_choice": request.tool_choice or "auto",
+        "tools": [_tool_object(tool) for tool in request.tools or []],
+        "top_logprobs": request.top_logprobs or 0,
+        "top_p": request.top_p,
+        "truncation": "disabled",
+        "usage": None,
+        "user": request.user,
+        "metadata": request.metadata or {},
+        "safety_identifier": request.safety_identifier,
+        "prompt_cache_key": request.prompt_cache_key,
+    }
+
+
+def _tool_object(tool: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "name": tool["name"],
+        "description": tool.get("description"),
+        "parameters": tool.get("parameters"),
+        "strict": tool.get("strict"),
+    }

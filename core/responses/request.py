@@ -1,0 +1,210 @@
+"""The ``POST /v1/responses`` body, and the fields and values turnout refuses.
+
+Decoding checks types and ranges (a 400 naming the field); :func:`check_request` refuses what
+turnout does not do with a 400 ``unsupported_parameter`` naming it: built-in tools, background
+mode, conversations, prompt templates… Nothing a client asks for is silently ignored. The input
+items are checked when they are read (:mod:`turnout.responses.items`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import msgspec
+from msgspec import Meta
+
+from turnout.generation.requests import (
+    INT32_MAX,
+    RESERVED_TEMPLATE_KWARGS,
+    InvalidField,
+    Penalty,
+    TokenCount,
+    TopLogprobs,
+)
+from turnout.generation.unsupported import unsupported
+from turnout.server.errors import bad_request
+
+#: ``include`` values turnout serves.
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
+
+#: Fields turnout knows but does not implement → what to do instead.
+_UNSUPPORTED: dict[str, str] = {
+    "background": "background responses are not supported: stream, or wait for the answer",
+    "conversation": "conversations are not supported: chain responses with previous_response_id",
+    "prompt": "prompt templates are not supported: send the input",
+    "context_management": "context management (compaction) is not supported",
+    "moderation": "moderation is not supported",
+}
+
+
+class ResponsesRequest(msgspec.Struct, kw_only=True):
+    """``POST /v1/responses``."""
+
+    model: str | None = None
+    #: A text (one user message) or a list of input items.
+    input: str | list[Any]
+    #: A system message before the input (not carried over by ``previous_response_id``).
+    instructions: str | None = None
+    previous_response_id: Annotated[str, Meta(min_length=1)] | None = None
+    #: Keep the response (``GET /v1/responses/{id}``, ``previous_response_id``).
+    store: bool | None = None
+    stream: bool | None = None
+    stream_options: dict[str, Any] | None = None
+    max_output_tokens: TokenCount | None = None
+    temperature: Annotated[float, Meta(ge=0, le=2)] | None = None
+    top_p: Annotated[float, Meta(gt=0, le=1)] | None = None
+    top_logprobs: TopLogprobs | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    #: ``{"format": {"type": "text" | "json_object" | "json_schema", …}}``.
+    text: dict[str, Any] | None = None
+    #: ``{"effort": …}`` (passed to the chat template); ``summary`` is accepted, no summary
+    #: is written (reasoning items carry the reasoning itself).
+    reasoning: dict[str, Any] | None = None
+    include: list[str] | None = None
+    #: Echoed in the response.
+    metadata: Annotated[dict[str, str], Meta(max_length=16)] | None = None
+    user: str | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: str | None = None
+    service_tier: str | None = None
+    #: Only ``disabled``: a prompt over the context is a 400, never cut.
+    truncation: str | None = None
+    #: Counts built-in tool calls, which turnout has none of.
+    max_tool_calls: Annotated[int, Meta(ge=0)] | None = None
+    # SGLang / vLLM extensions.
+    top_k: Annotated[int, Meta(ge=-1, le=INT32_MAX)] | None = None
+    min_p: Annotated[float, Meta(ge=0, le=1)] | None = None
+    repetition_penalty: Annotated[float, Meta(gt=0, le=2)] | None = None
+    frequency_penalty: Penalty | None = None
+    presence_penalty: Penalty | None = None
+    seed: Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)] | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    # Known but not implemented: a request setting one is refused.
+    background: bool | None = None
+    conversation: Any = None
+    prompt: Any = None
+    context_management: Any = None
+    moderation: Any = None
+
+    def __post_init__(self) -> None:
+        if self.top_k == 0:
+            raise InvalidField("top_k", "top_k must be -1 (disabled) or >= 1, got 0")
+        for key, value in (self.metadata or {}).items():
+            if len(key) > 64 or len(value) > 512:
+                raise InvalidField(
+                    "metadata", "metadata keys are at most 64 characters, values at most 512"
+                )
+        reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(self.chat_template_kwargs or ()))
+        if reserved:
+            raise InvalidField(
+                f"chat_template_kwargs.{reserved[0]}",
+                f"chat_template_kwargs must not set {', '.join(reserved)}",
+            )
+
+    @property
+    def stores(self) -> bool:
+        """Whether the response is kept (OpenAI's default: yes)."""
+        return self.store is not False
+
+    @property
+    def streams(self) -> bool:
+        """Whether the answer is streamed."""
+        return bool(self.stream)
+
+    @property
+    def logprobs(self) -> bool:
+        """Whether output text carries logprobs (``include``)."""
+        return LOGPROBS_INCLUDE in (self.include or ())
+
+
+def check_request(request: ResponsesRequest) -> None:
+    """Refuse what turnout does not do (400 ``unsupported_parameter`` naming the field) and
+    the values the decoder cannot judge alone."""
+    for name, instead in _UNSUPPORTED.items():
+        value = getattr(request, name)
+        if value not in (None, False):
+            raise unsupported(name, f"{name} is not supported: {instead}")
+    if request.truncation not in (None, "disabled"):
+        raise unsupported(
+            "truncation",
+            "truncation is not supported: only 'disabled' (a prompt over the model's context "
+            "is refused)",
+        )
+    for value in request.include or ():
+        if value != LOGPROBS_INCLUDE:
+            raise unsupported(
+                "include",
+                f"include {value!r} is not supported: only {LOGPROBS_INCLUDE!r}",
+            )
+    if request.top_logprobs and not request.logprobs:
+        raise bad_request(f"top_logprobs needs include: [{LOGPROBS_INCLUDE!r}]", "top_logprobs")
+    _check_tools(request.tools or [])
+    _check_tool_choice(request.tool_choice)
+    _check_text(request.text)
+    effort = (request.reasoning or {}).get("effort")
+    if effort is not None and not isinstance(effort, str):
+        raise bad_request("reasoning.effort must be a string", "reasoning.effort")
+
+
+def _check_tools(tools: list[dict[str, Any]]) -> None:
+    for i, tool in enumerate(tools):
+        kind = tool.get("type")
+        if kind != "function":
+            raise unsupported(
+                f"tools[{i}].type",
+                f"tools of type {kind!r} are not supported: only function tools "
+                "(built-in tools such as web_search, file_search, code_interpreter and MCP "
+                "servers are OpenAI's)",
+            )
+        name = tool.get("name")
+        if not isinstance(name, str) or not name:
+            raise bad_request(f"tools[{i}].name must be a non-empty string", f"tools[{i}].name")
+        parameters = tool.get("parameters")
+        if parameters is not None and not isinstance(parameters, dict):
+            raise bad_request(
+                f"tools[{i}].parameters must be a JSON schema object", f"tools[{i}].parameters"
+            )
+
+
+def _check_tool_choice(choice: str | dict[str, Any] | None) -> None:
+    if not isinstance(choice, dict):
+        return
+    kind = choice.get("type")
+    if kind == "allowed_tools":
+        for j, tool in enumerate(choice.get("tools") or []):
+            if not isinstance(tool, dict) or tool.get("type") != "function":
+                raise unsupported(
+                    f"tool_choice.tools[{j}]", "allowed_tools may only list function tools"
+                )
+    elif kind != "function":
+        raise unsupported(
+            "tool_choice",
+            f"tool_choice of type {kind!r} is not supported: only 'none', 'auto', 'required', "
+            "a function or allowed_tools",
+        )
+
+
+def _check_text(text: dict[str, Any] | None) -> None:
+    if not text:
+        return
+    verbosity = text.get("verbosity")
+    if verbosity not in (None, "medium"):
+        raise unsupported("text.verbosity", "text.verbosity is not supported")
+    fmt = text.get("format")
+    if fmt is None:
+        return
+    if not isinstance(fmt, dict):
+        raise bad_request("text.format must be an object", "text.format")
+    kind = fmt.get("type")
+    if kind == "json_schema":
+        if not isinstance(fmt.get("schema"), dict):
+            raise bad_request(
+                "text.format.schema must be a JSON schema object", "text.format.schema"
+            )
+    elif kind not in ("text", "json_object"):
+        raise bad_request(
+            "text.format.type must be 'text', 'json_object' or 'json_schema'", "text.format.type"
+        )
