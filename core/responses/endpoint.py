@@ -24,7 +24,7 @@ from turnout.generation.requests import ChatCompletionRequest, ChatMessage
 from turnout.responses.items import Item, chat_messages, input_items, new_id
 from turnout.responses.render import Keeper, ResponsesRenderer
 from turnout.responses.request import ResponsesRequest, check_request
-from turnout.responses.store import ResponseStore, StoredResponse
+from turnout.responses.store import ResponseStore, StoredResponse, current_owner, find_kept
 from turnout.server.errors import ApiError, bad_request
 
 log = logging.getLogger(__name__)
@@ -46,6 +46,8 @@ class _Context:
     response_id: str
     #: Every item the response is generated from (kept with it).
     items: list[Item]
+    #: The tenant of the request (see :func:`~turnout.responses.store.current_owner`).
+    tenant: str | None
 
 
 class ResponsesApi:
@@ -65,7 +67,7 @@ class ResponsesApi:
 
     async def previous(self, response_id: str) -> StoredResponse:
         """The kept response a request follows (404 when it is not kept)."""
-        stored = await self.store.get(response_id)
+        stored = await find_kept(self.store, response_id)
         if stored is None:
             raise ApiError(
                 404,
@@ -92,7 +94,7 @@ class ResponsesApi:
         except ApiError as exc:
             exc.param = _param_name(exc.param, conversation.origins)
             raise
-        plan.endpoint_state = _Context(new_id("resp"), [*history, *items])
+        plan.endpoint_state = _Context(new_id("resp"), [*history, *items], current_owner())
         return plan
 
     def _renderer(
@@ -102,11 +104,11 @@ class ResponsesApi:
         response = response_object(request, context.response_id, plan.model_id, ctx.created)
         keep: Keeper | None = None
         if request.stores:
-            store, items = self.store, context.items
+            store = self.store
 
             async def keep(finished: dict[str, Any]) -> None:
                 try:
-                    await store.put(StoredResponse(finished, items))
+                    await store.put(StoredResponse(finished, context.items, context.tenant))
                 except Exception as exc:  # the answer stands; only follow-ups will miss it
                     log.warning("response %s could not be stored: %s", finished["id"], exc)
 

@@ -5,8 +5,8 @@ Output items follow the events of the one choice: reasoning opens a ``reasoning`
 ``message`` item (one ``output_text`` part), each tool call a ``function_call`` item. The
 message stays open until the choice ends: text after a call joins it, so an output reads as
 reasoning, message, calls however the worker chunked it (a parser reports text and the calls
-it read in one step without their order). Other items are done when the next one starts. Each item streams as
-``response.output_item.added``, (``response.content_part.added``), its deltas, their
+it read in one step without their order). Other items are done when the next one starts. Each
+item streams as ``response.output_item.added``, (``response.content_part.added``), its deltas, their
 ``….done`` event, (``response.content_part.done``) and ``response.output_item.done``, between
 ``response.created`` + ``response.in_progress`` and the last event: ``response.completed``,
 ``response.incomplete`` (the token limit ended it) or ``response.failed``. Every event has a

@@ -29,11 +29,16 @@ LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 #: Fields turnout knows but does not implement → what to do instead.
 _UNSUPPORTED: dict[str, str] = {
-    "background": "background responses are not supported: stream, or wait for the answer",
-    "conversation": "conversations are not supported: chain responses with previous_response_id",
-    "prompt": "prompt templates are not supported: send the input",
-    "context_management": "context management (compaction) is not supported",
-    "moderation": "moderation is not supported",
+    "background": "turnout answers in the foreground: stream, or wait for the answer",
+    "background_options": "turnout answers in the foreground",
+    "conversation": "chain responses with previous_response_id",
+    "prompt": "prompt templates are OpenAI's: send the input",
+    "context_management": "turnout does not compact the context",
+    "moderation": "turnout does not moderate",
+    "access_programs": "access programs are OpenAI's",
+    "prompt_cache_options": "the workers' prefix cache needs no breakpoints (prompt_cache_key "
+    "is accepted)",
+    "image": "request-level image options are OpenAI's",
 }
 
 
@@ -88,6 +93,10 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     prompt: Any = None
     context_management: Any = None
     moderation: Any = None
+    background_options: Any = None
+    access_programs: Any = None
+    prompt_cache_options: Any = None
+    image: Any = None
 
     def __post_init__(self) -> None:
         if self.top_k == 0:

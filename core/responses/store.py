@@ -7,30 +7,40 @@ needs only the one response it names, however long the chain, and keeps working 
 responses of the chain are gone.
 
 :class:`MemoryResponseStore` keeps them in the serving process, bounded in count and bytes
-(least recently used first out) and forgotten after a time to live.
+(least recently used first out) and forgotten after a time to live. :class:`RedisResponseStore`
+keeps them in Redis, shared by every serving process and replica, each under its time to live;
+every call has a deadline, and a store that fails or misses it answers 503 (reads) or is
+logged (writes: the answer stands, only a follow-up misses it).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import itertools
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 import msgspec
 
 from turnout.config import ResponsesConfig
+from turnout.redis_pool import redis_pool
+from turnout.server.errors import ApiError
+from turnout.tenants.context import current_tenant
 
 log = logging.getLogger(__name__)
 
 
 class StoredResponse(msgspec.Struct):
-    """A kept response and the items it was generated from."""
+    """A kept response, the items it was generated from, and the tenant that made it (only
+    that tenant's requests find it)."""
 
     response: dict[str, Any]
     input_items: list[dict[str, Any]]
+    tenant: str | None = None
 
     @property
     def id(self) -> str:
@@ -46,6 +56,22 @@ class StoredResponse(msgspec.Struct):
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(StoredResponse).decode
+
+
+def current_owner() -> str | None:
+    """The name of the current request's tenant: the owner of what it keeps, and the only one
+    to find it (None: untenanted requests, which find only untenanted responses)."""
+    tenant = current_tenant()
+    return None if tenant is None else tenant.name
+
+
+async def find_kept(store: ResponseStore, response_id: str) -> StoredResponse | None:
+    """The kept response if the current request's tenant made it (another tenant's is as if
+    it were never kept)."""
+    stored = await store.get(response_id)
+    if stored is None or stored.tenant != current_owner():
+        return None
+    return stored
 
 
 class ResponseStore(Protocol):
@@ -145,8 +171,94 @@ class MemoryResponseStore:
         return True
 
 
+class StoreUnavailable(ApiError):
+    """503: the shared response store failed or did not answer in time."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            503,
+            "the response store is unreachable right now; retry later",
+            code="response_store_unavailable",
+        )
+
+
+#: Connections to Redis (each call holds one for a single round trip).
+MAX_CONNECTIONS = 64
+
+
+class RedisResponseStore:
+    """Responses kept in Redis under ``<key_prefix>:response:<id>``, each expiring ``ttl_s``
+    after it was stored; one larger than ``max_bytes`` is not kept. Every call has the deadline
+    ``timeout_s``: a call that fails or misses it raises :class:`StoreUnavailable` (logged)."""
+
+    def __init__(
+        self, url: str, *, key_prefix: str, ttl_s: float, max_bytes: int, timeout_s: float
+    ) -> None:
+        self._pool = redis_pool(
+            url, timeout_s=timeout_s, max_connections=MAX_CONNECTIONS, setting="responses.storage"
+        )
+        from redis.asyncio import Redis  # (installed: redis_pool checked)
+
+        self._redis = Redis(connection_pool=self._pool)
+        self._prefix = f"{key_prefix}:response:"
+        self._ttl_ms = max(1, round(ttl_s * 1000))
+        self._max_bytes = max_bytes
+        self._timeout_s = timeout_s
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        """The kept response, or None."""
+        data = await self._call(self._redis.get(self._prefix + response_id))
+        return None if data is None else _decode(data)
+
+    async def put(self, stored: StoredResponse) -> None:
+        """Keep a response (one over ``max_bytes`` is not kept, logged)."""
+        data = _encode(stored)
+        if len(data) > self._max_bytes:
+            log.warning(
+                "response %s is not stored: %d bytes is more than responses.max_bytes (%d)",
+                stored.id,
+                len(data),
+                self._max_bytes,
+            )
+            return
+        await self._call(self._redis.set(self._prefix + stored.id, data, px=self._ttl_ms))
+
+    async def delete(self, response_id: str) -> bool:
+        """Forget a response."""
+        removed = await self._call(self._redis.delete(self._prefix + response_id))
+        return bool(removed)
+
+    async def aclose(self) -> None:
+        """Close the connections (bounded)."""
+        with contextlib.suppress(Exception):
+            async with asyncio.timeout(self._timeout_s + 1.0):
+                await self._pool.aclose()
+
+    async def _call(self, operation: Awaitable[Any]) -> Any:
+        try:
+            async with asyncio.timeout(self._timeout_s):
+                return await operation
+        except Exception as exc:
+            log.warning("response store: %s", _reason(exc, self._timeout_s))
+            raise StoreUnavailable() from exc
+
+
+def _reason(exc: BaseException, timeout_s: float) -> str:
+    if isinstance(exc, TimeoutError):
+        return f"no answer within the deadline of {timeout_s:g}s"
+    return f"{type(exc).__name__}: {exc}"
+
+
 def make_store(config: ResponsesConfig) -> ResponseStore:
     """The store the config names."""
-    return MemoryResponseStore(
-        max_entries=config.max_entries, max_bytes=config.max_bytes, ttl_s=config.ttl_s
+    if config.storage == "memory://":
+        return MemoryResponseStore(
+            max_entries=config.max_entries, max_bytes=config.max_bytes, ttl_s=config.ttl_s
+        )
+    return RedisResponseStore(
+        config.storage,
+        key_prefix=config.key_prefix,
+        ttl_s=config.ttl_s,
+        max_bytes=config.max_bytes,
+        timeout_s=config.timeout_s,
     )

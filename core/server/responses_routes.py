@@ -10,7 +10,7 @@ from litestar.params import FromPath, FromQuery
 from litestar.types import ControllerRouterHandler
 
 from turnout.generation.unsupported import unsupported
-from turnout.responses.store import ResponseStore, StoredResponse
+from turnout.responses.store import ResponseStore, StoredResponse, find_kept
 from turnout.server.errors import ApiError, bad_request
 from turnout.server.respond import answer_json
 
@@ -22,7 +22,7 @@ def responses_routes(store: ResponseStore) -> list[ControllerRouterHandler]:
     """The routes, on ``store``."""
 
     async def kept(response_id: str) -> StoredResponse:
-        stored = await store.get(response_id)
+        stored = await find_kept(store, response_id)
         if stored is None:
             raise ApiError(
                 404,
@@ -42,8 +42,9 @@ def responses_routes(store: ResponseStore) -> list[ControllerRouterHandler]:
     @delete("/v1/responses/{response_id:str}", status_code=200)
     async def delete_response(response_id: FromPath[str]) -> Any:
         """Forget a kept response."""
+        await kept(response_id)  # the 404, also for another tenant's
         if not await store.delete(response_id):
-            await kept(response_id)  # the 404
+            await kept(response_id)  # (expired meanwhile)
         return answer_json({"id": response_id, "object": "response", "deleted": True})
 
     @get("/v1/responses/{response_id:str}/input_items")

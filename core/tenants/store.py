@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
 from turnout.config import LimitsConfig
-from turnout.errors import StartupError
+from turnout.redis_pool import redis_pool
 from turnout.server.errors import ApiError
 
 log = logging.getLogger("turnout.tenants")
@@ -175,22 +174,11 @@ def _redis_storage(settings: LimitsConfig) -> tuple[Any, RedisStorage]:
     """A ``limits`` Redis storage over redis-py's asyncio client (every counter operation is
     one Lua call, one round trip), with a bounded pool and no client-side retries (the
     deadline decides)."""
-    if importlib.util.find_spec("redis") is None:
-        raise StartupError(
-            f"limits.storage is {settings.storage}: install the Redis client with "
-            "pip install 'turnout[redis]'"
-        )
-    from redis.asyncio import BlockingConnectionPool
-    from redis.asyncio.retry import Retry
-    from redis.backoff import NoBackoff
-
-    pool = BlockingConnectionPool.from_url(
+    pool = redis_pool(
         settings.storage,
+        timeout_s=settings.timeout_s,
         max_connections=MAX_CONNECTIONS,
-        timeout=settings.timeout_s,
-        socket_timeout=settings.timeout_s,
-        socket_connect_timeout=settings.timeout_s,
-        retry=Retry(NoBackoff(), 0),
+        setting="limits.storage",
     )
     options: dict[str, Any] = {"connection_pool": pool}
     storage = RedisStorage(

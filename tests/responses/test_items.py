@@ -33,17 +33,27 @@ def test_a_tool_round_trip_reads_as_the_chat_api_would_send_it() -> None:
     out = messages(
         None,
         {"role": "user", "content": [{"type": "input_text", "text": "weather?"}]},
-        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [
-            {"type": "reasoning_text", "text": "A call is needed."}
-        ]},
-        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
-         "content": [{"type": "output_text", "text": "Let me check.", "annotations": []}]},
+        {
+            "type": "reasoning",
+            "id": "rs_1",
+            "summary": [],
+            "content": [{"type": "reasoning_text", "text": "A call is needed."}],
+        },
+        {
+            "type": "message",
+            "role": "assistant",
+            "id": "msg_1",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "Let me check.", "annotations": []}],
+        },
         {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
         {"type": "function_call", "call_id": "c2", "name": "get_time", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "output": "sunny"},
-        {"type": "function_call_output", "call_id": "c2", "output": [
-            {"type": "input_text", "text": "noon"}
-        ]},
+        {
+            "type": "function_call_output",
+            "call_id": "c2",
+            "output": [{"type": "input_text", "text": "noon"}],
+        },
     )
     assert out == [
         {"role": "user", "content": "weather?"},
@@ -52,10 +62,16 @@ def test_a_tool_round_trip_reads_as_the_chat_api_would_send_it() -> None:
             "content": "Let me check.",
             "reasoning_content": "A call is needed.",
             "tool_calls": [
-                {"id": "c1", "type": "function",
-                 "function": {"name": "get_weather", "arguments": "{}"}},
-                {"id": "c2", "type": "function",
-                 "function": {"name": "get_time", "arguments": "{}"}},
+                {
+                    "id": "c1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": "{}"},
+                },
+                {
+                    "id": "c2",
+                    "type": "function",
+                    "function": {"name": "get_time", "arguments": "{}"},
+                },
             ],
         },
         {"role": "tool", "content": "sunny", "name": "get_weather", "tool_call_id": "c1"},
@@ -99,13 +115,22 @@ def test_given_ids_are_kept_and_missing_ones_filled_in() -> None:
         ({"type": "item_reference", "id": "msg_1"}, "input[0].type", "unsupported_parameter"),
         ({"type": "web_search_call", "id": "ws"}, "input[0].type", "unsupported_parameter"),
         ({"role": "tool", "content": "x"}, "input[0].role", "invalid_value"),
-        ({"role": "user", "content": [{"type": "input_file", "file_id": "f"}]},
-         "input[0].content[0]", "unsupported_parameter"),
+        (
+            {"role": "user", "content": [{"type": "input_file", "file_id": "f"}]},
+            "input[0].content[0]",
+            "unsupported_parameter",
+        ),
         ({"role": "user", "content": 3}, "input[0].content", "invalid_value"),
-        ({"type": "function_call", "call_id": "c", "name": "f"}, "input[0].arguments",
-         "invalid_value"),
-        ({"type": "reasoning", "summary": [], "encrypted_content": "gAAA"},
-         "input[0].encrypted_content", "unsupported_parameter"),
+        (
+            {"type": "function_call", "call_id": "c", "name": "f"},
+            "input[0].arguments",
+            "invalid_value",
+        ),
+        (
+            {"type": "reasoning", "summary": [], "encrypted_content": "gAAA"},
+            "input[0].encrypted_content",
+            "unsupported_parameter",
+        ),
         ({"content": "no role"}, "input[0]", "invalid_value"),
     ],
 )

@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.server.outputs import EOS, arguments, output_ids, prose, processor
+from tests.server.outputs import EOS, arguments, output_ids, processor, prose
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, ToolCallPiece, Usage
 from turnout.responses.render import ResponsesRenderer
 
@@ -74,7 +74,7 @@ def same_ids(response: dict[str, Any]) -> dict[str, Any]:
     body = repr({**response, "completed_at": None})
     for n, found in enumerate(dict.fromkeys(m.group(0) for m in _ID.finditer(body))):
         body = body.replace(found, f"id{n}")
-    result: dict[str, Any] = eval(body)  # noqa: S307 - our own repr of plain data
+    result: dict[str, Any] = eval(body)
     return result
 
 

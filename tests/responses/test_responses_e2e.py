@@ -81,7 +81,8 @@ def raw_stream(router: Router, body: dict[str, Any]) -> list[dict[str, Any]]:
         lines = [line for line in block.split("\n") if line and not line.startswith(":")]
         if not lines:
             continue
-        assert lines[0].startswith("event: ") and lines[1].startswith("data: "), block
+        assert lines[0].startswith("event: "), block
+        assert lines[1].startswith("data: "), block
         data = json.loads(lines[1][len("data: ") :])
         assert data["type"] == lines[0][len("event: ") :]
         events.append(data)
@@ -91,8 +92,7 @@ def raw_stream(router: Router, body: dict[str, Any]) -> list[dict[str, Any]]:
 def without_ids(response: dict[str, Any]) -> list[Any]:
     """The output's content, ids and times aside."""
     return [
-        {k: v for k, v in item.items() if k not in ("id", "call_id")}
-        for item in response["output"]
+        {k: v for k, v in item.items() if k not in ("id", "call_id")} for item in response["output"]
     ]
 
 
@@ -109,9 +109,11 @@ def test_a_text_input_answers_a_valid_response(router: Router) -> None:
     assert body["instructions"] == "Be brief."
     assert body["completed_at"] >= body["created_at"]
     (message,) = body["output"]
-    assert message["type"] == "message" and message["status"] == "completed"
+    assert message["type"] == "message"
+    assert message["status"] == "completed"
     usage = body["usage"]
-    assert usage["input_tokens"] > 0 and usage["output_tokens"] > 0
+    assert usage["input_tokens"] > 0
+    assert usage["output_tokens"] > 0
     assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
     assert usage["input_tokens_details"]["cached_tokens"] >= 0
     assert usage["output_tokens_details"]["reasoning_tokens"] == 0
@@ -157,7 +159,8 @@ def test_the_official_client_streams_with_its_helper_and_raw(client: openai.Open
         numbers.append(event.sequence_number)
         last = event
     assert numbers == list(range(len(numbers)))
-    assert last is not None and last.type == "response.completed"
+    assert last is not None
+    assert last.type == "response.completed"
     assert last.response.output_text == "Hello again"
 
 
@@ -172,7 +175,8 @@ def test_reasoning_becomes_a_reasoning_item_before_the_message(client: openai.Op
     assert response.output_text == "The answer is 42."
     assert response.usage is not None
     assert response.usage.output_tokens_details.reasoning_tokens > 0
-    assert response.reasoning is not None and response.reasoning.effort == "low"
+    assert response.reasoning is not None
+    assert response.reasoning.effort == "low"
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -187,7 +191,8 @@ def test_a_function_call_round_trip_with_previous_response_id(
 
     first = create(input="What is the weather in Paris?")
     message, call = first.output
-    assert message.type == "message" and first.output_text == "Let me check."
+    assert message.type == "message"
+    assert first.output_text == "Let me check."
     assert call.type == "function_call"
     assert call.name == "get_weather"
     assert json.loads(call.arguments) == {"city": "Paris", "days": 3}
@@ -227,7 +232,8 @@ def test_tool_choice_forces_a_call(
         model=MODEL, input=input_text, tools=TOOLS, tool_choice=tool_choice
     )
     calls = [item for item in response.output if item.type == "function_call"]
-    assert calls and calls[0].name == "get_weather"
+    assert calls
+    assert calls[0].name == "get_weather"
     assert "city" in json.loads(calls[0].arguments)
 
 
@@ -240,7 +246,8 @@ def test_json_schema_output_parses(client: openai.OpenAI, router: Router) -> Non
     parsed = client.responses.parse(model=MODEL, input="Weather as JSON", text_format=Weather)
     assert isinstance(parsed.output_parsed, Weather)
     assert router.sims[0].constraints[-1][0] == "json_schema"
-    assert parsed.text is not None and parsed.text.format is not None
+    assert parsed.text is not None
+    assert parsed.text.format is not None
     assert parsed.text.format.type == "json_schema"
     with client.responses.stream(
         model=MODEL, input="Weather as JSON", text_format=Weather
@@ -256,7 +263,8 @@ def test_max_output_tokens_ends_an_incomplete_response(
     assert response.status == "incomplete"
     assert response.incomplete_details is not None
     assert response.incomplete_details.reason == "max_output_tokens"
-    assert response.usage is not None and response.usage.output_tokens == 5
+    assert response.usage is not None
+    assert response.usage.output_tokens == 5
     events = raw_stream(router, {"input": "a long story", "max_output_tokens": 5})
     assert events[-1]["type"] == "response.incomplete"
     assert fold_events(events)["output"][0]["status"] == "incomplete"
@@ -334,6 +342,9 @@ def test_cancel_refuses_a_foreground_response(client: openai.OpenAI) -> None:
         ({"background": True}, "background"),
         ({"conversation": "conv_1"}, "conversation"),
         ({"prompt": {"id": "pmpt_1"}}, "prompt"),
+        ({"background_options": {"completion_window": "2h"}}, "background_options"),
+        ({"prompt_cache_options": {"mode": "explicit"}}, "prompt_cache_options"),
+        ({"image": {"context_compression": "enabled"}}, "image"),
         ({"truncation": "auto"}, "truncation"),
         ({"include": ["reasoning.encrypted_content"]}, "include"),
         ({"text": {"verbosity": "low"}}, "text.verbosity"),
@@ -389,4 +400,3 @@ def test_tool_definitions_are_echoed_and_reach_the_template(
     response = client.responses.create(model=MODEL, input="Say something", tools=TOOLS)
     assert [tool.name for tool in response.tools] == ["get_weather"]  # type: ignore[union-attr]
     assert "Weather for a city" in last_prompt(router)
-

@@ -24,7 +24,8 @@ async def test_get_returns_what_put_kept_and_delete_forgets_it() -> None:
     await store.put(stored("a"))
     got = await store.get("a")
     assert got == stored("a")
-    assert got is not None and got.context() == [*got.input_items, *got.response["output"]]
+    assert got is not None
+    assert got.context() == [*got.input_items, *got.response["output"]]
     assert await store.delete("a")
     assert await store.get("a") is None
     assert not await store.delete("a")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shutil
 import tempfile
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from .harness import MODEL, Router, run_router
 ROUTES: dict[str, str | None] = {
     "/v1/chat/completions": "ChatCompletionRequest",
     "/v1/completions": "CompletionRequest",
+    "/v1/responses": "ResponsesRequest",
     "/generate": "GenerateRequestBody",
     "/v1/embeddings": "EmbeddingRequest",
     "/v1/tokenize": "TokenizeRequest",
@@ -120,6 +122,11 @@ part = st.fixed_dictionaries(
     {"type": st.sampled_from(["text", "image_url", "input_text"]) | st.text(max_size=5)},
     optional={"text": st.text(max_size=20), "image_url": junk},
 )
+#: A Responses API function tool (flat: the name beside the type).
+flat_tool = st.fixed_dictionaries(
+    {"type": st.just("function") | st.text(max_size=5), "name": names},
+    optional={"description": st.text(max_size=10), "parameters": schema_like | junk},
+)
 replies = st.sampled_from(
     [
         '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>',
@@ -129,18 +136,64 @@ replies = st.sampled_from(
         "<tool_call>",
     ]
 )
+#: Responses API input items.
+input_item = st.one_of(
+    st.fixed_dictionaries(
+        {"role": st.sampled_from(["user", "system", "developer", "assistant", "tool"])},
+        optional={
+            "type": st.just("message"),
+            "content": st.text(max_size=20) | replies | st.lists(part, max_size=2) | junk,
+        },
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("function_call"), "call_id": st.text(max_size=4), "name": names},
+        optional={"arguments": st.sampled_from(['{"city": "Paris"}', "{"]) | junk},
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("function_call_output"), "call_id": st.text(max_size=4)},
+        optional={"output": st.text(max_size=20) | st.lists(part, max_size=2) | junk},
+    ),
+    st.fixed_dictionaries(
+        {"type": st.just("reasoning")},
+        optional={
+            "content": st.lists(
+                st.fixed_dictionaries(
+                    {"type": st.just("reasoning_text"), "text": st.text(max_size=10)}
+                ),
+                max_size=2,
+            )
+            | junk,
+            "summary": junk,
+            "encrypted_content": st.text(max_size=5),
+        },
+    ),
+    junk,
+)
+text_format = st.sampled_from([{"type": "text"}, {"type": "json_object"}]) | st.fixed_dictionaries(
+    {"type": st.just("json_schema"), "name": names},
+    optional={"schema": schema_like | junk, "strict": st.booleans()},
+)
 #: OpenAI structures the request types leave as ``dict[str, Any]``: a fuzzer must know them to
 #: get past the first check. Each is mixed with what the schema alone would give.
 HINTS: dict[str, st.SearchStrategy[Any]] = {
     "model": st.just(MODEL),
     "role": st.sampled_from(["system", "developer", "user", "assistant", "tool", "function"]),
     "content": st.text(max_size=30) | replies | st.lists(part, max_size=3) | st.none(),
-    "tools": st.lists(tool, max_size=3),
+    "tools": st.lists(tool, max_size=3) | st.lists(flat_tool, max_size=3),
+    "input": st.text(max_size=30) | st.lists(input_item, max_size=4),
+    "reasoning": st.fixed_dictionaries(
+        {}, optional={"effort": st.sampled_from(["low", "high"]) | junk, "summary": junk}
+    ),
+    "include": st.lists(
+        st.sampled_from(["message.output_text.logprobs", "reasoning.encrypted_content"]),
+        max_size=2,
+    ),
     "tool_calls": st.lists(tool_call, max_size=2),
     "tool_choice": st.sampled_from(["auto", "none", "required"])
     | st.fixed_dictionaries(
         {"type": st.just("function"), "function": st.fixed_dictionaries({"name": names})}
-    ),
+    )
+    | st.fixed_dictionaries({"type": st.just("function"), "name": names}),
     "response_format": st.sampled_from([{"type": "text"}, {"type": "json_object"}])
     | st.fixed_dictionaries(
         {
@@ -155,7 +208,9 @@ HINTS: dict[str, st.SearchStrategy[Any]] = {
         json_leaves,
         max_size=2,
     ),
-    "text": replies | st.text(max_size=30),
+    "text": replies
+    | st.text(max_size=30)
+    | st.fixed_dictionaries({}, optional={"format": text_format | junk, "verbosity": junk}),
     "stop": st.sampled_from(["STOP", "\n", "é", ["a", "b"]]),
 }
 
@@ -335,3 +390,21 @@ def test_no_route_answers_5xx_to_many_bodies(
 ) -> None:
     count = fuzz_route(router, components, path, examples=1000)
     print(f"{path}: {count} bodies")
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(
+    response_id=st.text(min_size=1, max_size=20),
+    method=st.sampled_from(["GET", "DELETE"]),
+    tail=st.sampled_from(["", "/input_items", "/input_items?limit=0", "/input_items?order=x"]),
+    query=st.sampled_from(["", "?stream=true", "?limit=1000&after=x"]),
+)
+def test_no_response_id_answers_5xx(
+    router: Router, response_id: str, method: str, tail: str, query: str
+) -> None:
+    """``GET``/``DELETE /v1/responses/{id}`` and the input items of any id: a JSON 4xx."""
+    quoted = urllib.parse.quote(response_id, safe="")
+    url = f"{router.base_url}/v1/responses/{quoted}{tail}{query if not tail else ''}"
+    response = httpx.request(method, url, timeout=30)
+    check(response, url.encode())
+    assert 400 <= response.status_code < 500

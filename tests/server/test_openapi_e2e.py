@@ -15,6 +15,7 @@ from .harness import Router
 BODIES = {
     "/v1/chat/completions": "ChatCompletionRequest",
     "/v1/completions": "CompletionRequest",
+    "/v1/responses": "ResponsesRequest",
     "/generate": "GenerateRequestBody",
     "/v1/embeddings": "EmbeddingRequest",
     "/v1/tokenize": "TokenizeRequest",
@@ -73,6 +74,12 @@ def test_errors_are_documented_in_the_shape_they_are_answered(schema: dict[str, 
         ("/v1/chat/completions", {"messages": []}, False),
         ("/v1/chat/completions", {"messages": [{"role": "user"}], "stop": [""]}, False),
         ("/v1/completions", {"prompt": [[1, 2], [3]], "logprobs": 5}, True),
+        ("/v1/responses", {"input": "hi", "max_output_tokens": 4}, True),
+        ("/v1/responses", {"input": [{"role": "user", "content": "hi"}]}, True),
+        ("/v1/responses", {"input": 5}, False),
+        ("/v1/responses", {"input": "hi", "max_output_tokens": 0}, False),
+        ("/v1/responses", {"input": "hi", "temperature": 3}, False),
+        ("/v1/responses", {"max_output_tokens": 4}, False),
         ("/v1/completions", {"prompt": [-1]}, False),
         ("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 0}}, True),
         ("/generate", {"text": "x", "sampling_params": {"max_tokens": 5}}, False),
@@ -100,3 +107,11 @@ def test_nothing_else_is_served_under_the_schema_path(router: Router) -> None:
         response = httpx.get(f"{router.base_url}{path}", timeout=10)
         assert response.status_code == 404
         assert response.json()["error"]["code"] == "not_found"
+
+
+def test_the_kept_response_routes_are_documented(schema: dict[str, Any]) -> None:
+    paths = schema["paths"]
+    assert set(paths["/v1/responses/{response_id}"]) == {"get", "delete"}
+    assert "get" in paths["/v1/responses/{response_id}/input_items"]
+    assert "post" in paths["/v1/responses/{response_id}/cancel"]
+    assert paths["/v1/responses"]["post"]["summary"]
