@@ -400,3 +400,28 @@ def test_tool_definitions_are_echoed_and_reach_the_template(
     response = client.responses.create(model=MODEL, input="Say something", tools=TOOLS)
     assert [tool.name for tool in response.tools] == ["get_weather"]  # type: ignore[union-attr]
     assert "Weather for a city" in last_prompt(router)
+
+
+def test_a_client_chains_by_sending_the_output_back_without_a_store(
+    client: openai.OpenAI, router: Router
+) -> None:
+    """The agent loop without ``store``: the previous output items (reasoning, call), as the
+    client got them, go back as input with the call's output."""
+    question = {"role": "user", "content": "plan ahead, please"}
+    first = client.responses.create(model=MODEL, input=[question], tools=TOOLS, store=False)
+    reasoning, call = first.output
+    assert reasoning.type == "reasoning"
+    assert call.type == "function_call"
+    echoed = [item.model_dump(exclude_none=True) for item in first.output]
+    output = {
+        "type": "function_call_output",
+        "call_id": call.call_id,
+        "output": "sunny, 21 degrees",
+    }
+    second = client.responses.create(
+        model=MODEL, input=[question, *echoed, output], tools=TOOLS, store=False
+    )
+    assert second.output_text == "It is sunny in Paris."
+    prompt = last_prompt(router)
+    asked = prompt.index("plan ahead, please")
+    assert asked < prompt.index("<tool_call>", asked) < prompt.index("sunny, 21 degrees")
