@@ -180,7 +180,11 @@ HINTS: dict[str, st.SearchStrategy[Any]] = {
     "role": st.sampled_from(["system", "developer", "user", "assistant", "tool", "function"]),
     "content": st.text(max_size=30) | replies | st.lists(part, max_size=3) | st.none(),
     "tools": st.lists(tool, max_size=3) | st.lists(flat_tool, max_size=3),
-    "input": st.text(max_size=30) | st.lists(input_item, max_size=4),
+    # Responses items, and the strings and token ids embeddings take.
+    "input": st.text(max_size=30)
+    | st.lists(input_item, max_size=4)
+    | st.lists(st.text(max_size=10), min_size=1, max_size=3)
+    | st.lists(st.integers(0, 300), min_size=1, max_size=5),
     "reasoning": st.fixed_dictionaries(
         {}, optional={"effort": st.sampled_from(["low", "high"]) | junk, "summary": junk}
     ),
