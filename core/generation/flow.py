@@ -144,7 +144,13 @@ async def generate(
     renderer = endpoint.renderer(request, plan, ctx)
     sessions = await dispatch(backend.open_stream, plan, work.requests, ctx)
     streams = [
-        stream_events(session, choices, worker_streams=work.worker_streams, prompt_index=k)
+        stream_events(
+            session,
+            choices,
+            worker_streams=work.worker_streams,
+            prompt_index=k,
+            meter=session.meter,
+        )
         for k, (session, choices) in enumerate(zip(sessions, work.processors, strict=True))
     ]
     if plan.stream:

@@ -3,6 +3,7 @@ processors into events (the one walk over the responses)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, Sequence
 from typing import Any, Protocol
 
@@ -14,8 +15,27 @@ from turnout.tokenizer.stops import StopRegexTimeout
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
 
+class StreamMeter(Protocol):
+    """Observes one worker stream (time to first token, inter-token latency, tokens), fed by
+    :func:`stream_events` from its one walk over the responses."""
+
+    def arrived(self, streamed: int, at: float) -> None:
+        """A batch brought tokens at ``at`` (``time.perf_counter()``): ``streamed`` of them in
+        stream chunks (0 when a whole output came in one message)."""
+        ...
+
+    def finish(self, prompt_tokens: int, generated: int) -> None:
+        """The stream ended: book its prompt tokens and the tokens the worker generated."""
+        ...
+
+
 class GenerateSession(Protocol):
     """A started Generate stream on one worker (the first response already arrived)."""
+
+    @property
+    def meter(self) -> StreamMeter | None:
+        """What observes this stream for the request (``None``: nothing)."""
+        ...
 
     async def next_batch(self) -> list[pb.GenerateResponse]:
         """The responses that arrived together (the first ones included); [] at the end."""
@@ -42,6 +62,7 @@ async def stream_events(
     *,
     worker_streams: bool = True,
     prompt_index: int = 0,
+    meter: StreamMeter | None = None,
 ) -> AsyncGenerator[list[Event], None]:
     """Drive the worker stream through the processors: one list of events per batch of worker
     responses that arrived together; the last list ends with a :class:`Usage` event (of prompt
@@ -52,9 +73,10 @@ async def stream_events(
     A choice with stop strings takes its chunks one by one: a stop ends it at the chunk that
     completed it, so its tokens and logprobs do not depend on how chunks were batched.
     When turnout itself ended every choice (stop strings), the stream is closed early, which
-    cancels the call and aborts the request on the worker.
+    cancels the call and aborts the request on the worker. ``meter`` is told of each batch
+    that brought tokens, and of the stream's tokens at its end.
     """
-    driver = _Driver(processors, worker_streams)
+    driver = _Driver(processors, worker_streams, meter)
     try:
         while True:
             batch = await session.next_batch()
@@ -70,6 +92,8 @@ async def stream_events(
     except StopRegexTimeout as exc:
         raise bad_request(str(exc), "stop_regex") from None
     finally:
+        if meter is not None:
+            meter.finish(driver.prompt_tokens, max(driver.streamed, driver.worker_completed))
         await session.aclose()
     raise ApiError(502, "the worker ended the stream before every choice completed")
 
@@ -81,35 +105,52 @@ class _Driver:
         "cached_tokens",
         "completion",
         "mergeable",
+        "meter",
         "processors",
         "prompt_tokens",
         "reasoning",
         "remaining",
+        "streamed",
+        "worker_completed",
         "worker_streams",
     )
 
-    def __init__(self, processors: list[ChoiceProcessor], worker_streams: bool) -> None:
+    def __init__(
+        self,
+        processors: list[ChoiceProcessor],
+        worker_streams: bool,
+        meter: StreamMeter | None = None,
+    ) -> None:
         self.processors = processors
         self.worker_streams = worker_streams
+        self.meter = meter
         self.remaining = len(processors)
         self.prompt_tokens = 0
         self.cached_tokens = 0
         self.completion: dict[int, int] = {}
         self.reasoning: dict[int, int] = {}
         self.mergeable = [not p.watches_stops for p in processors]
+        #: Tokens the worker sent in stream chunks, and the sum of its completion counts
+        #: (what it generated, past a stop turnout matched too).
+        self.streamed = 0
+        self.worker_completed = 0
 
     def take(self, batch: list[pb.GenerateResponse]) -> list[Event]:
-        """Events for one batch of responses."""
+        """Events for one batch of responses (which are also counted for the meter)."""
+        at = time.perf_counter() if self.meter is not None else 0.0
         events: list[Event] = []
         run_index = -1
         run_ids: Sequence[int] | list[int] = ()
         run_logprobs: list[Any] = []
+        streamed = 0
+        whole = False
         for response in batch:
-            if self.remaining == 0:
-                break
             kind = response.WhichOneof("response")
             if kind == "chunk":
                 chunk = response.chunk
+                streamed += len(chunk.token_ids)
+                if not self.remaining:
+                    continue  # turnout ended every choice: the rest is only counted
                 self.prompt_tokens = max(self.prompt_tokens, chunk.prompt_tokens)
                 self.cached_tokens = max(self.cached_tokens, chunk.cached_tokens)
                 if chunk.index == run_index and self.mergeable[run_index]:
@@ -125,12 +166,21 @@ class _Driver:
                 if chunk.HasField("output_logprobs"):
                     run_logprobs.append(chunk.output_logprobs)
             elif kind == "complete":
+                done = response.complete
+                self.worker_completed += done.completion_tokens
+                if not (self.streamed or streamed):  # a one-message answer: its tokens come now
+                    whole = whole or bool(done.output_ids)
+                if not self.remaining:
+                    continue
                 if run_index >= 0:
                     self._push(run_index, run_ids, run_logprobs, events)
                     run_index, run_logprobs = -1, []
-                self._complete(response.complete, events)
+                self._complete(done, events)
         if run_index >= 0 and self.remaining:
             self._push(run_index, run_ids, run_logprobs, events)
+        self.streamed += streamed
+        if self.meter is not None and (streamed or whole):
+            self.meter.arrived(streamed, at)
         return events
 
     def usage(self, prompt_index: int) -> Usage:

@@ -11,8 +11,7 @@ aggregates all of them (several uvicorn worker processes).
 from __future__ import annotations
 
 import os
-import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from prometheus_client import (
@@ -199,7 +198,8 @@ class Metrics:
                 self.tenant_tokens.labels(tenant, "completion").inc(record.completion_tokens)
 
     def meter(self, model: str, record: RequestRecord | None) -> RequestMeter:
-        """Per-request observation of a worker stream, with the model's children bound once."""
+        """Per-request observation of a worker stream, with the model's children bound once
+        (``record``: the request whose log line gets its time to first token and tokens)."""
         return RequestMeter(self, model, record)
 
     # -- scraping ------------------------------------------------------------------------------
@@ -223,22 +223,13 @@ class Metrics:
 class RequestMeter:
     """Times one worker stream: time to first token, inter-token latency, tokens in and out.
 
-    Per batch of worker messages it does one subtraction and one histogram observation;
-    labelled children are looked up once per request.
+    Fed by the generation pipeline's one walk over the worker's responses
+    (:class:`turnout.generation.pipeline.StreamMeter`): per batch of worker messages that
+    brought tokens, one subtraction and one histogram observation; labelled children are
+    looked up once per request.
     """
 
-    __slots__ = (
-        "_completed",
-        "_done",
-        "_generation",
-        "_itl",
-        "_last",
-        "_prompt",
-        "_prompt_tokens",
-        "_record",
-        "_streamed",
-        "_ttft",
-    )
+    __slots__ = ("_done", "_generation", "_itl", "_last", "_prompt", "_record", "_ttft", "_used")
 
     def __init__(self, metrics: Metrics, model: str, record: RequestRecord | None) -> None:
         self._ttft = metrics.ttft.labels(model)
@@ -247,99 +238,45 @@ class RequestMeter:
         self._generation = metrics.generation_tokens.labels(model)
         self._record = record
         self._last: float | None = None
-        self._streamed = 0
-        self._completed = 0
-        self._prompt_tokens = 0
+        self._used = 0
         self._done = False
 
-    def batch(self, responses: Sequence[Any]) -> None:
-        """Observe the ``GenerateResponse`` messages that arrived together from the worker.
+    def arrived(self, streamed: int, at: float) -> None:
+        """A batch of worker messages brought tokens at ``at`` (``time.perf_counter()``):
+        ``streamed`` of them in stream chunks, 0 when a whole output came in one message.
 
-        Inter-token latency is one observation per batch: the time since the previous batch
-        divided by the tokens that came in this one.
+        The first batch gives the time to first token; later ones one inter-token latency
+        observation each: the time since the previous batch divided by its tokens.
         """
-        streamed = whole = 0
-        for response in responses:
-            kind = response.WhichOneof("response")
-            if kind == "chunk":
-                chunk = response.chunk
-                streamed += len(chunk.token_ids)
-                self._prompt_tokens = max(self._prompt_tokens, chunk.prompt_tokens)
-            elif kind == "complete":
-                done = response.complete
-                if not self._streamed and not streamed:
-                    whole = len(done.output_ids)  # a one-message answer: its tokens come now
-                self._completed += done.completion_tokens
-                self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
-        if not (streamed or whole):
-            return
-        now = time.perf_counter()
         last = self._last
         if last is None:
             record = self._record
             if record is not None:
-                ttft = now - record.started
+                ttft = at - record.started
                 record.ttft_s = ttft
                 self._ttft.observe(ttft)
         elif streamed:
-            self._itl.observe((now - last) / streamed)
-        self._last = now
-        self._streamed += streamed
+            self._itl.observe((at - last) / streamed)
+        self._last = at
+        self._used += streamed
 
     def usage(self) -> int:
-        """Tokens of the stream so far: prompt plus generated (a tenant's real usage)."""
-        return self._prompt_tokens + max(self._streamed, self._completed)
+        """Tokens of the stream: prompt plus generated (a tenant's real usage); before the
+        stream ended, the tokens streamed so far."""
+        return self._used
 
-    def finish(self) -> None:
-        """Add the request's tokens to the counters (idempotent)."""
+    def finish(self, prompt_tokens: int, generated: int) -> None:
+        """Add the stream's tokens to the counters (once)."""
         if self._done:
             return
         self._done = True
-        generated = max(self._streamed, self._completed)
-        self._prompt.inc(self._prompt_tokens)
+        self._used = prompt_tokens + generated
+        self._prompt.inc(prompt_tokens)
         self._generation.inc(generated)
         record = self._record
         if record is not None:
-            record.prompt_tokens += self._prompt_tokens
+            record.prompt_tokens += prompt_tokens
             record.completion_tokens += generated
-
-
-class MeteredSession:
-    """A worker session that reports every batch of responses to a :class:`RequestMeter`.
-
-    Same surface as the dispatcher's ``GenerateSession`` as far as the pipeline uses it.
-    """
-
-    __slots__ = ("_inner", "_meter")
-
-    def __init__(self, inner: Any, meter: RequestMeter) -> None:
-        self._inner = inner
-        self._meter = meter
-
-    @property
-    def worker(self) -> Any:
-        """The worker serving the request."""
-        return self._inner.worker
-
-    @property
-    def attempts(self) -> int:
-        """Attempts it took to get the first response."""
-        attempts: int = self._inner.attempts
-        return attempts
-
-    async def next_batch(self) -> list[Any]:
-        """The next responses from the worker (empty once the stream ended)."""
-        batch: list[Any] = await self._inner.next_batch()
-        if batch:
-            self._meter.batch(batch)
-        else:
-            self._meter.finish()
-        return batch
-
-    async def aclose(self) -> None:
-        """Close the worker stream (aborting it if unfinished) and book the tokens."""
-        self._meter.finish()
-        await self._inner.aclose()
 
 
 class WorkerCollector(Collector):

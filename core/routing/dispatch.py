@@ -387,6 +387,7 @@ class GenerateSession:
         "_span",
         "_stream",
         "attempts",
+        "meter",
         "slot",
         "worker",
     )
@@ -416,6 +417,9 @@ class GenerateSession:
         self._done = False
         #: Attempts it took to get the first response (1 = no retry).
         self.attempts = attempts
+        #: What observes this stream for the request (its metrics), set by whoever opened it;
+        #: the generation pipeline feeds it as it reads the responses.
+        self.meter: Any = None
         self._check_finished()
 
     @property

@@ -25,7 +25,7 @@ from turnout.generation.models import ModelTable
 from turnout.generation.pipeline import GenerateSession
 from turnout.generation.prompt_size import PromptLimit, limit_from_labels, widest_limit
 from turnout.observability.logs import current_record
-from turnout.observability.metrics import CONTENT_TYPE, MeteredSession
+from turnout.observability.metrics import CONTENT_TYPE
 from turnout.observability.tracing import start_tracing
 from turnout.plugin_choice import choose_plugins, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
@@ -217,10 +217,11 @@ def _opener(
             metrics.retries.labels(model).inc(session.attempts - 1)
         if record is not None:
             record.worker, record.attempts = worker, session.attempts
-        meter = metrics.meter(model, record)
+        # The pipeline feeds the meter from its walk over the responses.
+        session.meter = meter = metrics.meter(model, record)
         if reservation is not None:
             reservation.usage = meter.usage
-        return MeteredSession(session, meter)
+        return session
 
     return open_stream
 

@@ -76,6 +76,22 @@ def test_request_counters_latency_and_tokens_move(router: Router) -> None:
     assert value(after, "turnout_requests_in_flight", route=CHAT) == 0
 
 
+def test_health_generate_probes_are_not_counted_as_generation(router: Router) -> None:
+    """A /health_generate probe runs a real one-token generation, but it is no user request:
+    it adds no generated or prompt tokens and no time to first token."""
+    before = scrape(router.base_url)
+    probe = httpx.get(f"{router.base_url}/health_generate", timeout=30)
+    assert probe.status_code == 200
+    after = scrape(router.base_url)
+    model = {"model": MODEL}
+    for name in (
+        "turnout_generation_tokens_total",
+        "turnout_prompt_tokens_total",
+        "turnout_time_to_first_token_seconds_count",
+    ):
+        assert value(after, name, **model) == value(before, name, **model), name
+
+
 def test_errors_are_counted_by_status(router: Router) -> None:
     before = scrape(router.base_url)
     missing = httpx.post(f"{router.base_url}{CHAT}", json={**chat(), "model": "nope"}, timeout=20)

@@ -23,6 +23,20 @@ from .outputs import EOS, TOKENIZER
 RUNTIME = ModelRuntime("m", TOKENIZER, stop_token_ids=frozenset(TOKENIZER.eos_token_ids))
 
 
+class Meter:
+    """Records what the pipeline tells it."""
+
+    def __init__(self) -> None:
+        self.batches: list[int] = []
+        self.finished: list[tuple[int, int]] = []
+
+    def arrived(self, streamed: int, at: float) -> None:
+        self.batches.append(streamed)
+
+    def finish(self, prompt_tokens: int, generated: int) -> None:
+        self.finished.append((prompt_tokens, generated))
+
+
 class Session:
     """A worker session answering ``text`` in one chunk per token, then complete."""
 
@@ -35,6 +49,7 @@ class Session:
         done = pb.GenerateComplete(finish_reason="stop", completion_tokens=len(ids))
         self._batches = [*chunks, [pb.GenerateResponse(complete=done)]]
         self.closed = False
+        self.meter: Meter | None = None
 
     async def next_batch(self) -> list[pb.GenerateResponse]:
         return self._batches.pop(0) if self._batches and not self.closed else []
@@ -67,6 +82,7 @@ class Backend:
             raise ApiError(503, "no worker")
         self.requests.append(request)
         session = Session(routing.text or "")
+        session.meter = Meter()  # as the app's opener does
         self.sessions.append(session)
         return session
 
@@ -130,3 +146,16 @@ async def test_closing_the_sse_body_closes_its_source_at_once() -> None:
     assert await anext(body) == b'data: {"x":1}\n\n'
     await body.aclose()  # type: ignore[attr-defined]
     assert closed == [True]
+
+
+async def test_the_meter_is_fed_by_the_one_walk_over_the_responses() -> None:
+    """Per batch that brought tokens, how many came streamed; at the end, the prompt's tokens
+    and what the worker generated (each worker stream's own meter)."""
+    backend = Backend()
+    await generate(completions.ENDPOINT, request(False, prompts=2), context(), backend)
+    meters = [session.meter for session in backend.sessions]
+    for meter, session_text in zip(meters, ["prompt 0", "prompt 1"], strict=True):
+        assert meter is not None
+        tokens = len(TOKENIZER.encode(session_text, add_special_tokens=False)) + 1  # + EOS
+        assert meter.batches == [1] * tokens  # one token per chunk; the complete brings none
+        assert meter.finished == [(3, tokens)]
