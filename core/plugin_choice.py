@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turnout.config import DISABLED, Config, ModelConfig, PolicyConfig, policy_config
 from turnout.errors import PluginError
 from turnout.plugin_loader import Plugins
 from turnout.plugin_registry import Registry
+
+if TYPE_CHECKING:
+    from turnout.routing.types import Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,3 +81,23 @@ def validate_plugin_names(config: Config, plugins: Plugins) -> None:
             registry.factory(name)
         except PluginError as exc:
             raise PluginError(f"{key}: {exc}") from None
+
+
+def policies_for(
+    config: Config, plugins: Plugins
+) -> tuple[dict[str, Policy], Callable[[], Policy]]:
+    """Per-model policy instances and a factory for models the config does not list."""
+    policies = {
+        model_id: _make_policy(plugins, choose_plugins(model_id, config, plugins).policy)
+        for model_id in config.models
+    }
+    default = policy_config(config.defaults.policy)
+
+    def default_policy() -> Policy:
+        return _make_policy(plugins, default)
+
+    return policies, default_policy
+
+
+def _make_policy(plugins: Plugins, choice: PolicyConfig) -> Policy:
+    return plugins.policies.create(choice.name, **choice.params)

@@ -10,11 +10,10 @@ from typing import Any
 
 from litestar import Litestar, Request, Response, get, post
 from litestar.config.cors import CORSConfig
-from litestar.datastructures import State
-from litestar.di import Provide
+from litestar.di import NamedDependency, Provide
 from litestar.types import ControllerRouterHandler
 
-from turnout.config import Config, ServerConfig, policy_config
+from turnout.config import Config, ServerConfig
 from turnout.discovery import DiscoveryManager, describe_discovery
 from turnout.embeddings import Embedder, EmbeddingRequest, embed
 from turnout.generation import chat, completions, generate
@@ -27,13 +26,13 @@ from turnout.generation.prompt_size import PromptLimit, limit_from_labels, wides
 from turnout.observability.logs import current_record
 from turnout.observability.metrics import CONTENT_TYPE
 from turnout.observability.tracing import start_tracing
-from turnout.plugin_choice import choose_plugins, validate_plugin_names
+from turnout.plugin_choice import policies_for, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
 from turnout.responses.endpoint import ResponsesApi
 from turnout.responses.store import make_store
 from turnout.routing.dispatch import Dispatcher
-from turnout.routing.types import Policy, RoutingRequest
-from turnout.server.context import Services, new_request_id
+from turnout.routing.types import RoutingRequest
+from turnout.server.context import SERVICES, ConfigSource, Services, ServicesSlot, new_request_id
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.server.info import info_routes
 from turnout.server.metrics_server import metrics_listener
@@ -52,12 +51,6 @@ from turnout.workers.errors import WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
 
 log = logging.getLogger(__name__)
-
-
-def services_of(request: Request[Any, Any, Any]) -> Services:
-    """The app's services (set by the lifespan)."""
-    services: Services = request.app.state["services"]
-    return services
 
 
 def request_context(
@@ -97,8 +90,7 @@ def _generation_route(path: str, prefix: str, endpoint: Endpoint[Any]) -> Contro
         summary=body_type.__doc__.split("\n")[0].strip("`. ") if body_type.__doc__ else None,
         description=endpoint.description,
     )
-    async def route(request: Request[Any, Any, Any]) -> Answer:
-        services = services_of(request)
+    async def route(request: Request[Any, Any, Any], services: NamedDependency[Services]) -> Answer:
         ctx = request_context(request, services, prefix)
         body = await request.body()
         ctx.body_size = len(body)
@@ -118,35 +110,15 @@ def _generation_route(path: str, prefix: str, endpoint: Endpoint[Any]) -> Contro
     summary="Embeddings",
     description="Embed text or token ids: one Embed call on a worker per input.",
 )
-async def embeddings_route(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def embeddings_route(
+    request: Request[Any, Any, Any], services: NamedDependency[Services]
+) -> Response[bytes]:
     """``POST /v1/embeddings``."""
-    services = services_of(request)
     ctx = request_context(request, services, "embd")
     answer = await embed(decode_body(await request.body(), EmbeddingRequest), ctx, services)
     response = answer_json(answer)
     response.headers["x-request-id"] = ctx.request_id
     return response
-
-
-def policies_for(
-    config: Config, plugins: Plugins
-) -> tuple[dict[str, Policy], Callable[[], Policy]]:
-    """Per-model policy instances and a factory for models the config does not list."""
-    policies = {
-        model_id: _make_policy(plugins, choose_plugins(model_id, config, plugins).policy)
-        for model_id in config.models
-    }
-    default = policy_config(config.defaults.policy)
-
-    def default_policy() -> Policy:
-        return _make_policy(plugins, default)
-
-    return policies, default_policy
-
-
-def _make_policy(plugins: Plugins, choice: Any) -> Policy:
-    policy: Policy = plugins.policies.create(choice.name, **choice.params)
-    return policy
 
 
 def _configured_models(config: Config) -> list[str]:
@@ -288,7 +260,7 @@ def create_app(
     *,
     plugins: Plugins | None = None,
     on_startup: Callable[[Services], Awaitable[None]] | None = None,
-    config_source: Callable[[], Config] | None = None,
+    config_source: ConfigSource | None = None,
     before: Sequence[Callable[[Litestar], contextlib.AbstractAsyncContextManager[None]]] = (),
 ) -> Litestar:
     """Build the app. Workers, channels and background tasks live in its lifespan.
@@ -301,6 +273,7 @@ def create_app(
     describe_discovery(config.discovery, plugins.discovery)
     ops = OpsState(config.server)
     ops.set_tenants(config)
+    provide_services = ServicesSlot()
     server = config.server
     # None unless tracing is configured: then nothing of OpenTelemetry's SDK is loaded.
     tracing = start_tracing(config.tracing)
@@ -322,26 +295,20 @@ def create_app(
             registry.unplaced,
             prompt_limit=prompt_limit,
         )
+        discovery = DiscoveryManager(registry, plugins.discovery)
         services = Services(
             config,
             plugins,
             models,
             _opener(dispatcher, config, ops, prompt_limit),
             _embedder(dispatcher, config, ops),
+            registry=registry,
+            dispatcher=dispatcher,
+            discovery=discovery,
+            ops=ops,
+            config_source=config_source,
         )
-        discovery = DiscoveryManager(registry, plugins.discovery)
-        services.extras["registry"] = registry
-        services.extras["discovery"] = discovery
-        services.extras["dispatcher"] = dispatcher
-        services.extras["ops"] = ops
-        if config_source is not None:
-            services.extras["config_source"] = config_source
-        app.state["services"] = services
-        ops.draining = lambda: services.draining
-
-        def begin_drain() -> None:
-            services.draining = True
-            ops.gate.reject_waiting()
+        provide_services.services = services
 
         await models.preload(_configured_models(config))
         if ops.limiter is not None:
@@ -352,7 +319,7 @@ def create_app(
         try:
             await discovery.start(config.discovery)
             async with contextlib.AsyncExitStack() as stack:
-                stack.enter_context(drain_hook(begin_drain))
+                stack.enter_context(drain_hook(ops.begin_drain))
                 if server.metrics_port is not None:
                     await stack.enter_async_context(
                         metrics_listener(server.host, server.metrics_port, ops.metrics)
@@ -362,7 +329,7 @@ def create_app(
                     await on_startup(services)
                 yield
         finally:
-            begin_drain()
+            ops.begin_drain()
             # Requests cancelled at the end of the grace period abort on their workers now;
             # give those aborts a moment before the channels close.
             if not await ops.wait_idle(5.0):
@@ -404,14 +371,16 @@ def create_app(
         ],
         cors_config=_cors(server),
         exception_handlers=EXCEPTION_HANDLERS,
-        dependencies={WORKER_REGISTRY: Provide(_provide_registry, sync_to_thread=False)},
+        dependencies={
+            SERVICES: Provide(provide_services, sync_to_thread=False),
+            WORKER_REGISTRY: Provide(_provide_registry, sync_to_thread=False),
+        },
         request_max_body_size=server.max_body_bytes,
         openapi_config=openapi_config(),
         # Logging belongs to the process (turnout.observability.logs), not to the app.
         logging_config=None,
         debug=False,
     )
-    app.state["ops"] = ops
     # Outermost, like Litestar's own CORS wrapper: sees every request, unknown paths included.
     app.asgi_handler = OpsMiddleware(app.asgi_handler, ops)
     return app
@@ -429,7 +398,5 @@ def _cors(server: ServerConfig) -> CORSConfig | None:
     )
 
 
-def _provide_registry(state: State) -> WorkerRegistry:
-    registry = state["services"].extras["registry"]
-    assert isinstance(registry, WorkerRegistry)
-    return registry
+def _provide_registry(services: NamedDependency[Services]) -> WorkerRegistry:
+    return services.registry

@@ -1,29 +1,65 @@
-"""What every request handler shares: the app's services; new request ids."""
+"""What every request handler shares: the app's services (by dependency injection); request ids."""
 
 from __future__ import annotations
 
 import secrets
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from turnout.config import Config
+from turnout.discovery import DiscoveryManager
 from turnout.embeddings import Embedder
 from turnout.generation.models import ModelTable
 from turnout.generation.pipeline import Opener
 from turnout.plugin_loader import Plugins
+from turnout.routing.dispatch import Dispatcher
+from turnout.server.middleware import OpsState
+from turnout.workers.registry import WorkerRegistry
+
+#: Where the config comes from again on a reload (``POST /admin/reload``, SIGHUP).
+ConfigSource = Callable[[], Config]
+
+#: The dependency name handlers take the services under: ``services: NamedDependency[Services]``.
+SERVICES = "services"
 
 
 @dataclass(slots=True)
 class Services:
-    """Long-lived objects owned by the app's lifespan (no module-level globals)."""
+    """Long-lived objects owned by the app's lifespan (no module-level globals). A reload swaps
+    ``config`` and ``models`` (and the dispatcher's policies) in place."""
 
     config: Config
     plugins: Plugins
     models: ModelTable
     open_stream: Opener
     embed: Embedder
-    #: Set while the server shuts down: readiness fails and new requests are refused.
-    draining: bool = False
-    extras: dict[str, object] = field(default_factory=dict)
+    registry: WorkerRegistry
+    dispatcher: Dispatcher
+    discovery: DiscoveryManager
+    #: Per-app operating state: admission gate, API keys, metrics, the draining flag.
+    ops: OpsState
+    #: None when turnout was started without a config file (nothing to reload).
+    config_source: ConfigSource | None = None
+
+    @property
+    def draining(self) -> bool:
+        """True while the server shuts down: readiness fails and new requests are refused."""
+        return self.ops.draining
+
+
+class ServicesSlot:
+    """The provider of the ``services`` dependency: the lifespan fills it, handlers get it."""
+
+    __slots__ = ("services",)
+
+    def __init__(self) -> None:
+        self.services: Services | None = None
+
+    def __call__(self) -> Services:
+        services = self.services
+        if services is None:
+            raise RuntimeError("the app's services are not up (its lifespan has not started)")
+        return services
 
 
 def new_request_id(prefix: str) -> str:

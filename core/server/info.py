@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 import msgspec
 from google.protobuf import json_format
 from litestar import Request, get, post
+from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 from litestar.types import ControllerRouterHandler
 
@@ -34,19 +35,8 @@ from turnout.workers.worker import Worker, WorkerState
 T = TypeVar("T")
 
 
-def _services(request: Request[Any, Any, Any]) -> Services:
-    services: Services = request.app.state["services"]
-    return services
-
-
-def _registry(services: Services) -> WorkerRegistry:
-    registry = services.extras["registry"]
-    assert isinstance(registry, WorkerRegistry)
-    return registry
-
-
 def _ready_worker(services: Services, model: str) -> Worker:
-    for worker in _registry(services).workers_for(model):
+    for worker in services.registry.workers_for(model):
         if worker.routable:
             return worker
     raise ApiError(503, f"no ready worker for model {model!r}")
@@ -65,15 +55,14 @@ def liveness() -> Any:
 
 
 @get("/readiness", sync_to_thread=False)
-def readiness(request: Request[Any, Any, Any]) -> Any:
+def readiness(services: NamedDependency[Services]) -> Any:
     """Ready when not draining and every served model has a ready worker and its tokenizer.
 
     Workers that cannot take requests are listed under ``workers`` with their state and the
     last failure (by id; the worker's address is left out)."""
-    services = _services(request)
     if services.draining:
         return answer_json({"status": "not ready", "reason": "shutting down"}, 503)
-    registry = _registry(services)
+    registry = services.registry
     waiting = _waiting_workers(registry)
     models = services.models.served()
     if not models:
@@ -106,9 +95,9 @@ def _waiting_workers(registry: WorkerRegistry) -> dict[str, Any]:
 
 
 @get("/v1/models", sync_to_thread=False)
-def list_models(request: Request[Any, Any, Any]) -> Any:
+def list_models(services: NamedDependency[Services]) -> Any:
     """Served models, OpenAI style."""
-    models = _services(request).models
+    models = services.models
     data = [
         {"id": model, "object": "model", "created": models.created, "owned_by": "turnout"}
         for model in models.served()
@@ -117,9 +106,9 @@ def list_models(request: Request[Any, Any, Any]) -> Any:
 
 
 @get("/v1/models/{model_id:path}", sync_to_thread=False)
-def get_model(request: Request[Any, Any, Any], model_id: FromPath[str]) -> Any:
+def get_model(services: NamedDependency[Services], model_id: FromPath[str]) -> Any:
     """One served model."""
-    models = _services(request).models
+    models = services.models
     model = models.resolve_name(model_id.lstrip("/"))
     return answer_json(
         {"id": model, "object": "model", "created": models.created, "owned_by": "turnout"}
@@ -135,34 +124,32 @@ async def _unary(worker: Worker, method: str) -> dict[str, Any]:
     return result
 
 
-async def _worker_info(request: Request[Any, Any, Any], model: str | None, method: str) -> Any:
-    services = _services(request)
+async def _worker_info(services: Services, model: str | None, method: str) -> Any:
     worker = _ready_worker(services, services.models.resolve_name(model))
     return answer_json(await _unary(worker, method))
 
 
 @get("/get_model_info")
 async def get_model_info(
-    request: Request[Any, Any, Any], model: FromQuery[str | None] = None
+    services: NamedDependency[Services], model: FromQuery[str | None] = None
 ) -> Any:
     """The worker's GetModelInfo answer for a served model."""
-    return await _worker_info(request, model, "get_model_info")
+    return await _worker_info(services, model, "get_model_info")
 
 
 @get("/get_server_info")
 async def get_server_info(
-    request: Request[Any, Any, Any], model: FromQuery[str | None] = None
+    services: NamedDependency[Services], model: FromQuery[str | None] = None
 ) -> Any:
     """The worker's GetServerInfo answer for a served model."""
-    return await _worker_info(request, model, "get_server_info")
+    return await _worker_info(services, model, "get_server_info")
 
 
 @get("/health_generate")
 async def health_generate(
-    request: Request[Any, Any, Any], model: FromQuery[str | None] = None
+    services: NamedDependency[Services], model: FromQuery[str | None] = None
 ) -> Any:
     """A real one-token generation through a worker of each (or the given) model."""
-    services = _services(request)
     models = [services.models.resolve_name(model)] if model else services.models.served()
     if not models:
         raise ApiError(503, "no workers registered")
@@ -190,9 +177,8 @@ async def health_generate(
 
 
 @post("/v1/tokenize", status_code=200, opt={REQUEST_BODY: TokenizeRequest})
-async def tokenize(request: Request[Any, Any, Any]) -> Any:
+async def tokenize(request: Request[Any, Any, Any], services: NamedDependency[Services]) -> Any:
     """Token ids of a text, a list of texts, or chat messages (long ones off the event loop)."""
-    services = _services(request)
     raw = await request.body()
     body = decode_body(raw, TokenizeRequest)
     model = services.models.resolve_name(body.model)
@@ -224,9 +210,8 @@ async def tokenize(request: Request[Any, Any, Any]) -> Any:
 
 
 @post("/v1/detokenize", status_code=200, opt={REQUEST_BODY: DetokenizeRequest})
-async def detokenize(request: Request[Any, Any, Any]) -> Any:
+async def detokenize(request: Request[Any, Any, Any], services: NamedDependency[Services]) -> Any:
     """Text of token ids (a list, or a list of lists)."""
-    services = _services(request)
     body = decode_body(await request.body(), DetokenizeRequest)
     model = services.models.resolve_name(body.model)
     tokenizer = (await services.models.runtime(model)).tokenizer
@@ -242,9 +227,10 @@ async def detokenize(request: Request[Any, Any, Any]) -> Any:
 
 
 @post("/parse/function_call", status_code=200, opt={REQUEST_BODY: ParseFunctionCallRequest})
-async def parse_function_call(request: Request[Any, Any, Any]) -> Any:
+async def parse_function_call(
+    request: Request[Any, Any, Any], services: NamedDependency[Services]
+) -> Any:
     """Run a tool parser (named, or the model's) over a text."""
-    services = _services(request)
     body = decode_body(await request.body(), ParseFunctionCallRequest)
     name = body.tool_call_parser or body.parser
     name, parser = _plugin(services, TOOL_PARSERS, name, body.model, "tool_call_parser")
@@ -257,9 +243,10 @@ async def parse_function_call(request: Request[Any, Any, Any]) -> Any:
 
 
 @post("/parse/reasoning", status_code=200, opt={REQUEST_BODY: ParseReasoningRequest})
-async def parse_reasoning(request: Request[Any, Any, Any]) -> Any:
+async def parse_reasoning(
+    request: Request[Any, Any, Any], services: NamedDependency[Services]
+) -> Any:
     """Run a reasoning parser (named, or the model's) over a text."""
-    services = _services(request)
     body = decode_body(await request.body(), ParseReasoningRequest)
     name = body.reasoning_parser or body.parser
     name, parser = _plugin(services, REASONING_PARSERS, name, body.model, "reasoning_parser")

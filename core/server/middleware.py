@@ -74,8 +74,9 @@ class OpsState:
     tenants: TenantTable = field(default_factory=lambda: TenantTable({}, {}))
     #: Tenant budgets; None until a configuration has a tenant with limits.
     limiter: TenantLimiter | None = None
-    #: True while the router drains (set by the lifespan / the shutdown signal).
-    draining: Callable[[], bool] = lambda: False
+    #: True while the router drains (:meth:`begin_drain`): readiness fails, new generation
+    #: requests get 503 ``shutting_down``. The one draining flag of the app.
+    draining: bool = False
     #: Generation requests running (admitted or not limited) right now.
     running: int = 0
     _idle: asyncio.Event | None = None
@@ -105,6 +106,11 @@ class OpsState:
             )
         self.tenants = tenants
         self.keys = KeyRing.from_config(config.server, tenants)
+
+    def begin_drain(self) -> None:
+        """Start draining: refuse new generation requests and fail those waiting for a slot."""
+        self.draining = True
+        self.gate.reject_waiting()
 
     def _enter(self) -> None:
         self.running += 1
@@ -196,7 +202,7 @@ class OpsMiddleware:
             try:
                 await self.app(scope, body or receive, send_with_id)
             except asyncio.CancelledError as exc:
-                if record.response_started or not cancelled_by_shutdown(exc, self.ops.draining()):
+                if record.response_started or not cancelled_by_shutdown(exc, self.ops.draining):
                     if record.outcome == "ok":
                         record.outcome = "cancelled"
                     raise
@@ -360,7 +366,7 @@ class _Gate:
         ops = self.ops
         server = ops.server
         record = current_record()
-        if ops.draining():
+        if ops.draining:
             ops.metrics.rejected.labels("draining").inc()
             raise Draining()
         length = _header(scope.get("headers", ()), b"content-length")
@@ -461,7 +467,7 @@ class _Gate:
                 self._client_gone(task, record)
                 return
             if not (progress.started and progress.sse) or not cancelled_by_shutdown(
-                exc, self.ops.draining()
+                exc, self.ops.draining
             ):
                 raise  # not started: the ops middleware answers 503 JSON at shutdown
             if task.uncancel() > 0:

@@ -11,26 +11,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable
-from typing import Any
 
-from litestar import Request, Response, post
+from litestar import Response, post
+from litestar.di import NamedDependency
 
 from turnout.config import Config
-from turnout.discovery import DiscoveryManager, describe_discovery
+from turnout.discovery import describe_discovery
 from turnout.errors import StartupError
-from turnout.plugin_choice import validate_plugin_names
-from turnout.routing.dispatch import Dispatcher
+from turnout.plugin_choice import policies_for, validate_plugin_names
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
-from turnout.server.middleware import OpsState
 from turnout.server.respond import answer_json
-from turnout.workers.registry import WorkerRegistry
 from turnout.workers.worker import default_worker_id
 
 log = logging.getLogger(__name__)
-
-ConfigSource = Callable[[], Config]
 
 
 async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
@@ -38,25 +32,18 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
     started and stopped)."""
     validate_plugin_names(new, services.plugins)
     describe_discovery(new.discovery, services.plugins.discovery)
-    registry = services.extras["registry"]
-    dispatcher = services.extras["dispatcher"]
-    assert isinstance(registry, WorkerRegistry)
-    assert isinstance(dispatcher, Dispatcher)
+    registry = services.registry
     old = services.config
     models = services.models.with_config(new)
     await models.preload(sorted(m for m in new.models if new.models[m].tokenizer_path))
-
-    from turnout.server.app import policies_for  # the app module owns policy construction
-
     policies, default_policy = policies_for(new, services.plugins)
-    dispatcher.set_policies(policies, default_policy)
-    ops = services.extras.get("ops")
-    if isinstance(ops, OpsState):
-        # Key rotation and tenants: old keys stop working with the next request; a request
-        # already admitted settles its budget with the tenant settings it started with.
-        ops.set_tenants(new)
-        if ops.limiter is not None and ops.limiter.settings != new.limits:
-            log.warning("the limits section changed: it applies when turnout restarts")
+    services.dispatcher.set_policies(policies, default_policy)
+    # Key rotation and tenants: old keys stop working with the next request; a request
+    # already admitted settles its budget with the tenant settings it started with.
+    ops = services.ops
+    ops.set_tenants(new)
+    if ops.limiter is not None and ops.limiter.settings != new.limits:
+        log.warning("the limits section changed: it applies when turnout restarts")
     services.models = models
     services.config = new
 
@@ -72,9 +59,8 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
             registry.start_drain(worker_id)
             drained.append(worker_id)
     changes = {"added": added, "drained": drained}
-    discovery = services.extras.get("discovery")
-    if isinstance(discovery, DiscoveryManager) and new.discovery != old.discovery:
-        entries = await discovery.reconfigure(new.discovery)
+    if new.discovery != old.discovery:
+        entries = await services.discovery.reconfigure(new.discovery)
         changes["discovery_started"] = entries["started"]
         changes["discovery_stopped"] = entries["stopped"]
     log.info("configuration reloaded: %s", changes)
@@ -82,20 +68,18 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
 
 
 @post("/admin/reload", status_code=200)
-async def admin_reload(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def admin_reload(services: NamedDependency[Services]) -> Response[bytes]:
     """Re-read the config file and apply it (admin route)."""
-    services: Services = request.app.state["services"]
     return answer_json({"status": "reloaded", **await reload_from_source(services)})
 
 
 async def reload_from_source(services: Services) -> dict[str, list[str]]:
     """Load the config again from where it came from and apply it."""
-    source = services.extras.get("config_source")
-    if not callable(source):
+    source = services.config_source
+    if source is None:
         raise ApiError(409, "turnout was started without a config file; there is nothing to reload")
     try:
         new = source()
-        assert isinstance(new, Config)
         return await apply_config(services, new)
     except StartupError as exc:
         raise ApiError(400, f"the new configuration was rejected: {exc}") from None
@@ -103,7 +87,7 @@ async def reload_from_source(services: Services) -> dict[str, list[str]]:
 
 def install_sighup(services: Services) -> None:
     """Reload the configuration on SIGHUP (where the platform has it)."""
-    if not hasattr(signal, "SIGHUP") or not callable(services.extras.get("config_source")):
+    if not hasattr(signal, "SIGHUP") or services.config_source is None:
         return
     loop = asyncio.get_running_loop()
     tasks: set[asyncio.Task[None]] = set()
