@@ -470,6 +470,12 @@ def config_warnings(config: Config) -> list[str]:
         )
     if config.limits.storage != "memory://" and not config.tenants:
         warnings.append("limits.storage is set but no tenant is configured: nothing is counted")
+    if server.processes > 1 and config.responses.storage == "memory://":
+        warnings.append(
+            f"server.processes is {server.processes} and responses.storage is memory://: each "
+            "process keeps its own Responses API responses, so a previous_response_id or GET "
+            "/v1/responses/{id} that reaches another process is a 404 (keep them in Redis)"
+        )
     return warnings
 
 

@@ -3,6 +3,9 @@ forgotten after its time to live."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from turnout.config import build_config, config_warnings
 from turnout.responses.store import MemoryResponseStore, StoredResponse
 
 
@@ -66,3 +69,12 @@ async def test_a_response_is_forgotten_after_its_time_to_live() -> None:
     assert await store.get("a") is None
     assert not await store.delete("b")
     assert store.size == (0, 0)
+
+
+def test_several_processes_with_a_memory_store_are_warned_about() -> None:
+    def warnings(**sections: Any) -> list[str]:
+        return [w for w in config_warnings(build_config(sections)) if "responses.storage" in w]
+
+    assert warnings(server={"processes": 2})
+    assert not warnings(server={"processes": 1})
+    assert not warnings(server={"processes": 2}, responses={"storage": "redis://r:6379/0"})
