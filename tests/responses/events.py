@@ -14,6 +14,11 @@ _EVENT = TypeAdapter(ResponseStreamEvent)
 _LAST = ("response.completed", "response.incomplete", "response.failed")
 
 
+def check_event(event: dict[str, Any]) -> None:
+    """One stream event, validated by the official client's types."""
+    _EVENT.validate_python(event)
+
+
 def check_response(body: dict[str, Any]) -> Response:
     """The response object, validated by the official client's model."""
     return Response.model_validate(body)

@@ -18,7 +18,7 @@ import yaml
 from tests.server.conftest import SCRIPT
 from tests.server.harness import MODEL, Router, run_router
 
-from .events import check_response, fold_events
+from .events import check_event, check_response, fold_events
 
 RULES = [
     {"match": "sunny, 21 degrees", "reply": "It is sunny in Paris."},
@@ -425,3 +425,33 @@ def test_a_client_chains_by_sending_the_output_back_without_a_store(
     prompt = last_prompt(router)
     asked = prompt.index("plan ahead, please")
     assert asked < prompt.index("<tool_call>", asked) < prompt.index("sunny, 21 degrees")
+
+
+def test_a_failure_mid_stream_is_a_typed_error_event_the_client_raises(
+    client: openai.OpenAI, router: Router
+) -> None:
+    sim = router.sims[0]
+    sim.knobs.update({"fail_after_tokens": 2, "tokens_per_chunk": 1})
+    try:
+        events = raw_stream(router, {"input": "Hello there, failing stream"})
+        *before, error = events
+        kinds = [event["type"] for event in before]
+        assert kinds[:2] == ["response.created", "response.in_progress"]
+        assert "response.output_text.delta" in kinds
+        assert error["type"] == "error"
+        assert error["sequence_number"] == len(before)
+        assert error["code"]
+        assert error["message"]
+        check_event(error)
+        with (
+            pytest.raises(openai.APIError),
+            client.responses.stream(model=MODEL, input="Hello there, failing again") as stream,
+        ):
+            for _ in stream:
+                pass
+        # Nothing was kept of the failed answer.
+        (response_id,) = {event["response"]["id"] for event in before if "response" in event}
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(response_id)
+    finally:
+        sim.knobs.update({"fail_after_tokens": None, "tokens_per_chunk": 1})
