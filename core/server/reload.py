@@ -3,7 +3,8 @@
 Policies, parsers, per-model settings, the API keys and the tenants (their keys, models and
 limits) are swapped for new requests (in-flight requests keep the objects they started with);
 workers that left the config are drained, new ones are added. Other server settings (host,
-port, limits, timeouts) and the ``limits`` section (the budget storage) change on restart.
+port, limits, timeouts), the ``limits`` section (the budget storage) and the ``responses``
+section (the response store) change on restart.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
     ops.set_tenants(new)
     if ops.limiter is not None and ops.limiter.settings != new.limits:
         log.warning("the limits section changed: it applies when turnout restarts")
+    if new.responses != old.responses:
+        log.warning("the responses section changed: it applies when turnout restarts")
     services.models = models
     services.config = new
 
