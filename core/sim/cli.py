@@ -72,6 +72,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="how long either PD leg waits for the other (default %(default)s)",
     )
     parser.add_argument(
+        "--lora-adapters",
+        nargs="+",
+        default=[],
+        metavar="NAME[=PATH]",
+        help="LoRA adapters loaded at start-up (each under a random lora_id)",
+    )
+    parser.add_argument(
         "--fail-status",
         default=None,
         help="fail every Generate and Embed with this gRPC status name",
@@ -123,6 +130,7 @@ async def _serve(args: argparse.Namespace) -> int:
         role=args.role,
         bootstrap_port=args.bootstrap_port,
         bootstrap_timeout_s=args.bootstrap_timeout_s,
+        lora_adapters=args.lora_adapters,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

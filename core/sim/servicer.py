@@ -18,6 +18,7 @@ from google.protobuf import struct_pb2, timestamp_pb2
 import turnout
 from turnout.sim.disagg import BootstrapServer, DisaggError, PrefillRoom, receive_kv
 from turnout.sim.embedding import embed_ids, embedding_dim
+from turnout.sim.lora import SimAdapters
 from turnout.sim.model import (
     ChoicePlan,
     InvalidRequest,
@@ -73,6 +74,8 @@ class SimKnobs:
     max_total_tokens: int = 65536
     #: Prefill-decode rendezvous deadline, seconds (SGLang's bootstrap and KV waiting timeouts).
     bootstrap_timeout_s: float = 300.0
+    #: Answer ``ListLoadedLoRAAdapters`` (False: UNIMPLEMENTED, as SGLang before mid 2026).
+    lists_adapters: bool = True
 
     def update(self, changes: dict[str, Any]) -> None:
         """Set several knobs; ``ValueError`` names an unknown knob or a bad status name."""
@@ -114,6 +117,8 @@ class SimRecords:
     multimodal: list[MultimodalRecord] = field(default_factory=list)
     #: request id → the W3C trace context (``traceparent``, …) its Generate or Embed call carried.
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)
+    #: request id → the ``lora_id`` its Generate request named (requests without one: absent).
+    lora_ids: dict[str, str] = field(default_factory=dict)
 
     def clear(self) -> None:
         """Forget everything recorded."""
@@ -127,6 +132,7 @@ class SimRecords:
         self.embed_requests.clear()
         self.multimodal.clear()
         self.metadata.clear()
+        self.lora_ids.clear()
 
 
 class SimServicer(pb_grpc.SglangSchedulerServicer):
@@ -147,6 +153,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         dp_size: int = 1,
         role: Role = "regular",
         bootstrap: BootstrapServer | None = None,
+        adapters: SimAdapters | None = None,
     ) -> None:
         if dp_size < 1:
             raise ValueError(f"dp_size must be >= 1, got {dp_size!r}")
@@ -160,6 +167,8 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         self.started = time.time()
         self.role: Role = role
         self.bootstrap = bootstrap
+        #: The LoRA adapters loaded at start-up.
+        self.adapters = adapters or SimAdapters()
         self.ranks = [Rank(i, self._max_running) for i in range(dp_size)]
         self._next_rank = 0
         self._running: dict[str, Running] = {}
@@ -196,6 +205,15 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             self._record_multimodal("Generate", rid, request)
         except InvalidMultimodal as exc:
             await self._fail(context, rid, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        if request.lora_id:
+            self.records.lora_ids[rid] = request.lora_id
+            if not self.adapters.knows(request.lora_id):
+                await self._fail(
+                    context,
+                    rid,
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"LoRA adapter {request.lora_id!r} is not loaded",
+                )
         if rid in self._running:
             await self._fail(
                 context, rid, grpc.StatusCode.INVALID_ARGUMENT, f"duplicate request id {rid!r}"
@@ -449,6 +467,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 "disaggregation_mode": _MODES[self.role],
                 "simulated": True,
                 "knobs": self.knobs.as_dict(),
+                "lora_paths": self.adapters.server_args(),
             }
         )
         if self.bootstrap is not None:
@@ -469,6 +488,16 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             start_time=start,
             max_total_num_tokens=self.knobs.max_total_tokens,
         )
+
+    async def ListLoadedLoRAAdapters(
+        self,
+        request: pb.ListLoadedLoRAAdaptersRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> pb.ListLoadedLoRAAdaptersResponse:
+        """The adapters loaded at start-up (UNIMPLEMENTED while ``lists_adapters`` is off)."""
+        if not self.knobs.lists_adapters:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        return self.adapters.listed()
 
     async def GetLoads(
         self, request: pb.GetLoadsRequest, context: grpc.aio.ServicerContext[Any, Any]

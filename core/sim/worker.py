@@ -16,6 +16,7 @@ import selectors
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -25,6 +26,7 @@ import grpc.aio
 
 from turnout import demo_model
 from turnout.sim.disagg import BootstrapServer
+from turnout.sim.lora import SimAdapters
 from turnout.sim.model import ModelFiles, Script, SimModel
 from turnout.sim.servicer import Role, SimKnobs, SimRecords, SimServicer
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
@@ -64,6 +66,9 @@ class SimWorker:
     at any time. ``sim.records`` keeps what it received. ``stop_serving()`` / ``resume_serving()``
     make it refuse connections and come back on the same port.
 
+    ``lora_adapters`` (``NAME`` or ``NAME=PATH``) are loaded at start-up, each under a random
+    ``lora_id`` (``sim.servicer.adapters``), as SGLang's ``--lora-paths``.
+
     ``dp_size`` ranks share the endpoint (SGLang's DP attention). ``role="prefill"`` also listens
     on ``bootstrap_port`` (0: a free one, see ``sim.bootstrap_port``) for decode sims
     (``role="decode"``) to meet it; see :mod:`turnout.sim.disagg`.
@@ -81,6 +86,7 @@ class SimWorker:
         dp_size: int = 1,
         role: Role = "regular",
         bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT,
+        lora_adapters: Sequence[str] = (),
         **knob_values: Any,
     ) -> None:
         files = ModelFiles.load(model_dir or demo_model.path(), served_model_name)
@@ -94,7 +100,12 @@ class SimWorker:
             else None
         )
         self.servicer = SimServicer(
-            SimModel(files, script), knobs, dp_size=dp_size, role=role, bootstrap=self.bootstrap
+            SimModel(files, script),
+            knobs,
+            dp_size=dp_size,
+            role=role,
+            bootstrap=self.bootstrap,
+            adapters=SimAdapters(lora_adapters),
         )
         self.host = host
         self.port = port
@@ -261,6 +272,7 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
             "embeds": [r.request_id for r in records.embed_requests],
             "multimodal": [m.as_dict() for m in records.multimodal],
             "metadata": dict(records.metadata),
+            "lora_ids": dict(records.lora_ids),
         }
 
     async def get_counters_rpc(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:

@@ -327,6 +327,17 @@ class WorkerClient:
             "GetLoads", request, pb.GetLoadsResponse, timeout_s or self.settings.unary_timeout
         )
 
+    async def list_loaded_lora_adapters(
+        self, *, timeout_s: float | None = None
+    ) -> pb.ListLoadedLoRAAdaptersResponse:
+        """The LoRA adapters loaded in the engine (UNIMPLEMENTED on older SGLang)."""
+        return await self._unary(
+            "ListLoadedLoRAAdapters",
+            pb.ListLoadedLoRAAdaptersRequest(),
+            pb.ListLoadedLoRAAdaptersResponse,
+            timeout_s or self.settings.unary_timeout,
+        )
+
     async def embed(
         self,
         request: pb.EmbedRequest,

@@ -410,6 +410,28 @@ class GetServerInfoResponse(_message.Message):
     max_total_num_tokens: int
     def __init__(self, server_args: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., scheduler_info: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., active_requests: _Optional[int] = ..., is_paused: _Optional[bool] = ..., last_receive_timestamp: _Optional[float] = ..., uptime_seconds: _Optional[float] = ..., sglang_version: _Optional[str] = ..., server_type: _Optional[str] = ..., start_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., max_total_num_tokens: _Optional[int] = ...) -> None: ...
 
+class ListLoadedLoRAAdaptersRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class LoadedLoRAAdapter(_message.Message):
+    __slots__ = ("lora_id", "lora_name", "lora_path", "pinned")
+    LORA_ID_FIELD_NUMBER: _ClassVar[int]
+    LORA_NAME_FIELD_NUMBER: _ClassVar[int]
+    LORA_PATH_FIELD_NUMBER: _ClassVar[int]
+    PINNED_FIELD_NUMBER: _ClassVar[int]
+    lora_id: str
+    lora_name: str
+    lora_path: str
+    pinned: bool
+    def __init__(self, lora_id: _Optional[str] = ..., lora_name: _Optional[str] = ..., lora_path: _Optional[str] = ..., pinned: _Optional[bool] = ...) -> None: ...
+
+class ListLoadedLoRAAdaptersResponse(_message.Message):
+    __slots__ = ("loaded_adapters",)
+    LOADED_ADAPTERS_FIELD_NUMBER: _ClassVar[int]
+    loaded_adapters: _containers.RepeatedCompositeFieldContainer[LoadedLoRAAdapter]
+    def __init__(self, loaded_adapters: _Optional[_Iterable[_Union[LoadedLoRAAdapter, _Mapping]]] = ...) -> None: ...
+
 class GetLoadsRequest(_message.Message):
     __slots__ = ("dp_rank", "include")
     DP_RANK_FIELD_NUMBER: _ClassVar[int]

@@ -69,6 +69,11 @@ class SglangSchedulerStub:
                 request_serializer=sglang__scheduler__pb2.GetLoadsRequest.SerializeToString,
                 response_deserializer=sglang__scheduler__pb2.GetLoadsResponse.FromString,
                 _registered_method=True)
+        self.ListLoadedLoRAAdapters = channel.unary_unary(
+                '/sglang.grpc.scheduler.SglangScheduler/ListLoadedLoRAAdapters',
+                request_serializer=sglang__scheduler__pb2.ListLoadedLoRAAdaptersRequest.SerializeToString,
+                response_deserializer=sglang__scheduler__pb2.ListLoadedLoRAAdaptersResponse.FromString,
+                _registered_method=True)
 
 
 class SglangSchedulerServicer:
@@ -118,6 +123,13 @@ class SglangSchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListLoadedLoRAAdapters(self, request, context):
+        """The LoRA adapters loaded in the engine (SGLang with smg-grpc-servicer >= mid 2026).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SglangSchedulerServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -155,6 +167,11 @@ def add_SglangSchedulerServicer_to_server(servicer, server):
                     servicer.GetLoads,
                     request_deserializer=sglang__scheduler__pb2.GetLoadsRequest.FromString,
                     response_serializer=sglang__scheduler__pb2.GetLoadsResponse.SerializeToString,
+            ),
+            'ListLoadedLoRAAdapters': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListLoadedLoRAAdapters,
+                    request_deserializer=sglang__scheduler__pb2.ListLoadedLoRAAdaptersRequest.FromString,
+                    response_serializer=sglang__scheduler__pb2.ListLoadedLoRAAdaptersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -346,6 +363,33 @@ class SglangScheduler:
             '/sglang.grpc.scheduler.SglangScheduler/GetLoads',
             sglang__scheduler__pb2.GetLoadsRequest.SerializeToString,
             sglang__scheduler__pb2.GetLoadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListLoadedLoRAAdapters(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sglang.grpc.scheduler.SglangScheduler/ListLoadedLoRAAdapters',
+            sglang__scheduler__pb2.ListLoadedLoRAAdaptersRequest.SerializeToString,
+            sglang__scheduler__pb2.ListLoadedLoRAAdaptersResponse.FromString,
             options,
             channel_credentials,
             insecure,
