@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
+from turnout.workers.adapters import Adapter
 from turnout.workers.errors import WorkerRequestError
 
 
@@ -34,6 +35,10 @@ class WorkerConnection(Protocol):
 
     async def model_info(self, timeout_s: float) -> Mapping[str, str]:
         """``GetModelInfo`` + ``GetServerInfo`` flattened into string labels."""
+        ...
+
+    async def adapters(self, timeout_s: float) -> Mapping[str, Adapter] | None:
+        """The LoRA adapters the worker has loaded, by name; None when it does not say."""
         ...
 
     async def load(self, timeout_s: float) -> Sequence[int]:

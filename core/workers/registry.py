@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from turnout.errors import ConfigError
+from turnout.workers.adapters import Adapter
 from turnout.workers.connection import WorkerConnection
 from turnout.workers.dp import Slot
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
@@ -74,18 +75,34 @@ class WorkerRegistry:
         """Every worker serving ``model``, whatever its state."""
         return list(self._by_model.get(model, ()))
 
-    def candidates(self, model: str, exclude: Iterable[str] = ()) -> list[Slot]:
-        """Where a request for ``model`` may go: each routable worker serving it, minus the
-        worker ids in ``exclude``; a worker with DP ranks offers each rank instead."""
+    def candidates(
+        self, model: str, exclude: Iterable[str] = (), adapter: str | None = None
+    ) -> list[Slot]:
+        """Where a request for ``model`` may go: each routable worker serving it (with LoRA
+        ``adapter`` loaded, when one is named), minus the worker ids in ``exclude``; a worker
+        with DP ranks offers each rank instead."""
         workers = self._by_model.get(model, ())
         skip = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
         found: list[Slot] = []
         for w in workers:
-            if w.routable and (not skip or w.id not in skip):
+            if (
+                w.routable
+                and (not skip or w.id not in skip)
+                and (adapter is None or w.has_adapter(adapter))
+            ):
                 if w.ranks:
                     found.extend(w.ranks)
                 else:
                     found.append(w)
+        return found
+
+    def adapters(self, model: str) -> dict[str, Adapter]:
+        """The LoRA adapters reported by the workers of ``model``, by name (the first worker's
+        record of each)."""
+        found: dict[str, Adapter] = {}
+        for worker in self._by_model.get(model, ()):
+            for name, adapter in (worker.adapters or {}).items():
+                found.setdefault(name, adapter)
         return found
 
     def unplaced(self) -> list[Worker]:
@@ -294,10 +311,22 @@ class WorkerRegistry:
             worker.last_error = f"model info: {type(exc).__name__}: {exc}"
             return False
         reshaped = worker.apply_discovery(dict(labels))
+        await self._refresh_adapters(worker, timeout_s)
         self._index(worker)
         if reshaped and worker.model_id is not None:
             self._notify(worker.model_id)  # its candidates (DP ranks) changed
         return True
+
+    @staticmethod
+    async def _refresh_adapters(worker: Worker, timeout_s: float) -> None:
+        """Ask which LoRA adapters the worker has loaded (they come and go at run time); a
+        failed call keeps what it said before."""
+        try:
+            adapters = await worker.connection.adapters(timeout_s)
+        except Exception as exc:
+            log.debug("worker %s: adapters not listed: %s", worker.id, exc)
+            return
+        worker.adapters = None if adapters is None else dict(adapters)
 
     async def _health_loop(self, worker: Worker) -> None:
         health = worker.health
@@ -325,6 +354,8 @@ class WorkerRegistry:
                 if answered and not ok:
                     worker.last_error = "health check: the worker answered healthy=false"
                 changed = health.record_probe(ok, started, answered=answered)
+                if ok:
+                    await self._refresh_adapters(worker, settings.timeout_s)
             self._log_change(worker, changed)
             self._warn_unreachable(worker, health.next_delay())
             if changed and health.state is HealthState.UNHEALTHY:

@@ -18,6 +18,7 @@ from turnout.wire import (
     WorkerClient,
     pb,
 )
+from turnout.workers.adapters import Adapter, adapters_from_list, adapters_from_server_args
 from turnout.workers.errors import WorkerRequestError
 from turnout.workers.settings import WireSettings
 
@@ -35,6 +36,10 @@ class WireConnection:
 
     def __init__(self, url: str, settings: ClientSettings | None = None) -> None:
         self.client = WorkerClient(url, settings)
+        #: False once the worker answered ``ListLoadedLoRAAdapters`` with UNIMPLEMENTED.
+        self._lists_adapters = True
+        #: The adapters its server arguments name (``lora_paths``), from the last model_info.
+        self._adapters_in_args: dict[str, Adapter] | None = None
 
     async def health_check(self, timeout_s: float) -> bool:
         """``HealthCheck``: True iff answered ``healthy`` in time."""
@@ -52,12 +57,27 @@ class WireConnection:
         args: dict[str, Any] = {}
         if server.HasField("server_args"):
             args = json_format.MessageToDict(server.server_args)
+        self._adapters_in_args = adapters_from_server_args(args)
         for key in SERVER_ARG_LABELS:
             if key in args and args[key] is not None:
                 labels[key] = _text(args[key])
         if server.sglang_version:
             labels["sglang_version"] = server.sglang_version
         return labels
+
+    async def adapters(self, timeout_s: float) -> dict[str, Adapter] | None:
+        """The LoRA adapters loaded: ``ListLoadedLoRAAdapters``, or on workers without it the
+        ``lora_paths`` of their server arguments; None when the worker does not say."""
+        if self._lists_adapters:
+            try:
+                response = await self.client.list_loaded_lora_adapters(timeout_s=timeout_s)
+            except WorkerCallError as exc:
+                if exc.code is not grpc.StatusCode.UNIMPLEMENTED:
+                    raise
+                self._lists_adapters = False
+            else:
+                return adapters_from_list(response.loaded_adapters)
+        return self._adapters_in_args
 
     async def load(self, timeout_s: float) -> list[int]:
         """Running plus waiting requests of each DP rank (index = ``dp_rank``)."""

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from turnout.workers.adapters import Adapter
 from turnout.workers.breaker import CircuitBreaker, CircuitState
 from turnout.workers.connection import WorkerConnection
 from turnout.workers.dp import DpRank, dp_size_from_labels
@@ -113,6 +114,9 @@ class Worker:
         #: One candidate per DP rank when the worker has more than one; else empty.
         self.ranks: tuple[DpRank, ...] = ()
         self._set_dp_size(spec.dp_size or 1)
+        #: The LoRA adapters it reported, by name; None: it did not say (the model's configured
+        #: adapters are taken to be loaded).
+        self.adapters: dict[str, Adapter] | None = None
 
     @property
     def id(self) -> str:
@@ -199,6 +203,18 @@ class Worker:
         whose rank field has no presence, as ``EmbedRequest``'s)."""
         request.ClearField("data_parallel_rank")
 
+    def has_adapter(self, name: str) -> bool:
+        """Whether the worker can serve LoRA adapter ``name`` (as far as the router knows)."""
+        adapters = self.adapters
+        return adapters is None or name in adapters
+
+    def pin_adapter(self, request: Any, name: str, default_id: str) -> None:
+        """Name LoRA adapter ``name`` in ``request.lora_id`` by this worker's id for it, or by
+        ``default_id`` (the configured one) when the worker did not report one."""
+        adapters = self.adapters
+        adapter = adapters.get(name) if adapters is not None else None
+        request.lora_id = adapter.lora_id if adapter is not None and adapter.lora_id else default_id
+
     def acquire(self) -> None:
         """Count a request as in flight."""
         self.in_flight += 1
@@ -234,4 +250,5 @@ class Worker:
             "labels": dict(self.labels),
             "dp_size": self.dp_size,
             "dp_ranks": [rank.info() for rank in self.ranks],
+            "adapters": None if self.adapters is None else sorted(self.adapters),
         }
