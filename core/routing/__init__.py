@@ -4,6 +4,7 @@ worker and retries worker faults (:mod:`turnout.routing.dispatch`, imported sepa
 the worker fleet, which a policy plugin does not).
 """
 
+from turnout.routing.affinity import AdapterAffinity, adapter_salt
 from turnout.routing.types import Candidate, Policy, RoutingRequest
 
-__all__ = ["Candidate", "Policy", "RoutingRequest"]
+__all__ = ["AdapterAffinity", "Candidate", "Policy", "RoutingRequest", "adapter_salt"]

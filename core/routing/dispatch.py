@@ -252,10 +252,12 @@ class Dispatcher:
         tried: set[str] = set()
         refused_by: set[str] = set()
         attempt = 0
+        adapter = routing.adapter
+        default_lora_id = getattr(request, "lora_id", "")
         while True:
-            candidates = self.registry.candidates(model, tried)
+            candidates = self.registry.candidates(model, tried, adapter)
             if not candidates:
-                raise self._no_worker(model, tried)
+                raise self._no_worker(model, tried, adapter)
             if tracing is None:
                 slot = self._select(route, routing, candidates)
             else:
@@ -266,6 +268,8 @@ class Dispatcher:
             wait = remaining if first_timeout is None else min(remaining or inf, first_timeout)
             slot.acquire()
             slot.pin(request)
+            if adapter is not None:
+                worker.pin_adapter(request, adapter, default_lora_id)
             span: Span | None = None
             metadata: Metadata = ()
             if tracing is not None:
@@ -322,7 +326,7 @@ class Dispatcher:
             if not last_try:
                 delay = backoff_delay(retry, attempt - 1, self._rng)
                 out_of_time = deadline_at is not None and loop.time() + delay >= deadline_at
-                last_try = out_of_time or not self.registry.candidates(model, tried)
+                last_try = out_of_time or not self.registry.candidates(model, tried, adapter)
             _log_failure(worker, failure, attempt, retrying=not last_try)
             if span is not None:
                 _end_span(span, failure, exc=exc, retrying=not last_try)
@@ -347,7 +351,9 @@ class Dispatcher:
         log.error("policy %s chose a non-candidate %r", route.policy, chosen.id)
         return min(candidates, key=lambda w: w.load)
 
-    def _no_worker(self, model: str, tried: set[str]) -> NoWorkerAvailable:
+    def _no_worker(
+        self, model: str, tried: set[str], adapter: str | None = None
+    ) -> NoWorkerAvailable:
         workers = self.registry.workers_for(model)
         if not workers:
             known = self.registry.models()
@@ -357,7 +363,9 @@ class Dispatcher:
             )
         states: dict[str, int] = {}
         for w in workers:
-            if w.id in tried:
+            if adapter is not None and not w.has_adapter(adapter):
+                label = f"without LoRA adapter {adapter!r}"
+            elif w.id in tried:
                 label = "failed for this request"
             elif w.state is WorkerState.READY and not w.breaker.allows():
                 label = "circuit open"

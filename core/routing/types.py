@@ -24,6 +24,10 @@ class RoutingRequest:
     headers: Mapping[str, str] = field(default_factory=dict)
     #: Value of the configured routing-key header (``x-routing-key`` by default), if any.
     routing_key: str | None = None
+    #: The LoRA adapter the request runs with (``model: "base:adapter"``), if any. Only workers
+    #: with it loaded are candidates; policies may keep requests of one adapter together
+    #: (:class:`turnout.routing.AdapterAffinity`).
+    adapter: str | None = None
 
 
 @runtime_checkable

@@ -48,14 +48,15 @@ class PrefixIndex:
         """The most keys ever held at once."""
         return 2 * self._capacity
 
-    def keys_for_tokens(self, token_ids: Sequence[int]) -> list[int]:
-        """The chained keys of every whole block of ``token_ids``."""
+    def keys_for_tokens(self, token_ids: Sequence[int], salt: int = 0) -> list[int]:
+        """The chained keys of every whole block of ``token_ids``; a ``salt`` (e.g. the LoRA
+        adapter's, :func:`turnout.routing.adapter_salt`) starts a chain of its own."""
         tokens = token_ids if isinstance(token_ids, tuple) else tuple(token_ids)
-        return _chain(tokens, self.block_size)
+        return _chain(tokens, self.block_size, salt)
 
-    def keys_for_text(self, text: str) -> list[int]:
+    def keys_for_text(self, text: str, salt: int = 0) -> list[int]:
         """The chained keys of every whole ``4 * block_size``-character block of ``text``."""
-        return _chain(text, 4 * self.block_size)
+        return _chain(text, 4 * self.block_size, salt)
 
     def match(self, keys: Sequence[int], allowed: int) -> tuple[int, int]:
         """Longest prefix held by a tenant in the ``allowed`` mask.
@@ -101,9 +102,9 @@ class PrefixIndex:
         self._old = {}
 
 
-def _chain(seq: Sequence[int] | str, size: int) -> list[int]:
+def _chain(seq: Sequence[int] | str, size: int, salt: int = 0) -> list[int]:
     keys: list[int] = []
-    h = 0
+    h = salt
     for start in range(0, len(seq) - size + 1, size):
         h = hash((h, seq[start : start + size]))
         keys.append(h)

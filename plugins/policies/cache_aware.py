@@ -6,6 +6,7 @@ from collections.abc import Sequence
 
 from turnout.plugins.policies._common import LeastLoaded, check_non_negative, check_positive
 from turnout.plugins.policies._prefix_index import PrefixIndex
+from turnout.routing.affinity import AdapterAffinity, adapter_salt
 from turnout.routing.types import Candidate, RoutingRequest
 
 
@@ -21,6 +22,11 @@ class CacheAwarePolicy:
     2. Longest-prefix match among the other candidates; if the matched share of the prompt is
        above ``cache_threshold``, the least-loaded worker holding that prefix wins.
     3. Otherwise (a cache miss) the least-loaded candidate wins (ties in turn).
+
+    A request with a LoRA adapter matches only prefixes sent with that adapter (SGLang's
+    radix cache keeps an adapter's KV apart), and on a miss the workers that served the adapter
+    lately are preferred while at most ``adapter_slack`` more loaded
+    (:class:`turnout.routing.AdapterAffinity`).
 
     The prompt is then recorded under the chosen worker. The tree holds at most
     ``max_tree_size`` tokens' worth of ``block_size``-token blocks (text prompts count four
@@ -38,12 +44,16 @@ class CacheAwarePolicy:
         eviction_interval_secs: float = 120,
         max_tree_size: int = 1 << 26,
         block_size: int = 16,
+        adapter_slack: float = 2,
     ) -> None:
         if not 0.0 <= cache_threshold <= 1.0:
             raise ValueError(f"cache_threshold must be within [0, 1], got {cache_threshold!r}")
         check_non_negative("balance_abs_threshold", balance_abs_threshold)
         check_positive("balance_rel_threshold", balance_rel_threshold)
         check_positive("eviction_interval_secs", eviction_interval_secs)
+        check_non_negative("adapter_slack", adapter_slack)
+        self.adapter_slack = float(adapter_slack)
+        self.affinity = AdapterAffinity()
         self.cache_threshold = float(cache_threshold)
         self.balance_abs_threshold = float(balance_abs_threshold)
         self.balance_rel_threshold = float(balance_rel_threshold)
@@ -59,6 +69,7 @@ class CacheAwarePolicy:
     def on_workers_changed(self, worker_ids: Sequence[str]) -> None:
         """Retire the tree bits of workers that left."""
         alive = set(worker_ids)
+        self.affinity.forget(alive)
         for worker_id in [w for w in self._bits if w not in alive]:
             bit = self._bits.pop(worker_id)
             self._live &= ~bit
@@ -79,12 +90,13 @@ class CacheAwarePolicy:
     def select(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Candidate:
         """Return the worker with the best prefix match, or the least-loaded one."""
         index = self.index
+        salt = adapter_salt(request.adapter)
         if request.token_ids:
-            keys = index.keys_for_tokens(request.token_ids)
+            keys = index.keys_for_tokens(request.token_ids, salt)
             size = len(request.token_ids)
             unit = index.block_size
         elif request.text:
-            keys = index.keys_for_text(request.text)
+            keys = index.keys_for_text(request.text, salt)
             size = len(request.text)
             unit = 4 * index.block_size
         else:
@@ -109,7 +121,9 @@ class CacheAwarePolicy:
                 holders = [c for c, bit in zip(candidates, cand_bits, strict=True) if bit & tenants]
                 chosen = self._least.pick(holders)
         if chosen is None:
-            chosen = self._least.pick(candidates)
+            chosen = self.affinity.choose(request, candidates, self._least.pick, self.adapter_slack)
+        else:
+            self.affinity.record(request.adapter, chosen.id)
         if keys:
             index.insert(keys, self._bit(chosen.id), self._live)
         return chosen

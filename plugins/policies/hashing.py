@@ -11,6 +11,7 @@ from turnout.plugins.policies._common import (
     hash64,
 )
 from turnout.plugins.policies._ring import DEFAULT_VNODES, HashRing
+from turnout.routing.affinity import adapter_salt
 from turnout.routing.types import Candidate, RoutingRequest
 
 _MASK64 = (1 << 64) - 1
@@ -58,16 +59,19 @@ class PrefixHashPolicy(_RingPolicy):
         self.balance_abs_threshold = float(balance_abs_threshold)
 
     def key(self, request: RoutingRequest) -> int | None:
-        """The ring position of ``request`` (None when it has no prompt)."""
+        """The ring position of ``request`` (None when it has neither a prompt nor a LoRA
+        adapter); the adapter is part of the key, so an adapter's prompts keep together."""
         n = self.prefix_token_count
+        salt = adapter_salt(request.adapter)
         if request.token_ids:
             head = request.token_ids[:n]
             # The hash of a tuple of ints is not salted per process (unlike str/bytes), so it
             # is the same in every replica; it is also ~10x cheaper than packing + blake2b.
-            return hash(head if isinstance(head, tuple) else tuple(head)) & _MASK64
+            head = head if isinstance(head, tuple) else tuple(head)
+            return hash((salt, head) if salt else head) & _MASK64
         if request.text:
-            return hash64(request.text[: 4 * n].encode("utf-8", "surrogatepass"))
-        return None
+            return hash64(request.text[: 4 * n].encode("utf-8", "surrogatepass")) ^ salt
+        return salt or None
 
     def select(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Candidate:
         """Return the ring owner of the prompt head, or the next one that is not overloaded."""
@@ -89,7 +93,8 @@ class PrefixHashPolicy(_RingPolicy):
 class ConsistentHashingPolicy(_RingPolicy):
     """Hash the request's routing key (``x-routing-key`` header by default) onto the ring.
 
-    Requests without a key go to the least-loaded worker. When a worker joins, about 1/N of
+    Requests without a key are keyed by their LoRA adapter, if any (an adapter's requests keep
+    to one worker); others go to the least-loaded worker. When a worker joins, about 1/N of
     the keys move to it; when the owner is unavailable its keys go to the next worker clockwise.
     """
 
@@ -108,10 +113,14 @@ class ConsistentHashingPolicy(_RingPolicy):
     def select(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Candidate:
         """Return the ring owner of the routing key among ``candidates``."""
         routing_key = self._routing_key(request)
-        if routing_key is None:
+        if routing_key is not None:
+            key = hash64(routing_key.encode("utf-8", "surrogatepass"))
+        elif request.adapter is not None:
+            key = adapter_salt(request.adapter)
+        else:
             return self._least.pick(candidates)
         by_id = self._by_id(candidates)
-        for worker_id in self._ring.walk(hash64(routing_key.encode("utf-8", "surrogatepass"))):
+        for worker_id in self._ring.walk(key):
             cand = by_id.get(worker_id)
             if cand is not None:
                 return cand
