@@ -129,6 +129,20 @@ class ImagesConfig(_Section):
     formats: list[str] = msgspec.field(default_factory=lambda: ["png", "jpeg", "webp", "gif"])
 
 
+class AdapterConfig(_Section):
+    """A LoRA adapter of a model: requested as ``<model>:<name>``."""
+
+    name: Annotated[str, msgspec.Meta(pattern=r"^\S+$")]
+    #: What ``GenerateRequest.lora_id`` names it by on workers that do not list their adapters
+    #: (default: the name); a worker that lists it gets its own id for it.
+    lora_id: str | None = None
+
+    @property
+    def worker_id(self) -> str:
+        """The ``lora_id`` sent to workers that did not report one."""
+        return self.lora_id or self.name
+
+
 class ModelConfig(_Section):
     """Per-model settings; every field is optional."""
 
@@ -142,6 +156,20 @@ class ModelConfig(_Section):
     aliases: list[str] = msgspec.field(default_factory=list)
     #: This model's image settings, replacing the top-level ``images`` section as a whole.
     images: ImagesConfig | None = None
+    #: LoRA adapters its workers serve (a name, or ``{name, lora_id}``), besides those the
+    #: workers report themselves.
+    adapters: list[Annotated[str, msgspec.Meta(pattern=r"^\S+$")] | AdapterConfig] = msgspec.field(
+        default_factory=list
+    )
+
+    def adapter_configs(self) -> dict[str, AdapterConfig]:
+        """The configured adapters by name."""
+        return {
+            a.name: a
+            for a in (
+                a if isinstance(a, AdapterConfig) else AdapterConfig(name=a) for a in self.adapters
+            )
+        }
 
 
 #: A tenant's name: it labels metrics and log lines and names its counters in the storage.
@@ -392,6 +420,11 @@ def _check(config: Config) -> None:
     _check_tokenizer_path("defaults.tokenizer_path", config.defaults.tokenizer_path)
     for model_id, model in config.models.items():
         _check_tokenizer_path(f"models.{model_id}.tokenizer_path", model.tokenizer_path)
+    for model_id, model in config.models.items():
+        names = [a if isinstance(a, str) else a.name for a in model.adapters]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ConfigError(f"models.{model_id}.adapters: {twice} listed more than once")
     seen: dict[str, str] = {}
     for model_id, model in config.models.items():
         for alias in model.aliases:

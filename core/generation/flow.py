@@ -163,8 +163,13 @@ async def prepare(
 ) -> Plan:
     """Check, model, prompts: the endpoint's plan for ``request``."""
     endpoint.check(request)
-    runtime = await model_runtime(models, request.model)
-    return await endpoint.prompts(request, runtime, ctx)
+    model_id, adapter = models.resolve_model(request.model, getattr(request, "lora_path", None))
+    runtime = await models.runtime(model_id)
+    plan = await endpoint.prompts(request, runtime, ctx)
+    if adapter is not None:
+        plan.adapter = adapter
+        plan.lora_id = models.lora_id(model_id, adapter)
+    return plan
 
 
 async def model_runtime(models: ModelTable, requested: str | None) -> ModelRuntime:
@@ -210,7 +215,12 @@ async def dispatch(
     try:
         for prompt, request in zip(plan.prompts, requests, strict=True):
             routing = RoutingRequest(
-                plan.model_id, prompt.ids, prompt.text or None, ctx.headers, ctx.routing_key
+                plan.model_id,
+                prompt.ids,
+                prompt.text or None,
+                ctx.headers,
+                ctx.routing_key,
+                plan.adapter,
             )
             sessions.append(await open_stream(plan.model_id, routing, request))
     except BaseException:

@@ -7,7 +7,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,12 +15,14 @@ from turnout.config import Config, ModelConfig
 from turnout.errors import StartupError
 from turnout.generation.model_facts import ModelFacts, read_model_facts
 from turnout.generation.prompt_size import PromptLimit
+from turnout.generation.requests import LoraPath
 from turnout.plugin_choice import choose_plugins
 from turnout.plugin_loader import Plugins
 from turnout.reasoning.types import ReasoningParser
-from turnout.server.errors import ApiError
+from turnout.server.errors import ApiError, bad_request
 from turnout.tokenizer import ModelTokenizer
 from turnout.tool_calls.types import ToolParser
+from turnout.workers.adapters import Adapter
 from turnout.workers.worker import Worker
 
 log = logging.getLogger(__name__)
@@ -40,6 +42,22 @@ _PROCESS_STARTED = int(time.time())
 
 #: The tool parser reading a constrained JSON array of calls (``tool_choice: required``).
 ARRAY_PARSER = "json"
+
+_NO_SETTINGS = ModelConfig()
+
+
+def _lora_path_adapter(lora_path: LoraPath | None) -> str | None:
+    """The adapter SGLang's ``lora_path`` names: one name, or the same one for every prompt."""
+    if lora_path is None or isinstance(lora_path, str):
+        return lora_path or None
+    names = set(lora_path)
+    if len(names) > 1:
+        raise bad_request(
+            "lora_path names different adapters for the prompts of one request: send one "
+            "request per adapter",
+            "lora_path",
+        )
+    return next(iter(names), None) or None
 
 
 @dataclass(slots=True)
@@ -77,6 +95,7 @@ class ModelTable:
         unplaced_workers: Callable[[], list[Worker]] = list,
         *,
         prompt_limit: Callable[[str], PromptLimit | None] = lambda _model: None,
+        worker_adapters: Callable[[str], Mapping[str, Adapter]] = lambda _model: {},
     ) -> None:
         self._config = config
         self._plugins = plugins
@@ -86,6 +105,8 @@ class ModelTable:
         self.unplaced_workers = unplaced_workers
         #: The prompt limit of a model, from its workers.
         self.prompt_limit = prompt_limit
+        #: The LoRA adapters a model's workers reported, by name.
+        self.worker_adapters = worker_adapters
         self._runtimes: dict[str, ModelRuntime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
@@ -107,6 +128,7 @@ class ModelTable:
             self.tokenizer_hint,
             self.unplaced_workers,
             prompt_limit=self.prompt_limit,
+            worker_adapters=self.worker_adapters,
         )
 
     def served(self) -> list[str]:
@@ -140,6 +162,59 @@ class ModelTable:
             param="model",
             code="model_not_found",
         )
+
+    def resolve_model(
+        self, requested: str | None, lora_path: LoraPath | None = None
+    ) -> tuple[str, str | None]:
+        """The model id and LoRA adapter a request means: ``model`` is a model or
+        ``<model>:<adapter>`` (SGLang's syntax), ``lora_path`` (SGLang's field) may name the
+        adapter instead. 404 for an adapter the model does not have, like an unknown model."""
+        named = _lora_path_adapter(lora_path)
+        if requested and ":" in requested and not self._is_model(requested):
+            for at in (i for i, ch in enumerate(requested) if ch == ":"):
+                base = requested[:at]
+                if self._is_model(base):
+                    if named is not None and named != requested[at + 1 :]:
+                        raise bad_request(
+                            f"lora_path {named!r} differs from the adapter in model {requested!r}",
+                            "lora_path",
+                        )
+                    named = requested[at + 1 :]
+                    requested = base
+                    break
+        model_id = self.resolve_name(requested)
+        if named is None:
+            return model_id, None
+        if named not in self.adapters(model_id):
+            known = ", ".join(f"{model_id}:{a}" for a in self.adapters(model_id)) or "none"
+            raise ApiError(
+                404,
+                f"model {model_id!r} has no LoRA adapter {named!r}; its adapters: {known}",
+                param="model",
+                code="model_not_found",
+            )
+        return model_id, named
+
+    def _is_model(self, name: str) -> bool:
+        return self._aliases.get(name, name) in self.served()
+
+    def adapters(self, model_id: str) -> dict[str, str]:
+        """The LoRA adapters of a model (configured, and reported by its workers): name →
+        where it was loaded from (the name itself when unknown), sorted by name."""
+        found = {name: name for name in self._model(model_id).adapter_configs()}
+        for name, adapter in self.worker_adapters(model_id).items():
+            if adapter.path or name not in found:
+                found[name] = adapter.path or name
+        return dict(sorted(found.items()))
+
+    def lora_id(self, model_id: str, adapter: str) -> str:
+        """The ``lora_id`` sent for ``adapter`` to workers that did not report their own id
+        for it: the configured one, else the adapter's name."""
+        configured = self._model(model_id).adapter_configs().get(adapter)
+        return configured.worker_id if configured is not None else adapter
+
+    def _model(self, model_id: str) -> ModelConfig:
+        return self._config.models.get(model_id) or _NO_SETTINGS
 
     def _raise_if_unplaced(self, what: str) -> None:
         """503 rather than 404 while registered workers have not been reached: the model may be

@@ -49,6 +49,11 @@ class Plan:
     #: What the endpoint's prompt builder hands on to its renderer (the Responses API: the
     #: conversation the prompt was rendered from).
     endpoint_state: Any = None
+    #: The LoRA adapter the request runs with (``None``: the base model); set by the flow.
+    adapter: str | None = None
+    #: Its ``lora_id`` for workers that did not report their own (the dispatcher puts a
+    #: worker's id in when it has one).
+    lora_id: str = ""
 
     @property
     def model_id(self) -> str:

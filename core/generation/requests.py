@@ -22,6 +22,8 @@ TokenCount = Annotated[int, Meta(ge=1, le=INT32_MAX)]
 NonEmptyText = Annotated[str, Meta(min_length=1)]
 #: ``logprobs`` / ``top_logprobs`` / ``top_logprobs_num``: OpenAI's and SGLang's range.
 TopLogprobs = Annotated[int, Meta(ge=0, le=20)]
+#: SGLang's ``lora_path``: an adapter name, or one per prompt (``None``: the base model).
+LoraPath = str | list[str | None]
 Penalty = Annotated[float, Meta(ge=-2, le=2)]
 #: OpenAI ``stop``: one string or up to 16, none empty.
 Stop = NonEmptyText | Annotated[list[NonEmptyText], Meta(max_length=16)]
@@ -145,6 +147,8 @@ class ChatCompletionRequest(OpenAIRequest, kw_only=True):
     continue_final_message: bool = False
     add_generation_prompt: bool = True
     documents: list[dict[str, Any]] | None = None
+    #: SGLang: the LoRA adapter to run (like ``model: "<model>:<adapter>"``).
+    lora_path: LoraPath | None = None
     # Known but not implemented: a request setting one is refused (see ``unsupported``).
     functions: Any = None
     function_call: Any = None
@@ -152,7 +156,6 @@ class ChatCompletionRequest(OpenAIRequest, kw_only=True):
     modalities: list[str] | None = None
     web_search_options: Any = None
     return_hidden_states: Any = None
-    lora_path: Any = None
     custom_logit_processor: Any = None
     session_params: Any = None
 
@@ -187,9 +190,10 @@ class CompletionRequest(OpenAIRequest, kw_only=True):
     #: SGLang: constrain the output to a JSON schema (``json_schema``: the schema as text).
     response_format: dict[str, Any] | None = None
     json_schema: str | None = None
+    #: SGLang: the LoRA adapter to run (like ``model: "<model>:<adapter>"``).
+    lora_path: LoraPath | None = None
     # Known but not implemented: a request setting one is refused (see ``unsupported``).
     return_hidden_states: Any = None
-    lora_path: Any = None
     custom_logit_processor: Any = None
     session_params: Any = None
 
@@ -233,6 +237,9 @@ class GenerateRequestBody(msgspec.Struct, kw_only=True):
     #: Ask the worker to count reasoning tokens (``meta_info.reasoning_tokens``).
     require_reasoning: bool = False
     rid: str | None = None
+    #: The LoRA adapter to run (like ``model: "<model>:<adapter>"``); one per prompt allowed,
+    #: when they are all the same.
+    lora_path: LoraPath | None = None
     # Known but not implemented: a request setting one is refused (see ``unsupported``).
     token_ids_logprob: Any = None
     return_hidden_states: Any = None
@@ -240,7 +247,6 @@ class GenerateRequestBody(msgspec.Struct, kw_only=True):
     image_data: Any = None
     video_data: Any = None
     audio_data: Any = None
-    lora_path: Any = None
     custom_logit_processor: Any = None
     session_params: Any = None
 

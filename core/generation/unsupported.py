@@ -15,7 +15,6 @@ from turnout.server.errors import ApiError
 #: SGLang extensions shared by the generation endpoints: field → what to do instead.
 _SGLANG: Mapping[str, str] = {
     "return_hidden_states": "hidden states are not returned through turnout",
-    "lora_path": "LoRA adapters are not routed by turnout yet",
     "custom_logit_processor": "custom logit processors are not forwarded by turnout",
     "session_params": "SGLang sessions are not supported by turnout",
 }

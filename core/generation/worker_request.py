@@ -101,6 +101,7 @@ def worker_requests(
                 return_logprob=plan.logprobs,
                 top_logprobs_num=plan.top_logprobs,
                 require_reasoning=plan.require_reasoning,
+                lora_id=plan.lora_id,
             )
             for k, prompt in enumerate(plan.prompts)
         ]

@@ -294,6 +294,7 @@ def create_app(
             _tokenizer_hint(registry),
             registry.unplaced,
             prompt_limit=prompt_limit,
+            worker_adapters=registry.adapters,
         )
         discovery = DiscoveryManager(registry, plugins.discovery)
         services = Services(

@@ -13,6 +13,7 @@ from litestar.params import FromPath, FromQuery
 from litestar.types import ControllerRouterHandler
 
 from turnout.errors import ParserError
+from turnout.generation.models import ModelTable
 from turnout.generation.prompt_size import render_off_loop
 from turnout.plugin_kinds import REASONING_PARSERS, TOOL_PARSERS, PluginKind
 from turnout.routing.types import RoutingRequest
@@ -94,25 +95,38 @@ def _waiting_workers(registry: WorkerRegistry) -> dict[str, Any]:
     return {"workers": waiting} if waiting else {}
 
 
+def _model_card(models: ModelTable, model: str, adapter: str | None = None) -> dict[str, Any]:
+    """A ``/v1/models`` entry; a LoRA adapter is ``<model>:<adapter>`` with its ``parent``
+    model and its ``root`` (where it was loaded from), as SGLang and vLLM list adapters."""
+    if adapter is None:
+        return {"id": model, "object": "model", "created": models.created, "owned_by": "turnout"}
+    return {
+        "id": f"{model}:{adapter}",
+        "object": "model",
+        "created": models.created,
+        "owned_by": "turnout",
+        "root": models.adapters(model).get(adapter, adapter),
+        "parent": model,
+    }
+
+
 @get("/v1/models", sync_to_thread=False)
 def list_models(services: NamedDependency[Services]) -> Any:
-    """Served models, OpenAI style."""
+    """Served models and their LoRA adapters, OpenAI style."""
     models = services.models
-    data = [
-        {"id": model, "object": "model", "created": models.created, "owned_by": "turnout"}
-        for model in models.served()
-    ]
+    data = []
+    for model in models.served():
+        data.append(_model_card(models, model))
+        data.extend(_model_card(models, model, adapter) for adapter in models.adapters(model))
     return answer_json({"object": "list", "data": data})
 
 
 @get("/v1/models/{model_id:path}", sync_to_thread=False)
 def get_model(services: NamedDependency[Services], model_id: FromPath[str]) -> Any:
-    """One served model."""
+    """One served model, or one of its LoRA adapters."""
     models = services.models
-    model = models.resolve_name(model_id.lstrip("/"))
-    return answer_json(
-        {"id": model, "object": "model", "created": models.created, "owned_by": "turnout"}
-    )
+    model, adapter = models.resolve_model(model_id.lstrip("/"))
+    return answer_json(_model_card(models, model, adapter))
 
 
 async def _unary(worker: Worker, method: str) -> dict[str, Any]:

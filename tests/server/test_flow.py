@@ -59,8 +59,8 @@ class Session:
 
 
 class Models:
-    def resolve_name(self, requested: str | None) -> str:
-        return "m"
+    def resolve_model(self, requested: str | None, lora_path: Any = None) -> tuple[str, None]:
+        return "m", None
 
     async def runtime(self, model_id: str) -> ModelRuntime:
         return RUNTIME
