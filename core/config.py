@@ -152,6 +152,9 @@ class ModelConfig(_Section):
     chat_template: str | None = None
     tool_parser: str | None = None
     reasoning_parser: str | None = None
+    #: A chat format plugin (``harmony`` for gpt-oss) rendering prompts and reading outputs
+    #: in place of the chat template and the parsers above.
+    chat_format: str | None = None
     policy: str | PolicyConfig | None = None
     aliases: list[str] = msgspec.field(default_factory=list)
     #: This model's image settings, replacing the top-level ``images`` section as a whole.

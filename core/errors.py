@@ -32,7 +32,8 @@ class ParserError(TurnoutError):
     """A tool-call or reasoning parser raised while reading output: a defect of that parser
     (any text is valid input to a parser), attributed to its registered name.
 
-    ``kind`` is ``"tool"`` or ``"reasoning"``; the parser's own exception is ``__cause__``.
+    ``kind`` is ``"tool"``, ``"reasoning"`` or ``"chat format"`` (a chat format's output
+    reader); the parser's own exception is ``__cause__``.
     """
 
     def __init__(self, kind: str, name: str, cause: BaseException) -> None:

@@ -126,3 +126,22 @@ def turnout_register_discovery(register: Register) -> None:
 
     .. versionadded:: 0.1.0
     """
+
+
+@hookspec
+def turnout_register_chat_formats(register: Register) -> None:
+    """Register chat formats, which render chat prompts and read outputs as token ids.
+
+    :param register: call ``register(name, factory, *, models=(), aliases=(), description="")``
+        once per format (see :class:`Register`). The factory is called with no arguments and
+        returns an object implementing :class:`turnout.chat_formats.ChatFormat`, which replaces
+        the chat template, the detokenizer and the reasoning and tool parsers of the chat
+        endpoint for the models that use it. ``models`` patterns pick the format for matching
+        model ids when the config names none.
+
+    Called once per process when turnout loads its plugins (see above). The factory is called
+    once per model that uses the format, when the model's runtime is built (off the event
+    loop); that instance serves every chat request for the model.
+
+    .. versionadded:: 0.1.0
+    """

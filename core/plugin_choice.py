@@ -22,6 +22,8 @@ class ModelChoices:
     tool_parser: str | None
     reasoning_parser: str | None
     policy: PolicyConfig
+    #: The chat format replacing the template and both parsers (None: the template).
+    chat_format: str | None = None
 
 
 def _choose(
@@ -50,6 +52,7 @@ def choose_plugins(model_id: str, config: Config, plugins: Plugins) -> ModelChoi
             plugins.reasoning_parsers, model.reasoning_parser, defaults.reasoning_parser, model_id
         ),
         policy=PolicyConfig(name=plugins.policies.canonical(policy.name), params=policy.params),
+        chat_format=_choose(plugins.chat_formats, model.chat_format, None, model_id),
     )
 
 
@@ -70,6 +73,7 @@ def validate_plugin_names(config: Config, plugins: Plugins) -> None:
                 model.reasoning_parser,
             )
         )
+        named.append((f"models.{model_id}.chat_format", plugins.chat_formats, model.chat_format))
         if model.policy is not None:
             named.append(
                 (f"models.{model_id}.policy", plugins.policies, policy_config(model.policy).name)

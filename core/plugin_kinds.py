@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 if TYPE_CHECKING:
+    from turnout.chat_formats.types import ChatFormat
     from turnout.discovery.types import DiscoveryProvider
     from turnout.reasoning.types import ReasoningParser
     from turnout.routing.types import Policy
@@ -49,6 +50,15 @@ POLICIES: PluginKind[Policy] = PluginKind("policies", "turnout_register_policies
 DISCOVERY: PluginKind[DiscoveryProvider] = PluginKind(
     "discovery", "turnout_register_discovery", "discovery provider", column="discovery"
 )
+CHAT_FORMATS: PluginKind[ChatFormat] = PluginKind(
+    "chat_formats", "turnout_register_chat_formats", "chat format", column="chat format"
+)
 
 #: Every kind, in the order ``turnout plugins`` lists them.
-PLUGIN_KINDS: tuple[PluginKind[Any], ...] = (TOOL_PARSERS, REASONING_PARSERS, POLICIES, DISCOVERY)
+PLUGIN_KINDS: tuple[PluginKind[Any], ...] = (
+    TOOL_PARSERS,
+    REASONING_PARSERS,
+    POLICIES,
+    DISCOVERY,
+    CHAT_FORMATS,
+)

@@ -14,6 +14,7 @@ import pluggy
 from turnout import hookspecs
 from turnout.errors import PluginError
 from turnout.plugin_kinds import (
+    CHAT_FORMATS,
     DISCOVERY,
     PLUGIN_KINDS,
     POLICIES,
@@ -24,6 +25,7 @@ from turnout.plugin_kinds import (
 from turnout.plugin_registry import PluginFailure, Registration, Registry
 
 if TYPE_CHECKING:
+    from turnout.chat_formats.types import ChatFormat
     from turnout.discovery.types import DiscoveryProvider
     from turnout.reasoning.types import ReasoningParser
     from turnout.routing.types import Policy
@@ -89,6 +91,11 @@ class Plugins:
     def discovery(self) -> Registry[DiscoveryProvider]:
         """Discovery providers."""
         return self[DISCOVERY]
+
+    @property
+    def chat_formats(self) -> Registry[ChatFormat]:
+        """Chat formats (prompt rendering and output reading in one, e.g. harmony)."""
+        return self[CHAT_FORMATS]
 
 
 def _allow_list(allow: Iterable[str] | None) -> set[str] | None:

@@ -8,6 +8,7 @@ from typing import Any
 
 import msgspec
 
+from turnout.chat_formats.types import ChatFormat
 from turnout.generation import unsupported
 from turnout.generation.chat_render import ChatRenderer
 from turnout.generation.context import RequestContext
@@ -16,7 +17,7 @@ from turnout.generation.forced_call import ForcedCallParser
 from turnout.generation.models import ARRAY_PARSER, ModelRuntime
 from turnout.generation.output import output_options
 from turnout.generation.plan import Plan, Prompt
-from turnout.generation.prompt_size import encode_prompt, render_off_loop
+from turnout.generation.prompt_size import check_prompt_ids, encode_prompt, render_off_loop
 from turnout.generation.requests import ChatCompletionRequest
 from turnout.generation.tool_choice import ToolPlan, plan_tools
 from turnout.generation.unsupported import refuse_modalities, refuse_unsupported
@@ -92,6 +93,8 @@ async def _prompts(
     request: ChatCompletionRequest, runtime: ModelRuntime, ctx: RequestContext
 ) -> Plan:
     """Render the messages with the model's template, tokenize, and plan tools and reasoning."""
+    if runtime.chat_format is not None:
+        return await _formatted_prompts(request, runtime, runtime.chat_format, ctx)
     tokenizer = runtime.tokenizer
     tools = plan_tools(
         request.tools,
@@ -146,6 +149,82 @@ async def _prompts(
         max_tokens=request.max_completion_tokens or request.max_tokens,
         output=options,
         constraint=_constraint(request, tools),
+        stream=request.stream,
+        logprobs=request.logprobs,
+        top_logprobs=request.top_logprobs or 0,
+        require_reasoning=reasoning,
+    )
+
+
+def _refuse_for_format(request: ChatCompletionRequest, tools: ToolPlan, name: str) -> None:
+    """What a chat format's output cannot honour: constraints over the whole output (they would
+    forbid the format's own markup) and stop strings (the format reads tokens, not text)."""
+    why = f"not supported for this model (chat format {name!r})"
+    if tools.mode in ("array", "forced"):
+        raise unsupported.unsupported(
+            "tool_choice", f"tool_choice {request.tool_choice!r} is {why}; use 'auto'"
+        )
+    refused = {
+        "response_format": tools.json_schema is not None,
+        "regex": bool(request.regex),
+        "ebnf": bool(request.ebnf),
+        "stop": bool(request.stop),
+        "stop_regex": bool(request.stop_regex),
+        "continue_final_message": request.continue_final_message,
+        "documents": bool(request.documents),
+    }
+    for field_name, given in refused.items():
+        if given:
+            raise unsupported.unsupported(field_name, f"{field_name} is {why}")
+
+
+async def _formatted_prompts(
+    request: ChatCompletionRequest,
+    runtime: ModelRuntime,
+    chat_format: ChatFormat,
+    ctx: RequestContext,
+) -> Plan:
+    """The plan of a model with a chat format: the format renders the prompt ids and reads the
+    output (reasoning, content, tool calls) in place of the template and the parsers."""
+    name = runtime.chat_format_name or type(chat_format).__name__
+    tools = plan_tools(
+        request.tools,
+        request.tool_choice,
+        request.response_format,
+        True,
+        parallel=request.parallel_tool_calls,
+    )
+    _refuse_for_format(request, tools, name)
+    options = dict(request.chat_template_kwargs or {})
+    if request.reasoning_effort is not None:
+        options.setdefault("reasoning_effort", request.reasoning_effort)
+    try:
+        prompt = await render_off_loop(
+            ctx.body_size,
+            chat_format.render,
+            _messages(request),
+            tools=tools.template_tools,
+            options=options,
+        )
+    except ChatTemplateError as exc:
+        raise ApiError(400, f"chat format error: {exc}", code="chat_template_error") from None
+    check_prompt_ids(runtime, prompt.ids, "messages")
+    reasoning = request.separate_reasoning
+    output = output_options(
+        request,
+        logprobs=request.logprobs,
+        tools=tools.parse_tools,
+        reasoning=reasoning,
+        history_calls=_history_calls(request),
+        max_calls=None if request.parallel_tool_calls else 1,
+        chat_format=chat_format,
+    )
+    return Plan(
+        runtime,
+        [Prompt(prompt.ids, prompt.text)],
+        sampling=request,
+        max_tokens=request.max_completion_tokens or request.max_tokens,
+        output=output,
         stream=request.stream,
         logprobs=request.logprobs,
         top_logprobs=request.top_logprobs or 0,

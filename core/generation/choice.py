@@ -1,5 +1,6 @@
 """Per-choice output processing: token ids → text (detokenizer, stop strings) → reasoning
-parser → tool parser → :class:`ChoiceDelta` events. One instance per choice of one request.
+parser → tool parser → :class:`ChoiceDelta` events; or, for a model with a chat format, token
+ids → the format's output reader → the same events. One instance per choice of one request.
 
 With a tool parser, content that ends in whitespace keeps that whitespace back until it is
 known whether more content follows: when the output makes calls, trailing whitespace (what
@@ -16,6 +17,7 @@ import string
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
+from turnout.chat_formats.types import OutputReader
 from turnout.errors import ParserError
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, TokenLogprob, ToolCallPiece
 from turnout.observability.metrics import note_parser_error
@@ -97,9 +99,17 @@ class ChoiceProcessor:
         max_calls: int | None = None,
         tool_parser_name: str | None = None,
         reasoning_parser_name: str | None = None,
+        reader: OutputReader | None = None,
+        reader_reasoning: bool = True,
+        reader_calls: bool = True,
+        reader_name: str | None = None,
     ) -> None:
         """``token_piece`` gives the text and bytes of logprob tokens (without it, logprobs are
-        not reported). The parser names (as registered) attribute a parser's failure."""
+        not reported). The parser names (as registered) attribute a parser's failure.
+
+        A chat format's ``reader`` reads the token ids instead of the decoder and the parsers;
+        its reasoning is reasoning (``reader_reasoning``, else content) and its calls are tool
+        calls (``reader_calls``, else their arguments are content)."""
         self.index = index
         self._decoder = decoder
         self._stops = stops
@@ -109,7 +119,11 @@ class ChoiceProcessor:
         self._parser_names = {
             "tool": tool_parser_name or type(tool_parser).__name__,
             "reasoning": reasoning_parser_name or type(reasoning).__name__,
+            "chat format": reader_name or type(reader).__name__,
         }
+        self._reader = reader
+        self._reader_reasoning = reader_reasoning
+        self._reader_calls = reader_calls
         self._call_ids = call_ids or CallIds("openai")
         self._hidden_stop_ids = hidden_stop_ids
         self._token_piece = token_piece
@@ -149,6 +163,8 @@ class ChoiceProcessor:
         # copy finds the token that completed it, where the output ends (as in streaming).
         # (A hidden EOS after the stop counts too: it must not be counted when the stop ended
         # the output before it.)
+        if self._reader is not None:
+            return self._push_read(token_ids, logprobs)
         before = self._decoder.fork() if self._stops is not None and len(token_ids) > 1 else None
         text = self._decoder.push(visible) if visible else ""
         delta = ChoiceDelta(self.index)
@@ -184,7 +200,9 @@ class ChoiceProcessor:
         ``require_reasoning``); when it has none, turnout estimates it from the text.
         """
         delta = ChoiceDelta(self.index)
-        if not self.done and self.matched_stop is None:
+        if self._reader is not None and not self.done:
+            self._read(delta)
+        elif not self.done and self.matched_stop is None:
             text = self._decoder.finish()
             if self._stops is not None:
                 text, hit = self._stops.push(text)
@@ -211,6 +229,43 @@ class ChoiceProcessor:
         end = ChoiceEnd(self.index, finish_reason, matched, tokens, reasoning)
         return (None if delta.is_empty() else delta), end
 
+    def _push_read(self, token_ids: Sequence[int], logprobs: Any) -> ChoiceDelta | None:
+        """:meth:`push` through the chat format's reader (stop tokens included: they end its
+        messages)."""
+        delta = ChoiceDelta(self.index)
+        self.tokens += len(token_ids)
+        delta.completion_tokens = self.tokens
+        if logprobs is not None and self._token_piece is not None:
+            delta.logprobs = self._logprobs(logprobs, len(token_ids))
+        if self._keep_token_ids:
+            delta.token_ids = list(token_ids)
+        self._read(delta, token_ids)
+        return None if delta.is_empty() else delta
+
+    def _read(self, delta: ChoiceDelta, token_ids: Sequence[int] | None = None) -> None:
+        """Add what the reader makes of the next tokens (``None``: of the end) to ``delta``. A
+        reader that fails is dropped: these tokens and the rest are decoded as plain content."""
+        reader = self._reader
+        assert reader is not None
+        try:
+            pieces = reader.finish() if token_ids is None else reader.feed(token_ids)
+        except Exception as exc:
+            self._parser_failed("chat format", exc)
+            if token_ids is not None:
+                visible = [t for t in token_ids if t not in self._hidden_stop_ids]
+                self._emit(self._decoder.push(visible), delta)
+            return
+        for piece in pieces:
+            if piece.kind == "call" and self._reader_calls:
+                assert piece.call is not None
+                self._add_calls([ToolCallDelta(piece.call, piece.name, piece.text)], delta)
+            elif piece.kind == "reasoning" and self._reader_reasoning:
+                delta.reasoning += piece.text
+                self._reasoning_chars += len(piece.text)
+            else:
+                self._normal_chars += len(piece.text)
+                self._emit(piece.text, delta)
+
     def _estimated_reasoning_tokens(self, tokens: int) -> int:
         """The tokens' share of reasoning by characters: the same however the output was
         chunked (the parsers release the same text whatever the chunking)."""
@@ -228,8 +283,10 @@ class ChoiceProcessor:
         note_parser_error(error)
         if which == "reasoning":
             self._reasoning = None
-        else:
+        elif which == "tool":
             self._tool_parser = None
+        else:
+            self._reader = None
 
     def _route(self, text: str, delta: ChoiceDelta) -> None:
         if not text:

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from turnout.chat_formats.types import ChatFormat
 from turnout.config import Config, ModelConfig
 from turnout.errors import StartupError
 from turnout.generation.model_facts import ModelFacts, read_model_facts
@@ -81,6 +82,10 @@ class ModelRuntime:
     prompt_limit: Callable[[], PromptLimit | None] = lambda: None
     #: What the model's ``config.json`` says (hidden size, Matryoshka, vision).
     facts: ModelFacts = field(default_factory=ModelFacts)
+    #: The chat format rendering chat prompts and reading their outputs (``None``: the chat
+    #: template and the parsers above).
+    chat_format: ChatFormat | None = None
+    chat_format_name: str | None = None
 
 
 class ModelTable:
@@ -313,4 +318,22 @@ class ModelTable:
             runtime.parsers_need_special_tokens |= bool(
                 getattr(rfactory, "needs_special_tokens", False)
             )
+        if choices.chat_format is not None:
+            runtime.chat_format_name = choices.chat_format
+            runtime.chat_format = _make_chat_format(
+                model_id,
+                choices.chat_format,
+                self._plugins.chat_formats.factory(choices.chat_format),
+            )
         return runtime
+
+
+def _make_chat_format(model_id: str, name: str, factory: Callable[[], ChatFormat]) -> ChatFormat:
+    """The model's chat format; one that cannot start (a missing extra, no vocabulary) makes the
+    model unavailable with its reason (a 503, or a failed start-up)."""
+    try:
+        return factory()
+    except Exception as exc:
+        raise ApiError(
+            503, f"model {model_id!r}: chat format {name!r} is unavailable: {exc}"
+        ) from None

@@ -9,6 +9,7 @@ from typing import Any
 
 import regex
 
+from turnout.chat_formats.types import ChatFormat
 from turnout.generation.choice import CallIds, ChoiceProcessor
 from turnout.generation.models import ModelRuntime
 from turnout.generation.requests import SamplingFields, stop_strings
@@ -38,6 +39,10 @@ class OutputOptions:
     history_calls: int = 0
     #: At most this many tool calls per choice (``parallel_tool_calls: false`` gives 1).
     max_calls: int | None = None
+    #: The model's chat format reads the output token ids instead of the detokenizer and the
+    #: parsers (``reasoning``: its reasoning is reasoning_content, else content; ``tools``:
+    #: its calls are tool calls, else content).
+    chat_format: ChatFormat | None = None
 
     @property
     def has_stops(self) -> bool:
@@ -77,8 +82,9 @@ def make_processors(
     processors = []
     for index in range(first_index, first_index + options.n):
         tool_parser = options.tool_parser() if options.tool_parser is not None else None
+        reader = options.chat_format.reader() if options.chat_format is not None else None
         reasoning = None
-        if options.reasoning and runtime.reasoning_parser is not None:
+        if options.reasoning and runtime.reasoning_parser is not None and reader is None:
             reasoning = runtime.reasoning_parser(start_in_reasoning=options.start_in_reasoning)
         stops = (
             StopStringMatcher(
@@ -107,6 +113,10 @@ def make_processors(
                 max_calls=options.max_calls,
                 tool_parser_name=options.tool_parser_name,
                 reasoning_parser_name=runtime.reasoning_parser_name,
+                reader=reader,
+                reader_reasoning=options.reasoning,
+                reader_calls=options.tools is not None,
+                reader_name=runtime.chat_format_name,
             )
         )
     return processors

@@ -12,7 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from turnout.server.errors import ApiError
 from turnout.tokenizer import TooManyTokens
@@ -21,6 +21,8 @@ from turnout.tokenizer.offload import offloader
 
 if TYPE_CHECKING:
     from turnout.generation.models import ModelRuntime
+
+RenderedT = TypeVar("RenderedT")
 
 #: Requests with a body at least this large render their chat template on a tokenizer thread.
 OFF_LOOP_BODY_BYTES = 256 * 1024
@@ -129,8 +131,8 @@ def _too_long(limit: PromptLimit, tokens: int, param: str, *, at_least: bool) ->
 
 
 async def render_off_loop(
-    body_size: int, render: Callable[..., str], *args: Any, **kwargs: Any
-) -> str:
+    body_size: int, render: Callable[..., RenderedT], *args: Any, **kwargs: Any
+) -> RenderedT:
     """``render(*args, **kwargs)``, on a tokenizer thread when the request body is large (a
     template over megabytes of messages takes tens of milliseconds)."""
     if body_size < OFF_LOOP_BODY_BYTES:
