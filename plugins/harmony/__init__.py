@@ -3,10 +3,22 @@
 :func:`load_gpt_oss_encoding` loads the harmony encoding without network access (see
 :mod:`turnout.plugins.harmony.vocab`), :func:`render_chat` renders an OpenAI-style conversation
 to prompt token ids, and :class:`HarmonyStream` / :func:`parse_output` read the model's output
-tokens into reasoning, content and tool calls. Not yet registered as a plugin: the chat
-endpoint will use it once a prompt builder can replace the chat template (issue 16).
+tokens into reasoning, content and tool calls. :class:`HarmonyChatFormat` puts them together as
+the ``harmony`` chat format plugin (``models.<id>.chat_format: harmony``).
 """
 
+import importlib.util
+
+from turnout.plugins.harmony.vocab import HarmonyUnavailable, o200k_vocab_dir
+
+if importlib.util.find_spec("openai_harmony") is None:  # say what to install (at start-up)
+    raise HarmonyUnavailable(
+        "gpt-oss through harmony needs openai-harmony: pip install 'turnout[harmony]'"
+    )
+
+# The rest imports openai_harmony.
+
+from turnout.plugins.harmony.chat_format import HarmonyChatFormat
 from turnout.plugins.harmony.encoding import load_gpt_oss_encoding
 from turnout.plugins.harmony.parse import (
     HarmonyCall,
@@ -16,10 +28,10 @@ from turnout.plugins.harmony.parse import (
     parse_output,
 )
 from turnout.plugins.harmony.render import render_chat
-from turnout.plugins.harmony.vocab import HarmonyUnavailable, o200k_vocab_dir
 
 __all__ = [
     "HarmonyCall",
+    "HarmonyChatFormat",
     "HarmonyDelta",
     "HarmonyOutput",
     "HarmonyStream",

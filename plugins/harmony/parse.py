@@ -16,24 +16,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal
 
 from openai_harmony import HarmonyEncoding, HarmonyError, Role, StreamableParser, StreamState
+
+from turnout.chat_formats.types import FormatDelta
 
 __all__ = ["HarmonyCall", "HarmonyDelta", "HarmonyOutput", "HarmonyStream", "parse_output"]
 
 _FUNCTIONS = "functions."
 
 
-@dataclass(frozen=True, slots=True)
-class HarmonyDelta:
-    """A piece of output: ``text`` of the reasoning or the content, or of call ``call``'s
-    arguments (the first delta of a call carries its ``name``)."""
-
-    kind: Literal["reasoning", "content", "call"]
-    text: str
-    call: int | None = None
-    name: str | None = None
+#: A piece of output: reasoning, content, or a call's arguments (the chat format API's type).
+HarmonyDelta = FormatDelta
 
 
 @dataclass(frozen=True, slots=True)
