@@ -156,6 +156,8 @@ class ChoiceProcessor:
         """Process new token ids (and their logprobs, an ``OutputLogProbs`` message)."""
         if self.done or self.matched_stop is not None:
             return None
+        if self._reader is not None:
+            return self._push_read(token_ids, logprobs)
         visible = token_ids
         if token_ids and token_ids[-1] in self._hidden_stop_ids:
             visible = token_ids[:-1]  # EOS / stop token: ends the output, not part of its text
@@ -163,8 +165,6 @@ class ChoiceProcessor:
         # copy finds the token that completed it, where the output ends (as in streaming).
         # (A hidden EOS after the stop counts too: it must not be counted when the stop ended
         # the output before it.)
-        if self._reader is not None:
-            return self._push_read(token_ids, logprobs)
         before = self._decoder.fork() if self._stops is not None and len(token_ids) > 1 else None
         text = self._decoder.push(visible) if visible else ""
         delta = ChoiceDelta(self.index)
@@ -201,7 +201,8 @@ class ChoiceProcessor:
         """
         delta = ChoiceDelta(self.index)
         if self._reader is not None and not self.done:
-            self._read(delta)
+            if not self._read(delta):  # it failed at the end: what the decoder holds is content
+                self._emit(self._decoder.finish(), delta)
         elif not self.done and self.matched_stop is None:
             text = self._decoder.finish()
             if self._stops is not None:
@@ -242,9 +243,10 @@ class ChoiceProcessor:
         self._read(delta, token_ids)
         return None if delta.is_empty() else delta
 
-    def _read(self, delta: ChoiceDelta, token_ids: Sequence[int] | None = None) -> None:
+    def _read(self, delta: ChoiceDelta, token_ids: Sequence[int] | None = None) -> bool:
         """Add what the reader makes of the next tokens (``None``: of the end) to ``delta``. A
-        reader that fails is dropped: these tokens and the rest are decoded as plain content."""
+        reader that fails is dropped (False): these tokens and the rest are decoded as plain
+        content."""
         reader = self._reader
         assert reader is not None
         try:
@@ -254,7 +256,7 @@ class ChoiceProcessor:
             if token_ids is not None:
                 visible = [t for t in token_ids if t not in self._hidden_stop_ids]
                 self._emit(self._decoder.push(visible), delta)
-            return
+            return False
         for piece in pieces:
             if piece.kind == "call" and self._reader_calls:
                 assert piece.call is not None
@@ -265,6 +267,7 @@ class ChoiceProcessor:
             else:
                 self._normal_chars += len(piece.text)
                 self._emit(piece.text, delta)
+        return True
 
     def _estimated_reasoning_tokens(self, tokens: int) -> int:
         """The tokens' share of reasoning by characters: the same however the output was

@@ -1,4 +1,4 @@
-"""Built-in chat formats, registered lazily (importing one needs its extra)."""
+"""Built-in chat formats, registered lazily (using one needs its extra)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from turnout.hookspecs import Register, hookimpl
 BUILTIN_CHAT_FORMATS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
     (
         "harmony",
-        "turnout.plugins.harmony.chat_format:HarmonyChatFormat",
+        "turnout.plugins.chat_formats.harmony:harmony_chat_format",
         ("openai_harmony",),
         "gpt-oss through openai-harmony: prompts, reasoning, tool calls (turnout[harmony])",
     ),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,10 +37,14 @@ def harmony(tmp_path_factory: pytest.TempPathFactory) -> HarmonyChatFormat:
         return HarmonyChatFormat(tmp_path_factory.mktemp("vocab"))
 
 
-def test_harmony_is_registered_and_chosen_only_by_config() -> None:
+def test_harmony_is_registered_and_chosen_only_by_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    offline(monkeypatch)
+    monkeypatch.setenv("TURNOUT_CACHE_DIR", str(tmp_path))
     registry = PLUGINS.chat_formats
     assert registry.canonical("openai_harmony") == "harmony"
-    assert registry.factory("harmony") is HarmonyChatFormat
+    assert isinstance(registry.create("harmony"), HarmonyChatFormat)
     assert registry.for_model("openai/gpt-oss-120b") is None
     config = build_config({"models": {"gpt-oss-120b": {"chat_format": "harmony"}}})
     assert choose_plugins("gpt-oss-120b", config, PLUGINS).chat_format == "harmony"
@@ -161,3 +166,17 @@ def test_a_failing_reader_leaves_plain_content() -> None:
     folded = _fold(processor, [first, rest, rest])
     assert folded["reasoning"] == "thinking"
     assert folded["content"] == " world world"
+
+
+class _FailingAtTheEnd:
+    def feed(self, token_ids: Sequence[int]) -> list[FormatDelta]:
+        return [FormatDelta("content", "kept")]
+
+    def finish(self) -> list[FormatDelta]:
+        raise ValueError("cannot end")
+
+
+def test_a_reader_failing_at_the_end_keeps_what_it_gave() -> None:
+    folded = _fold(_processor(_FailingAtTheEnd()), [[1, 2]])
+    assert folded["content"] == "kept"
+    assert folded["finish"] == "stop"
