@@ -22,6 +22,7 @@ from turnout.errors import ConfigError, StartupError
 from turnout.generation.models import STARTED_ENV, router_started
 from turnout.observability.logs import configure_logging
 from turnout.server.app import create_app
+from turnout.server.collector import settle_collector
 from turnout.server.connections import ConnectionLimits, guarded_protocol
 from turnout.server.context import Services
 from turnout.server.shutdown import DrainingServer
@@ -83,6 +84,7 @@ def build(
     host, port = config.server.host, config.server.port
 
     async def announce(services: Services) -> None:
+        settle_collector()
         models = sorted({w.model for w in config.workers if w.model} | set(config.models))
         log.info(
             "turnout ready on http://%s:%d — models: %s; workers: %s; plugins: %s",
