@@ -28,10 +28,6 @@ def test_settle_freezes_what_exists_and_raises_the_young_threshold() -> None:
     settle_collector()
     assert gc.get_freeze_count() > 1000  # the modules and objects made so far
     assert gc.get_threshold() == (GEN0_THRESHOLD, gen1, gen2)
-    frozen = gc.get_freeze_count()
-    made_after = [[i] for i in range(100)]
-    assert gc.get_freeze_count() == frozen  # objects made later are collected as usual
-    assert made_after
 
 
 @pytest.mark.usefixtures("restore_collector")
