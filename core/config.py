@@ -25,6 +25,7 @@ from turnout.workers.settings import (
     WorkerSpec,
     WorkersSettings,
 )
+from turnout.workers.roles import Role
 from turnout.workers.worker import default_worker_id, worker_id_problem
 
 #: A parser name in the config that turns parsing off for a model.
@@ -91,10 +92,17 @@ class ServerConfig(_Section):
 
 
 class PolicyConfig(_Section):
-    """A selection policy by name, with its parameters."""
+    """A selection policy by name, with its parameters; for a prefill-decode model also the
+    policies that pick its ``prefill`` and its ``decode`` workers (a name or ``{name,
+    params}`` each)."""
 
-    name: str
+    #: The policy of regular workers; unset: the ``defaults`` one.
+    name: str | None = None
     params: dict[str, Any] = msgspec.field(default_factory=dict)
+    #: Picks prefill workers; unset: the ``defaults`` one, else ``cache_aware``.
+    prefill: str | PolicyConfig | None = None
+    #: Picks decode workers; unset: the ``defaults`` one, else the regular workers' policy.
+    decode: str | PolicyConfig | None = None
 
 
 class DiscoveryConfig(_Section):
@@ -312,6 +320,25 @@ def policy_config(value: str | PolicyConfig) -> PolicyConfig:
     return PolicyConfig(name=value) if isinstance(value, str) else value
 
 
+def _check_policy(key: str, value: str | PolicyConfig, *, named: bool) -> None:
+    """A policy section names a policy, or the prefill/decode ones (a model's may leave its
+    regular policy to the defaults); a role's own section names one policy only."""
+    policy = policy_config(value)
+    if policy.name is None and (named or (policy.prefill is None and policy.decode is None)):
+        raise ConfigError(f"{key}.name: a policy name is required")
+    if policy.name is None and policy.params:
+        raise ConfigError(f"{key}.params: parameters need a policy name")
+    for role in ("prefill", "decode"):
+        section = getattr(policy, role)
+        if section is None:
+            continue
+        inner = policy_config(section)
+        if inner.name is None:
+            raise ConfigError(f"{key}.{role}.name: a policy name is required")
+        if inner.prefill is not None or inner.decode is not None:
+            raise ConfigError(f"{key}.{role}: names one policy (no prefill/decode inside)")
+
+
 _ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 
 
@@ -406,10 +433,19 @@ def _check(config: Config) -> None:
     server = config.server
     if not 0 <= server.port <= 65535:
         raise ConfigError(f"server.port: must be between 0 and 65535, got {server.port!r}")
+    _check_policy("defaults.policy", config.defaults.policy, named=True)
+    for model_id, model in config.models.items():
+        if model.policy is not None:
+            _check_policy(f"models.{model_id}.policy", model.policy, named=False)
     for index, worker in enumerate(config.workers):
         if not re.fullmatch(r"grpc://[^/\s:]+(:\d+)?|grpc://\[[0-9a-fA-F:.]+\](:\d+)?", worker.url):
             raise ConfigError(
                 f"workers[{index}].url: expected grpc://host:port, got {worker.url!r}"
+            )
+        if worker.bootstrap_port is not None and worker.role not in (None, Role.PREFILL):
+            raise ConfigError(
+                f"workers[{index}].bootstrap_port: only a prefill worker has a bootstrap port "
+                f"(this one is {worker.role.value if worker.role else 'regular'})"
             )
         worker_id = worker.id if worker.id is not None else default_worker_id(worker.url)
         problem = worker_id_problem(worker_id)

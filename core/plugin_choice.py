@@ -15,15 +15,24 @@ if TYPE_CHECKING:
     from turnout.routing.types import Policy
 
 
+#: The policy that picks prefill workers unless the config names one: a prefill worker's cost
+#: is the prompt, and a cached prefix is what it saves.
+DEFAULT_PREFILL_POLICY = "cache_aware"
+
+
 @dataclass(frozen=True, slots=True)
 class ModelChoices:
     """Canonical plugin names chosen for one model (None: no parsing, text passes through)."""
 
     tool_parser: str | None
     reasoning_parser: str | None
+    #: Picks regular workers.
     policy: PolicyConfig
     #: The chat format replacing the template and both parsers (None: the template).
     chat_format: str | None = None
+    #: Picks prefill workers, then decode workers, of a prefill-decode model.
+    prefill_policy: PolicyConfig = PolicyConfig(name=DEFAULT_PREFILL_POLICY)
+    decode_policy: PolicyConfig | None = None
 
 
 def _choose(
@@ -42,8 +51,12 @@ def _choose(
 def choose_plugins(model_id: str, config: Config, plugins: Plugins) -> ModelChoices:
     """Choices for ``model_id``; unknown names raise :class:`PluginError` listing valid ones."""
     model = config.models.get(model_id, ModelConfig())
-    defaults = config.defaults
-    policy = policy_config(model.policy if model.policy is not None else defaults.policy)
+    defaults = policy_config(config.defaults.policy)
+    own = policy_config(model.policy) if model.policy is not None else PolicyConfig()
+    policy = own if own.name is not None else defaults
+    regular = _canonical(plugins, policy)
+    prefill = own.prefill or defaults.prefill or DEFAULT_PREFILL_POLICY
+    decode = own.decode or defaults.decode
     return ModelChoices(
         tool_parser=_choose(
             plugins.tool_parsers, model.tool_parser, defaults.tool_parser, model_id
@@ -51,9 +64,18 @@ def choose_plugins(model_id: str, config: Config, plugins: Plugins) -> ModelChoi
         reasoning_parser=_choose(
             plugins.reasoning_parsers, model.reasoning_parser, defaults.reasoning_parser, model_id
         ),
-        policy=PolicyConfig(name=plugins.policies.canonical(policy.name), params=policy.params),
+        policy=regular,
+        prefill_policy=_canonical(plugins, prefill),
+        decode_policy=regular if decode is None else _canonical(plugins, decode),
         chat_format=_choose(plugins.chat_formats, model.chat_format, None, model_id),
     )
+
+
+def _canonical(plugins: Plugins, value: str | PolicyConfig) -> PolicyConfig:
+    """A policy by its canonical name, with its parameters only."""
+    policy = policy_config(value)
+    assert policy.name is not None  # the config check requires one
+    return PolicyConfig(name=plugins.policies.canonical(policy.name), params=policy.params)
 
 
 def validate_plugin_names(config: Config, plugins: Plugins) -> None:
@@ -62,8 +84,8 @@ def validate_plugin_names(config: Config, plugins: Plugins) -> None:
     named: list[tuple[str, Registry[Any], str | None]] = [
         ("defaults.tool_parser", plugins.tool_parsers, config.defaults.tool_parser),
         ("defaults.reasoning_parser", plugins.reasoning_parsers, config.defaults.reasoning_parser),
-        ("defaults.policy", plugins.policies, policy_config(config.defaults.policy).name),
     ]
+    named.extend(_policy_names("defaults.policy", config.defaults.policy, plugins))
     for model_id, model in config.models.items():
         named.append((f"models.{model_id}.tool_parser", plugins.tool_parsers, model.tool_parser))
         named.append(
@@ -75,9 +97,7 @@ def validate_plugin_names(config: Config, plugins: Plugins) -> None:
         )
         named.append((f"models.{model_id}.chat_format", plugins.chat_formats, model.chat_format))
         if model.policy is not None:
-            named.append(
-                (f"models.{model_id}.policy", plugins.policies, policy_config(model.policy).name)
-            )
+            named.extend(_policy_names(f"models.{model_id}.policy", model.policy, plugins))
     for key, registry, name in named:
         if name is None or name.lower() == DISABLED:
             continue
@@ -104,4 +124,17 @@ def policies_for(
 
 
 def _make_policy(plugins: Plugins, choice: PolicyConfig) -> Policy:
+    assert choice.name is not None  # the config check requires one
     return plugins.policies.create(choice.name, **choice.params)
+
+
+def _policy_names(
+    key: str, value: str | PolicyConfig, plugins: Plugins
+) -> list[tuple[str, Registry[Any], str | None]]:
+    policy = policy_config(value)
+    named: list[tuple[str, Registry[Any], str | None]] = [(key, plugins.policies, policy.name)]
+    for role in ("prefill", "decode"):
+        section = getattr(policy, role)
+        if section is not None:
+            named.append((f"{key}.{role}", plugins.policies, policy_config(section).name))
+    return named

@@ -321,6 +321,10 @@ class DiscoveryManager:
             model=seen.model,
             id=seen.name,
             labels={"discovery": source.provider_name, **seen.labels},
+            # A provider's "regular" is also "not marked": then the worker's own
+            # disaggregation_mode decides.
+            role=None if seen.role is Role.REGULAR else seen.role,
+            bootstrap_port=seen.bootstrap_port if seen.role is Role.PREFILL else None,
         )
         try:
             worker = await self.registry.add(spec)
@@ -339,26 +343,20 @@ class DiscoveryManager:
         source.warned.discard(key)
         source.owned[key] = _Owned(worker, seen)
         log.info(
-            "%s: added worker %s (%s, model %s)",
+            "%s: added worker %s (%s, model %s%s)",
             source.label,
             worker.id,
             worker.url,
             seen.model or "from the worker",
+            "" if seen.role is Role.REGULAR else f", {seen.role.value}",
         )
 
     def _acceptable(self, source: _Source, seen: DiscoveredWorker) -> bool:
-        problem = None
-        if seen.role is not Role.REGULAR:
-            problem = (
-                f"role {seen.role.value!r} (prefill/decode disaggregation is not routed yet); "
-                "the worker is not used"
-            )
+        try:
+            parse_worker_url(seen.url)
+        except ValueError as exc:
+            problem = str(exc)
         else:
-            try:
-                parse_worker_url(seen.url)
-            except ValueError as exc:
-                problem = str(exc)
-        if problem is None:
             return True
         if seen.key not in source.warned:
             source.warned.add(seen.key)
@@ -388,6 +386,8 @@ class DiscoveryManager:
         return (
             self._still_registered(orphan.worker)
             and orphan.seen.model == seen.model
+            and orphan.seen.role == seen.role
+            and orphan.seen.bootstrap_port == seen.bootstrap_port
             and (seen.name is None or seen.name == orphan.worker.id)
         )
 

@@ -10,18 +10,22 @@ finish, a removed worker is drained and then dropped, a full :class:`Snapshot` r
 
 from __future__ import annotations
 
-import enum
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
+from turnout.workers.roles import Role
 
-class Role(enum.StrEnum):
-    """What a worker does in a disaggregated deployment (``regular`` serves whole requests)."""
-
-    REGULAR = "regular"
-    PREFILL = "prefill"
-    DECODE = "decode"
+__all__ = [
+    "Added",
+    "DiscoveredWorker",
+    "DiscoveryProvider",
+    "Draining",
+    "Removed",
+    "Role",
+    "Snapshot",
+    "WorkerChange",
+]
 
 
 @dataclass(frozen=True, slots=True)

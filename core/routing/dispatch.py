@@ -20,6 +20,7 @@ from turnout.workers.dp import DpRank, Slot, candidate_ids
 from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.retry import backoff_delay
+from turnout.workers.roles import Role
 from turnout.workers.settings import RetrySettings
 from turnout.workers.worker import Worker, WorkerState
 
@@ -28,10 +29,13 @@ if TYPE_CHECKING:
     from opentelemetry.util.types import AttributeValue
 
     from turnout.observability.otel import Tracing
+    from turnout.routing.pd import PdSession
 
 log = logging.getLogger(__name__)
 
 PolicyFactory = Callable[[], Policy]
+#: Makes the policy of one role (prefill or decode) of one model.
+RolePolicyFactory = Callable[[str, Role], Policy]
 DoneHook = Callable[[RoutingRequest, str, bool], None]
 ChangedHook = Callable[[Sequence[str]], None]
 #: gRPC metadata of a call (the W3C trace context).
@@ -96,6 +100,10 @@ class Dispatcher:
     right choice for stateful policies such as ``cache_aware``). :meth:`set_policies` swaps
     them at run time (config reload). With ``tracing``, each worker selection and each attempt
     is a span, and the attempt's span is the parent of the worker's (W3C context as metadata).
+
+    Models served by prefill and decode workers (the registry's ``disaggregated`` models) are
+    routed to pairs (:mod:`turnout.routing.pd`), each role with its own policy from
+    ``role_policy(model, role)`` (default: a policy as for regular workers).
     """
 
     def __init__(
@@ -107,7 +115,10 @@ class Dispatcher:
         rng: random.Random | None = None,
         *,
         tracing: Tracing | None = None,
+        role_policy: RolePolicyFactory | None = None,
     ) -> None:
+        from turnout.routing.pd import PrefillDecode
+
         self.registry = registry
         self.tracing = tracing
         self.retry = retry or registry.settings.retry
@@ -115,8 +126,12 @@ class Dispatcher:
         self.first_response_timeout = registry.settings.wire.first_response_timeout_s or None
         self._rng = rng or random.Random()
         self._routes: dict[str, _Route] = {}
+        self._role_routes: dict[tuple[str, Role], _Route] = {}
+        self._role_policy: RolePolicyFactory | None = None
         self._default: Policy | PolicyFactory = _round_robin
-        self.set_policies(policies or {}, default_policy)
+        self._disaggregated = registry.disaggregated
+        self._pd = PrefillDecode(self, self._rng)
+        self.set_policies(policies or {}, default_policy, role_policy)
         registry.add_listener(self._on_membership)
 
     # -- policies -------------------------------------------------------------------------------
@@ -125,11 +140,14 @@ class Dispatcher:
         self,
         policies: Mapping[str, Policy],
         default_policy: Policy | PolicyFactory | None = None,
+        role_policy: RolePolicyFactory | None = None,
     ) -> None:
         """Replace every policy (in-flight requests keep the worker they have)."""
         routes = {model: _Route.of(policy) for model, policy in policies.items()}
         self._default = default_policy if default_policy is not None else _round_robin
         self._routes = routes
+        self._role_policy = role_policy
+        self._role_routes = {}
         for model in self.registry.models():
             self._inform(self._route(model), model)
 
@@ -137,25 +155,45 @@ class Dispatcher:
         """The policy that serves ``model``."""
         return self._route(model).policy
 
+    def role_policy_for(self, model: str, role: Role) -> Policy:
+        """The policy that picks ``model``'s workers of ``role`` (prefill or decode)."""
+        return self._role_route(model, role).policy
+
     def _route(self, model: str) -> _Route:
         route = self._routes.get(model)
         if route is None:
-            default = self._default
-            # A class is a factory too (a class has a ``select`` attribute: check it first).
-            is_instance = not isinstance(default, type) and isinstance(default, Policy)
-            policy: Policy = default if is_instance else default()  # type: ignore[assignment,operator]
-            route = self._routes[model] = _Route.of(policy)
+            route = self._routes[model] = _Route.of(self._default_policy())
             self._inform(route, model)
+        return route
+
+    def _default_policy(self) -> Policy:
+        default = self._default
+        # A class is a factory too (a class has a ``select`` attribute: check it first).
+        is_instance = not isinstance(default, type) and isinstance(default, Policy)
+        return default if is_instance else default()  # type: ignore[return-value,operator]
+
+    def _role_route(self, model: str, role: Role) -> _Route:
+        route = self._role_routes.get((model, role))
+        if route is None:
+            factory = self._role_policy
+            policy = factory(model, role) if factory is not None else self._default_policy()
+            route = self._role_routes[(model, role)] = _Route.of(policy)
+            if route.changed is not None:
+                route.changed(_role_ids(self.registry.role_workers(model, role), role))
         return route
 
     def _inform(self, route: _Route, model: str) -> None:
         if route.changed is not None:
-            route.changed(candidate_ids(self.registry.workers_for(model)))
+            route.changed(candidate_ids(self.registry.role_workers(model, Role.REGULAR)))
 
     def _on_membership(self, model: str, workers: list[Worker]) -> None:
         route = self._routes.get(model)
         if route is not None and route.changed is not None:
-            route.changed(candidate_ids(workers))
+            route.changed(candidate_ids(w for w in workers if w.role is Role.REGULAR))
+        for role in (Role.PREFILL, Role.DECODE):
+            route = self._role_routes.get((model, role))
+            if route is not None and route.changed is not None:
+                route.changed(_role_ids([w for w in workers if w.role is role], role))
 
     # -- dispatch -------------------------------------------------------------------------------
 
@@ -165,7 +203,7 @@ class Dispatcher:
         routing: RoutingRequest,
         request: Any,
         timeout: float | None = None,  # noqa: ASYNC109 - a deadline handed to the gRPC call
-    ) -> GenerateSession:
+    ) -> GenerateSession | PdSession:
         """Start ``request`` on a worker of ``model`` and wait for its first response.
 
         Worker faults before the first response, a first response later than
@@ -174,6 +212,9 @@ class Dispatcher:
         :class:`NoWorkerAvailable` (503) when no worker can take it, or
         :class:`WorkerRequestError` with the worker's status (a client error, or the last
         fault once retries are exhausted). ``timeout`` bounds the whole request.
+
+        A disaggregated model's request goes to a prefill-decode pair the same way (see
+        :mod:`turnout.routing.pd`), or to a regular worker of the model while no pair can.
         """
 
         async def first_batch(
@@ -244,6 +285,10 @@ class Dispatcher:
         """
         loop = asyncio.get_running_loop()
         deadline_at = None if timeout is None else loop.time() + timeout
+        if model in self._disaggregated and (
+            self._pd.pair_possible(model) or not self.registry.candidates(model)
+        ):
+            return await self._pd.open(model, routing, request, deadline_at)
         route = self._route(model)
         retry = self.retry
         max_attempts = retry.max_attempts if retry.enabled else 1
@@ -354,7 +399,7 @@ class Dispatcher:
     def _no_worker(
         self, model: str, tried: set[str], adapter: str | None = None
     ) -> NoWorkerAvailable:
-        workers = self.registry.workers_for(model)
+        workers = self.registry.role_workers(model, Role.REGULAR)
         if not workers:
             known = self.registry.models()
             return NoWorkerAvailable(
@@ -385,6 +430,9 @@ class GenerateSession:
     after the first response raise :class:`WorkerRequestError` (they are not retried: the client
     has seen output).
     """
+
+    #: How a failure after the first response is logged.
+    _failed_note = "mid-stream (not retried: the client has output)"
 
     __slots__ = (
         "_dispatcher",
@@ -475,9 +523,7 @@ class GenerateSession:
                 raise
             self._finish(failure)
             log.warning(
-                "worker %s failed mid-stream (not retried: the client has output): %s",
-                self.worker.id,
-                failure.detail,
+                "worker %s failed %s: %s", self.worker.id, self._failed_note, failure.detail
             )
             raise failure.on(self.worker.id, self.attempts) from exc
         if not batch:
@@ -668,6 +714,14 @@ def _call_hook(hook: DoneHook, routing: RoutingRequest, worker_id: str, ok: bool
         hook(routing, worker_id, ok)
     except Exception:
         log.exception("policy on_request_done hook failed")
+
+
+def _role_ids(workers: Sequence[Worker], role: Role) -> list[str]:
+    """Candidate ids of ``role``'s workers: prefill workers offer their DP ranks, decode workers
+    are offered whole (the bootstrap room picks their rank)."""
+    if role is Role.DECODE:
+        return [w.id for w in workers]
+    return candidate_ids(workers)
 
 
 def _round_robin() -> Policy:

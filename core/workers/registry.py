@@ -16,6 +16,7 @@ from turnout.workers.connection import WorkerConnection
 from turnout.workers.dp import Slot
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
 from turnout.workers.health import HealthState
+from turnout.workers.roles import Role, role_from_labels
 from turnout.workers.settings import WireSettings, WorkerSpec, WorkersSettings
 from turnout.workers.worker import Worker, WorkerState, default_worker_id
 
@@ -44,6 +45,11 @@ class WorkerRegistry:
         self._clock = clock
         self._workers: dict[str, Worker] = {}
         self._by_model: dict[str, list[Worker]] = {}
+        #: Per role, the workers of each model (a worker is in its model's list of its role).
+        self._pools: dict[Role, dict[str, list[Worker]]] = {role: {} for role in Role}
+        self._regular = self._pools[Role.REGULAR]
+        #: Models with a prefill or a decode worker registered (served prefill-decode).
+        self.disaggregated: set[str] = set()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._aux: set[asyncio.Task[Any]] = set()
         self._listeners: list[Listener] = []
@@ -78,10 +84,10 @@ class WorkerRegistry:
     def candidates(
         self, model: str, exclude: Iterable[str] = (), adapter: str | None = None
     ) -> list[Slot]:
-        """Where a request for ``model`` may go: each routable worker serving it (with LoRA
-        ``adapter`` loaded, when one is named), minus the worker ids in ``exclude``; a worker
-        with DP ranks offers each rank instead."""
-        workers = self._by_model.get(model, ())
+        """Where a request for ``model`` may go: each routable regular worker serving it (with
+        LoRA ``adapter`` loaded, when one is named), minus the worker ids in ``exclude``; a
+        worker with DP ranks offers each rank instead."""
+        workers = self._regular.get(model, ())
         skip = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
         found: list[Slot] = []
         for w in workers:
@@ -105,13 +111,46 @@ class WorkerRegistry:
                 found.setdefault(name, adapter)
         return found
 
+    def role_candidates(
+        self, model: str, role: Role, exclude: Iterable[str] = (), *, ranks: bool = True
+    ) -> list[Slot]:
+        """Like :meth:`candidates`, among the workers of ``role``; with ``ranks=False`` a worker
+        with DP ranks is offered whole (its own scheduler picks the rank)."""
+        skip = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
+        found: list[Slot] = []
+        for w in self._pools[role].get(model, ()):
+            if w.routable and w.id not in skip:
+                if ranks and w.ranks:
+                    found.extend(w.ranks)
+                else:
+                    found.append(w)
+        return found
+
+    def role_workers(self, model: str, role: Role) -> list[Worker]:
+        """Every worker of ``role`` serving ``model``, whatever its state."""
+        return list(self._pools[role].get(model, ()))
+
     def unplaced(self) -> list[Worker]:
         """Registered workers whose model is not known yet (not reached so far)."""
         return [w for w in self._workers.values() if w.model_id is None]
 
     def has_ready_worker(self, model: str) -> bool:
-        """Whether some worker can take a request for ``model`` now."""
-        return any(w.routable for w in self._by_model.get(model, ()))
+        """Whether a request for ``model`` can be served now: by a regular worker, or by a
+        prefill and a decode worker."""
+        return self.readiness_problem(model) is None
+
+    def readiness_problem(self, model: str) -> str | None:
+        """Why no request for ``model`` can be served now, or None when one can."""
+        if any(w.routable for w in self._regular.get(model, ())):
+            return None
+        if model not in self.disaggregated:
+            return "no healthy worker"
+        missing = [
+            role.value
+            for role in (Role.PREFILL, Role.DECODE)
+            if not any(w.routable for w in self._pools[role].get(model, ()))
+        ]
+        return f"no healthy {' or '.join(missing)} worker" if missing else None
 
     def add_listener(self, listener: Listener) -> None:
         """Call ``listener(model, workers_of_model)`` when a model's membership changes."""
@@ -266,15 +305,50 @@ class WorkerRegistry:
             self._tasks[worker.id] = task
 
     def _index(self, worker: Worker) -> None:
-        for model, workers in self._by_model.items():
-            if worker in workers and model != worker.model_id:
-                workers.remove(worker)
-                self._notify(model)
-        if worker.model_id is not None:
-            workers = self._by_model.setdefault(worker.model_id, [])
-            if worker not in workers:
-                workers.append(worker)
-                self._notify(worker.model_id)
+        """Put ``worker`` in the lists of its model and role (and out of any other)."""
+        model = worker.model_id
+        for other, workers in self._by_model.items():
+            if worker in workers and other != model:
+                self._unindex(worker, other)
+                self._notify(other)
+        if model is None:
+            return
+        for role, pool in self._pools.items():
+            members = pool.get(model)
+            if members is not None and worker in members and role is not worker.role:
+                members.remove(worker)
+                if not members:
+                    del pool[model]
+        workers = self._by_model.setdefault(model, [])
+        members = self._pools[worker.role].setdefault(model, [])
+        added = worker not in workers or worker not in members
+        if worker not in workers:
+            workers.append(worker)
+        if worker not in members:
+            members.append(worker)
+        self._mark_disaggregated(model)
+        if added:
+            self._notify(model)
+
+    def _unindex(self, worker: Worker, model: str) -> None:
+        workers = self._by_model.get(model, [])
+        if worker in workers:
+            workers.remove(worker)
+            if not workers:
+                del self._by_model[model]
+        for pool in self._pools.values():
+            members = pool.get(model)
+            if members is not None and worker in members:
+                members.remove(worker)
+                if not members:
+                    del pool[model]
+        self._mark_disaggregated(model)
+
+    def _mark_disaggregated(self, model: str) -> None:
+        if model in self._pools[Role.PREFILL] or model in self._pools[Role.DECODE]:
+            self.disaggregated.add(model)
+        else:
+            self.disaggregated.discard(model)
 
     def _notify(self, model: str) -> None:
         members = list(self._by_model.get(model, ()))
@@ -294,13 +368,9 @@ class WorkerRegistry:
         if task is not None and task is not asyncio.current_task():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        if worker.model_id is not None:
-            workers = self._by_model.get(worker.model_id, [])
-            if worker in workers:
-                workers.remove(worker)
-                if not workers:
-                    del self._by_model[worker.model_id]
-                self._notify(worker.model_id)
+        if worker.model_id is not None and worker in self._by_model.get(worker.model_id, ()):
+            self._unindex(worker, worker.model_id)
+            self._notify(worker.model_id)
         with contextlib.suppress(Exception):
             await worker.connection.close()
 
@@ -311,6 +381,16 @@ class WorkerRegistry:
             worker.last_error = f"model info: {type(exc).__name__}: {exc}"
             return False
         reshaped = worker.apply_discovery(dict(labels))
+        reported = role_from_labels(worker.labels)
+        if worker.spec.role is not None and reported is not worker.role:
+            log.warning(
+                "worker %s is configured as a %s worker but reports itself as %s "
+                "(disaggregation_mode); routing it as %s",
+                worker.id,
+                worker.role.value,
+                reported.value,
+                worker.role.value,
+            )
         await self._refresh_adapters(worker, timeout_s)
         self._index(worker)
         if reshaped and worker.model_id is not None:

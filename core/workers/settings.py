@@ -10,6 +10,8 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
+from turnout.workers.roles import Role
+
 Positive = Annotated[float, msgspec.Meta(gt=0)]
 NonNegative = Annotated[float, msgspec.Meta(ge=0)]
 Count = Annotated[int, msgspec.Meta(ge=1)]
@@ -106,6 +108,11 @@ class WorkerSpec(_Section):
     #: Data-parallel ranks to route to, overriding the ``dp_size`` the worker reports; 1
     #: routes to the worker as a whole and leaves the rank to its own scheduler.
     dp_size: Count | None = None
+    #: ``regular``, ``prefill`` or ``decode``; unset: what the worker reports
+    #: (``disaggregation_mode`` in its server info), regular if it reports nothing.
+    role: Role | None = None
+    #: A prefill worker's KV bootstrap port; unset: what the worker reports, else 8998.
+    bootstrap_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
     health: HealthOverride | None = None
     circuit_breaker: BreakerOverride | None = None
 

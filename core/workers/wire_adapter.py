@@ -23,7 +23,14 @@ from turnout.workers.errors import WorkerRequestError
 from turnout.workers.settings import WireSettings
 
 #: ``server_args`` keys copied into a worker's labels.
-SERVER_ARG_LABELS = ("tp_size", "dp_size", "max_running_requests", "context_length")
+SERVER_ARG_LABELS = (
+    "tp_size",
+    "dp_size",
+    "max_running_requests",
+    "context_length",
+    "disaggregation_mode",
+    "disaggregation_bootstrap_port",
+)
 
 #: Worker faults that are load push-back, not breakage: retried elsewhere, not counted.
 _PUSHBACK = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED})

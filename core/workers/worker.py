@@ -14,6 +14,12 @@ from turnout.workers.breaker import CircuitBreaker, CircuitState
 from turnout.workers.connection import WorkerConnection
 from turnout.workers.dp import DpRank, dp_size_from_labels
 from turnout.workers.health import HealthState, HealthTracker
+from turnout.workers.roles import (
+    DEFAULT_BOOTSTRAP_PORT,
+    Role,
+    bootstrap_port_from_labels,
+    role_from_labels,
+)
 from turnout.workers.settings import (
     BreakerSettings,
     HealthSettings,
@@ -97,6 +103,8 @@ class Worker:
         self.labels: dict[str, str] = dict(spec.labels)
         #: Served model id, known once configured or discovered.
         self.model_id: str | None = spec.model
+        #: Its part in prefill-decode disaggregation: configured, else what it reports.
+        self.role: Role = spec.role or Role.REGULAR
         self.discovered = False
         self.draining = False
         self.removed = False
@@ -144,6 +152,20 @@ class Worker:
         return self.in_flight + self._external_load
 
     @property
+    def bootstrap_host(self) -> str:
+        """Where decode workers reach a prefill worker's KV bootstrap server: its host."""
+        return urlsplit(self._url).hostname or ""
+
+    @property
+    def bootstrap_port(self) -> int:
+        """A prefill worker's KV bootstrap port: configured, else reported, else 8998."""
+        return (
+            self.spec.bootstrap_port
+            or bootstrap_port_from_labels(self.labels)
+            or DEFAULT_BOOTSTRAP_PORT
+        )
+
+    @property
     def state(self) -> WorkerState:
         """Lifecycle state."""
         if self.draining:
@@ -170,7 +192,7 @@ class Worker:
         return breaker.allows() and (self.in_flight == 0 or not breaker.settings.enabled)
 
     def apply_discovery(self, labels: dict[str, str]) -> bool:
-        """Take discovered labels; configured labels, model id and ``dp_size`` win.
+        """Take discovered labels; configured labels, model id, role and ``dp_size`` win.
 
         Returns True when the worker's candidates changed (its DP size did).
         """
@@ -178,6 +200,7 @@ class Worker:
         merged.update(self.spec.labels)
         self.labels = merged
         self.model_id = self.spec.model or model_id_from_labels(merged)
+        self.role = self.spec.role or role_from_labels(merged)
         self.discovered = True
         return self._set_dp_size(self.spec.dp_size or dp_size_from_labels(merged))
 
@@ -238,6 +261,8 @@ class Worker:
             "id": self.id,
             "url": self.url,
             "model": self.model_id,
+            "role": self.role.value,
+            **({"bootstrap_port": self.bootstrap_port} if self.role is Role.PREFILL else {}),
             "state": self.state.value,
             "health": self.health.state.value,
             "circuit": self.breaker.state.value,

@@ -170,17 +170,22 @@ async def test_a_crashing_provider_is_restarted_and_its_snapshot_reconciles(
     await eventually(lambda: sims[2].url in routable(registry))
 
 
-async def test_prefill_and_decode_workers_are_not_routed_yet(
-    fleet: Callable[..., Any], sims: list[SimWorker], caplog: pytest.LogCaptureFixture
+async def test_prefill_and_decode_workers_join_with_their_role(
+    fleet: Callable[..., Any], sims: list[SimWorker]
 ) -> None:
     registry, _ = await fleet(QUEUE)
     source = provider()
-    with caplog.at_level(logging.WARNING, logger="turnout.discovery"):
-        await source.queue.put(Added(seen(sims[0], role=Role.PREFILL, bootstrap_port=8998)))
-        await source.queue.put(Added(seen(sims[1])))
-        await eventually(lambda: routable(registry) == {sims[1].url})
-    assert "role 'prefill'" in caplog.text
-    assert sims[0].url not in urls(registry)
+    await source.queue.put(Added(seen(sims[0], role=Role.PREFILL, bootstrap_port=9100)))
+    await source.queue.put(Added(seen(sims[1], role=Role.DECODE)))
+    await source.queue.put(Added(seen(sims[2])))
+    await eventually(lambda: routable(registry) == {s.url for s in sims[:3]})
+    prefill, decode, regular = (registry.get(s.url.removeprefix("grpc://")) for s in sims[:3])
+    assert prefill.role is Role.PREFILL
+    assert prefill.bootstrap_port == 9100
+    assert decode.role is Role.DECODE
+    assert regular.role is Role.REGULAR  # unmarked, and the worker says it is regular
+    assert registry.disaggregated == {"sim-model"}
+    assert registry.readiness_problem("sim-model") is None
 
 
 async def test_bad_entries_fail_before_anything_starts(plugins: Plugins) -> None:
