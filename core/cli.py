@@ -43,9 +43,32 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
         overrides["server.api_keys"] = list(args.api_key)
     if args.cors_allow_origins:
         overrides["server.cors_allow_origins"] = list(args.cors_allow_origins)
-    if args.worker_urls:
-        overrides["workers"] = [{"url": url} for url in args.worker_urls]
+    workers = [{"url": url} for url in args.worker_urls or ()]
+    workers += [_prefill_worker(values) for values in args.prefill or ()]
+    workers += [{"url": url, "role": "decode"} for url in args.decode or ()]
+    if workers:
+        overrides["workers"] = workers
+    for role in ("prefill", "decode"):
+        name = getattr(args, f"{role}_policy")
+        if name is not None:
+            overrides[f"defaults.policy.{role}"] = name
     return overrides
+
+
+def _prefill_worker(values: Sequence[str]) -> dict[str, Any]:
+    """A ``--prefill URL [BOOTSTRAP_PORT|none]`` flag as a worker entry."""
+    if len(values) > 2:
+        raise ConfigError(f"--prefill: expected URL [BOOTSTRAP_PORT], got {' '.join(values)}")
+    worker: dict[str, Any] = {"url": values[0], "role": "prefill"}
+    if len(values) == 2 and values[1].lower() != "none":
+        try:
+            worker["bootstrap_port"] = int(values[1])
+        except ValueError:
+            raise ConfigError(
+                f"--prefill {values[0]}: the bootstrap port must be a number or 'none', "
+                f"got {values[1]!r}"
+            ) from None
+    return worker
 
 
 def _check_flag_paths(args: argparse.Namespace) -> None:
@@ -83,11 +106,16 @@ def _cmd_check(args: argparse.Namespace) -> int:
     validate_plugin_names(config, plugins)
     discovery = describe_discovery(config.discovery, plugins.discovery)
     models = sorted(set(config.models) | {w.model for w in config.workers if w.model})
+    disaggregated = any(w.role not in (None, "regular") for w in config.workers)
     for model_id in models:
         choice = choose_plugins(model_id, config, plugins)
+        roles = ""
+        if disaggregated:
+            decode = choice.decode_policy or choice.policy
+            roles = f" prefill_policy={choice.prefill_policy.name} decode_policy={decode.name}"
         print(
             f"{model_id}: tool_parser={choice.tool_parser} "
-            f"reasoning_parser={choice.reasoning_parser} policy={choice.policy.name}"
+            f"reasoning_parser={choice.reasoning_parser} policy={choice.policy.name}{roles}"
         )
     for line in discovery:
         print(line)
@@ -120,6 +148,19 @@ def _add_config_flags(command: argparse.ArgumentParser) -> None:
     command.add_argument("--host")
     command.add_argument("--port", type=int)
     command.add_argument("--worker-urls", nargs="+", metavar="URL", help="grpc://host:port ...")
+    command.add_argument(
+        "--prefill",
+        nargs="+",
+        action="append",
+        metavar=("URL", "BOOTSTRAP_PORT"),
+        help="a prefill worker of a prefill-decode fleet, with its KV bootstrap port (default: "
+        "what it reports, else 8998; repeatable)",
+    )
+    command.add_argument(
+        "--decode", action="append", metavar="URL", help="a decode worker (repeatable)"
+    )
+    command.add_argument("--prefill-policy", help="default policy that picks prefill workers")
+    command.add_argument("--decode-policy", help="default policy that picks decode workers")
     command.add_argument("--model-path", help="model directory (tokenizer) for served models")
     command.add_argument("--default-model", help="model of requests that name none (/generate)")
     command.add_argument("--policy", help="default selection policy")

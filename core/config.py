@@ -16,6 +16,7 @@ import yaml
 
 from turnout.errors import ConfigError
 from turnout.observability.tracing import TracingConfig
+from turnout.workers.roles import bootstrap_port_problem
 from turnout.workers.settings import (
     BreakerSettings,
     HealthSettings,
@@ -25,7 +26,6 @@ from turnout.workers.settings import (
     WorkerSpec,
     WorkersSettings,
 )
-from turnout.workers.roles import Role
 from turnout.workers.worker import default_worker_id, worker_id_problem
 
 #: A parser name in the config that turns parsing off for a model.
@@ -422,6 +422,8 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node = data
     for key in parents:
         child = node.get(key)
+        if key == "policy" and isinstance(child, str):
+            child = node[key] = {"name": child}  # a policy by name, now with more keys
         if not isinstance(child, dict):
             child = {}
             node[key] = child
@@ -442,11 +444,9 @@ def _check(config: Config) -> None:
             raise ConfigError(
                 f"workers[{index}].url: expected grpc://host:port, got {worker.url!r}"
             )
-        if worker.bootstrap_port is not None and worker.role not in (None, Role.PREFILL):
-            raise ConfigError(
-                f"workers[{index}].bootstrap_port: only a prefill worker has a bootstrap port "
-                f"(this one is {worker.role.value if worker.role else 'regular'})"
-            )
+        problem = bootstrap_port_problem(worker.role, worker.bootstrap_port)
+        if problem is not None:
+            raise ConfigError(f"workers[{index}].bootstrap_port: {problem}")
         worker_id = worker.id if worker.id is not None else default_worker_id(worker.url)
         problem = worker_id_problem(worker_id)
         if problem is not None:

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from turnout.config import DISABLED, Config, ModelConfig, PolicyConfig, policy_config
 from turnout.errors import PluginError
 from turnout.plugin_loader import Plugins
 from turnout.plugin_registry import Registry
+from turnout.workers.roles import Role
 
 if TYPE_CHECKING:
     from turnout.routing.types import Policy
@@ -31,7 +32,9 @@ class ModelChoices:
     #: The chat format replacing the template and both parsers (None: the template).
     chat_format: str | None = None
     #: Picks prefill workers, then decode workers, of a prefill-decode model.
-    prefill_policy: PolicyConfig = PolicyConfig(name=DEFAULT_PREFILL_POLICY)
+    prefill_policy: PolicyConfig = field(
+        default_factory=lambda: PolicyConfig(name=DEFAULT_PREFILL_POLICY)
+    )
     decode_policy: PolicyConfig | None = None
 
 
@@ -51,12 +54,13 @@ def _choose(
 def choose_plugins(model_id: str, config: Config, plugins: Plugins) -> ModelChoices:
     """Choices for ``model_id``; unknown names raise :class:`PluginError` listing valid ones."""
     model = config.models.get(model_id, ModelConfig())
-    defaults = policy_config(config.defaults.policy)
+    defaults = config.defaults
+    default_policy = policy_config(defaults.policy)
     own = policy_config(model.policy) if model.policy is not None else PolicyConfig()
-    policy = own if own.name is not None else defaults
+    policy = own if own.name is not None else default_policy
     regular = _canonical(plugins, policy)
-    prefill = own.prefill or defaults.prefill or DEFAULT_PREFILL_POLICY
-    decode = own.decode or defaults.decode
+    prefill = own.prefill or default_policy.prefill or DEFAULT_PREFILL_POLICY
+    decode = own.decode or default_policy.decode
     return ModelChoices(
         tool_parser=_choose(
             plugins.tool_parsers, model.tool_parser, defaults.tool_parser, model_id
@@ -121,6 +125,19 @@ def policies_for(
         return _make_policy(plugins, default)
 
     return policies, default_policy
+
+
+def role_policies_for(config: Config, plugins: Plugins) -> Callable[[str, Role], Policy]:
+    """A factory of the policies that pick a prefill-decode model's prefill or decode workers
+    (``policy: {prefill: ..., decode: ...}``; one instance per model and role)."""
+
+    def role_policy(model_id: str, role: Role) -> Policy:
+        choice = choose_plugins(model_id, config, plugins)
+        if role is Role.PREFILL:
+            return _make_policy(plugins, choice.prefill_policy)
+        return _make_policy(plugins, choice.decode_policy or choice.policy)
+
+    return role_policy
 
 
 def _make_policy(plugins: Plugins, choice: PolicyConfig) -> Policy:

@@ -104,3 +104,34 @@ def test_the_example_plugins_own_tests_pass_with_the_shipped_harness(
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
     assert "2 passed" in result.stdout
+
+
+def test_prefill_and_decode_flags_make_a_pd_fleet(tmp_path: Path) -> None:
+    config = tmp_path / "pd.yaml"
+    demo = REPO_ROOT / "core" / "demo_model"
+    config.write_text(f"models:\n  m: {{tokenizer_path: {demo}}}\n")
+    result = run_turnout(
+        "check", "--config", str(config), "--policy", "round_robin",
+        "--prefill", "grpc://10.0.0.1:30000", "9000", "--prefill", "grpc://10.0.0.2:30000", "none",
+        "--decode", "grpc://10.0.0.3:30000", "--decode-policy", "power_of_two",
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert (
+        "m: tool_parser=None reasoning_parser=None policy=round_robin "
+        "prefill_policy=cache_aware decode_policy=power_of_two"
+    ) in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--prefill", "grpc://h:1", "x"], "the bootstrap port must be a number or 'none'"),
+        (["--prefill", "grpc://h:1", "1", "2"], "--prefill: expected URL [BOOTSTRAP_PORT]"),
+        (["--prefill", "grpc://h:1", "70000"], "workers[0].bootstrap_port"),
+    ],
+)
+def test_bad_prefill_flags_exit_2(args: list[str], message: str) -> None:
+    result = run_turnout("check", *args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr

@@ -6,8 +6,9 @@
    processing, worker flags.
 2. **build** — one ``GenerateRequest`` per prompt, and fresh choice processors per prompt.
 3. **dispatch** — one worker session per prompt, all or none (the dispatcher selects the
-   worker and retries faults before the first response). A prefill-decode dispatch would open
-   two legs per prompt here and hand back the decode leg's responses.
+   worker and retries faults before the first response). For a prefill-decode model the
+   session is a pair: the same request on a prefill and a decode worker, read from decode
+   (:mod:`turnout.routing.pd`; one pair per choice when ``n > 1``).
 4. **events** — each session's responses become batches of events, prompt after prompt
    (:func:`~turnout.generation.pipeline.stream_events`).
 5. **render** — the endpoint's :class:`Renderer` turns each batch into stream payloads, or

@@ -496,6 +496,13 @@ class PrefillDecode:
                 continue
             if attempt > 1:
                 first.message = f"{first.message} (after {attempt} attempts)"
+            left = [
+                role.value
+                for role in (Role.PREFILL, Role.DECODE)
+                if not registry.role_candidates(model, role, tried[role])
+            ]
+            if left and retryable:
+                first.message = f"{first.message}; no other {' or '.join(left)} worker is left"
             raise first.on(failures[0].slot.worker.id, attempt) from failures[0].exc
 
     def _select(self, route: _Route, routing: RoutingRequest, candidates: list[Slot]) -> Slot:
@@ -654,7 +661,12 @@ class PrefillDecode:
         )
 
     def _no_pair(self, model: str, tried: dict[Role, set[str]]) -> NoWorkerAvailable:
-        parts = []
+        missing = [
+            role.value
+            for role in (Role.PREFILL, Role.DECODE)
+            if not self.registry.role_candidates(model, role, tried[role], ranks=False)
+        ]
+        parts = [f"no {' and no '.join(missing)} worker can take the request"]
         for role in (Role.PREFILL, Role.DECODE):
             workers = self.registry.role_workers(model, role)
             states: dict[str, int] = {}

@@ -26,7 +26,7 @@ from turnout.generation.prompt_size import PromptLimit, limit_from_labels, wides
 from turnout.observability.logs import current_record
 from turnout.observability.metrics import CONTENT_TYPE
 from turnout.observability.tracing import start_tracing
-from turnout.plugin_choice import policies_for, validate_plugin_names
+from turnout.plugin_choice import policies_for, role_policies_for, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
 from turnout.responses.endpoint import ResponsesApi
 from turnout.responses.store import make_store
@@ -285,7 +285,13 @@ def create_app(
             tracing.start()
         registry = WorkerRegistry(config.workers_settings())
         policies, default_policy = policies_for(config, plugins)
-        dispatcher = Dispatcher(registry, policies, default_policy, tracing=tracing)
+        dispatcher = Dispatcher(
+            registry,
+            policies,
+            default_policy,
+            tracing=tracing,
+            role_policy=role_policies_for(config, plugins),
+        )
         prompt_limit = _prompt_limit(registry)
         models = ModelTable(
             config,

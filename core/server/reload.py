@@ -19,7 +19,7 @@ from litestar.di import NamedDependency
 from turnout.config import Config
 from turnout.discovery import describe_discovery
 from turnout.errors import StartupError
-from turnout.plugin_choice import policies_for, validate_plugin_names
+from turnout.plugin_choice import policies_for, role_policies_for, validate_plugin_names
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
 from turnout.server.respond import answer_json
@@ -38,7 +38,8 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
     models = services.models.with_config(new)
     await models.preload(sorted(m for m in new.models if new.models[m].tokenizer_path))
     policies, default_policy = policies_for(new, services.plugins)
-    services.dispatcher.set_policies(policies, default_policy)
+    role_policy = role_policies_for(new, services.plugins)
+    services.dispatcher.set_policies(policies, default_policy, role_policy)
     # Key rotation and tenants: old keys stop working with the next request; a request
     # already admitted settles its budget with the tenant settings it started with.
     ops = services.ops

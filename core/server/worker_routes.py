@@ -23,6 +23,7 @@ from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.wire import parse_worker_url
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
 from turnout.workers.registry import WorkerRegistry
+from turnout.workers.roles import bootstrap_port_problem
 from turnout.workers.settings import WorkerSpec
 from turnout.workers.worker import Worker, WorkerState, default_worker_id, worker_id_problem
 
@@ -96,6 +97,9 @@ class WorkersController(Controller):
                 param=source,
                 code="invalid_value",
             )
+        problem = bootstrap_port_problem(data.role, data.bootstrap_port)
+        if problem is not None:
+            raise ApiError(400, problem, param="bootstrap_port", code="invalid_value")
         if wait_s is not None and not 0 <= wait_s <= 600:
             raise ApiError(
                 400, "wait_s must be within [0, 600]", param="wait_s", code="invalid_value"

@@ -18,6 +18,7 @@ __all__ = [
     "MODE_LABEL",
     "Role",
     "bootstrap_port_from_labels",
+    "bootstrap_port_problem",
     "role_from_labels",
 ]
 
@@ -54,3 +55,11 @@ def bootstrap_port_from_labels(labels: Mapping[str, str]) -> int | None:
     except ValueError:
         return None
     return port if 0 < port < 65536 else None
+
+
+def bootstrap_port_problem(role: Role | None, bootstrap_port: int | None) -> str | None:
+    """Why a worker entry's bootstrap port cannot be, or None (only a prefill worker has one;
+    an entry without a role may turn out to be one)."""
+    if bootstrap_port is None or role in (None, Role.PREFILL):
+        return None
+    return f"only a prefill worker has a bootstrap port (this one is {role.value})"

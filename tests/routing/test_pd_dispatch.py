@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from turnout.routing.dispatch import Dispatcher, GenerateSession
-from turnout.routing.pd import ChoicesSession, PairSession, PrefillDecode, draw_room
+from turnout.routing.pd import ChoicesSession, PairSession, draw_room
 from turnout.routing.types import RoutingRequest
 from turnout.sim import SimWorker
 from turnout.wire import pb
@@ -196,9 +196,7 @@ async def test_closing_early_aborts_both_legs(fleet_of) -> None:
 async def test_a_cancelled_open_leaves_nothing_running(fleet_of) -> None:
     fleet = await fleet_of(ttft_ms=3000)
     req = request("slow prefill", request_id="gone", max_new_tokens=4)
-    opening = asyncio.ensure_future(
-        fleet.dispatcher.open_stream(MODEL, routing(), req, timeout=30)
-    )
+    opening = asyncio.ensure_future(fleet.dispatcher.open_stream(MODEL, routing(), req, timeout=30))
     await asyncio.sleep(0.3)
     opening.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -8,7 +8,7 @@ import copy
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,15 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def _role_entry(role: str, bootstrap_port: int) -> dict[str, Any]:
+    """A worker's config keys for its role (none for a regular worker)."""
+    if role == "regular":
+        return {}
+    if role == "prefill":
+        return {"role": role, "bootstrap_port": bootstrap_port}
+    return {"role": role}
 
 
 class Router:
@@ -62,17 +71,27 @@ def run_router(
     reload_data: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
     discover_model: bool = False,
     model_dir: Path | None = None,
+    roles: Sequence[str] | None = None,
 ) -> Iterator[Router]:
     """Start ``sims`` simulated workers and the router in a background thread (``model_dir``:
-    the model the workers simulate and the router tokenizes for; the demo model by default)."""
+    the model the workers simulate and the router tokenizes for; the demo model by default).
+
+    ``roles`` (one per sim, replacing ``sims``): a prefill-decode fleet, e.g. ``["prefill",
+    "decode"]``; each prefill sim gets its own bootstrap port, and the config names each
+    worker's role (and a prefill worker's bootstrap port)."""
     model_path = model_dir or demo_path()
-    ports = [free_port() for _ in range(sims)]
+    roles = list(roles) if roles is not None else ["regular"] * sims
+    ports = [free_port() for _ in roles]
+    bootstrap = [free_port() if role == "prefill" else 0 for role in roles]
     data: dict[str, Any] = dict(config or {})
     data.setdefault("workers", [])
     worker_model = {} if discover_model else {"model": MODEL}
     data["workers"] = [
         *data["workers"],
-        *({"url": f"grpc://127.0.0.1:{p}", **worker_model} for p in ports),
+        *(
+            {"url": f"grpc://127.0.0.1:{p}", **worker_model, **_role_entry(role, boot)}
+            for p, role, boot in zip(ports, roles, bootstrap, strict=True)
+        ),
     ]
     if discover_model:  # the model id comes from the workers, the tokenizer from the defaults
         data.setdefault("defaults", {})["tokenizer_path"] = str(model_path)
@@ -87,9 +106,14 @@ def run_router(
     @contextlib.asynccontextmanager
     async def sim_lifespan(app: Litestar) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
-            for port in ports:
+            for port, role, boot in zip(ports, roles, bootstrap, strict=True):
                 sim = SimWorker(
-                    model_path, port=port, served_model_name=MODEL, **(sim_kwargs or {})
+                    model_path,
+                    port=port,
+                    served_model_name=MODEL,
+                    role=role,  # type: ignore[arg-type]
+                    bootstrap_port=boot,
+                    **(sim_kwargs or {}),
                 )
                 workers.append(await stack.enter_async_context(sim))
             yield
