@@ -31,13 +31,9 @@ def free_port() -> int:
         return port
 
 
-def _role_entry(role: str, bootstrap_port: int) -> dict[str, Any]:
+def _role_entry(role: str) -> dict[str, Any]:
     """A worker's config keys for its role (none for a regular worker)."""
-    if role == "regular":
-        return {}
-    if role == "prefill":
-        return {"role": role, "bootstrap_port": bootstrap_port}
-    return {"role": role}
+    return {} if role == "regular" else {"role": role}
 
 
 class Router:
@@ -77,20 +73,19 @@ def run_router(
     the model the workers simulate and the router tokenizes for; the demo model by default).
 
     ``roles`` (one per sim, replacing ``sims``): a prefill-decode fleet, e.g. ``["prefill",
-    "decode"]``; each prefill sim gets its own bootstrap port, and the config names each
-    worker's role (and a prefill worker's bootstrap port)."""
+    "decode"]``; the config names each worker's role, and the router learns a prefill sim's
+    bootstrap port (a free one) from its server info."""
     model_path = model_dir or demo_path()
     roles = list(roles) if roles is not None else ["regular"] * sims
     ports = [free_port() for _ in roles]
-    bootstrap = [free_port() if role == "prefill" else 0 for role in roles]
     data: dict[str, Any] = dict(config or {})
     data.setdefault("workers", [])
     worker_model = {} if discover_model else {"model": MODEL}
     data["workers"] = [
         *data["workers"],
         *(
-            {"url": f"grpc://127.0.0.1:{p}", **worker_model, **_role_entry(role, boot)}
-            for p, role, boot in zip(ports, roles, bootstrap, strict=True)
+            {"url": f"grpc://127.0.0.1:{p}", **worker_model, **_role_entry(role)}
+            for p, role in zip(ports, roles, strict=True)
         ),
     ]
     if discover_model:  # the model id comes from the workers, the tokenizer from the defaults
@@ -106,13 +101,13 @@ def run_router(
     @contextlib.asynccontextmanager
     async def sim_lifespan(app: Litestar) -> AsyncIterator[None]:
         async with contextlib.AsyncExitStack() as stack:
-            for port, role, boot in zip(ports, roles, bootstrap, strict=True):
+            for port, role in zip(ports, roles, strict=True):
                 sim = SimWorker(
                     model_path,
                     port=port,
                     served_model_name=MODEL,
                     role=role,  # type: ignore[arg-type]
-                    bootstrap_port=boot,
+                    bootstrap_port=0,
                     **(sim_kwargs or {}),
                 )
                 workers.append(await stack.enter_async_context(sim))
