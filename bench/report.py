@@ -205,7 +205,8 @@ def _ratio_table(title: str, table: dict[str, dict[str, Any]]) -> list[str]:
 
 def render_results(result: dict[str, Any]) -> str:
     """Text tables: one row per (scenario, target); the paced and routing figures; the
-    same-run ratios (turnout/smg, turnout-pN/turnout, turnout/turnout-summed) and the targets."""
+    same-run ratios (turnout/smg, turnout-pN/turnout, turnout/turnout-summed,
+    turnout-pd/turnout) and the targets."""
     results: dict[str, dict[str, Any]] = result["results"]
     rows = [(s, t, data) for s, targets in results.items() for t, data in targets.items()]
     lines = _table(rows, _COLUMNS)
@@ -243,7 +244,8 @@ def render_results(result: dict[str, Any]) -> str:
         lines += _table(routed, _ROUTING_COLUMNS)
     for name, table in (result.get("ratios") or {}).items():
         if table and (
-            name in ("turnout/smg", "turnout/turnout-summed") or name.startswith("turnout-p")
+            name in ("turnout/smg", "turnout/turnout-summed", "turnout-pd/turnout")
+            or name.startswith("turnout-p")
         ):
             lines += _ratio_table(f"{name} (same run; < 1 is better for latency and CPU)", table)
     checks = result.get("targets") or []

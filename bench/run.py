@@ -27,7 +27,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -58,6 +58,7 @@ from bench.report import (  # noqa: E402
 )
 from bench.scenarios import (  # noqa: E402
     DEFAULT_SCENARIOS,
+    PD_ROLES,
     SCENARIOS,
     LoadPlan,
     RouterSpec,
@@ -533,7 +534,11 @@ def _memory(
 
 
 def _start_routers(
-    specs: list[RouterSpec], urls: list[str], log_dir: Path, env: str
+    specs: list[RouterSpec],
+    urls: list[str],
+    log_dir: Path,
+    env: str,
+    pd_flags: Sequence[str] = (),
 ) -> dict[str, Router]:
     routers: dict[str, Router] = {}
     try:
@@ -541,11 +546,11 @@ def _start_routers(
             log_name = f"{env}-{spec.target}"
             if spec.kind == "turnout":
                 routers[spec.target] = start_turnout(
-                    urls,
+                    [] if spec.pd else urls,
                     log_dir,
                     policy=spec.policy,
                     processes=spec.processes,
-                    extra=spec.extra,
+                    extra=(*spec.extra, *(pd_flags if spec.pd else ())),
                     name=log_name,
                     worker_dp_size=spec.worker_dp_size,
                 )
@@ -580,8 +585,8 @@ def compare_env(
     log_dir: Path,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
     """Every scenario of ``env`` against direct and the routers, in turn."""
-    urls = [sim.url for sim in sims]
-    routers = _start_routers(router_specs(env, args, names), urls, log_dir, env)
+    urls, pd_flags = _env_workers(env, sims)
+    routers = _start_routers(router_specs(env, args, names), urls, log_dir, env, pd_flags)
     results: dict[str, dict[str, Any]] = {}
     try:
         for scenario in scenarios:
@@ -598,6 +603,17 @@ def compare_env(
         for router in routers.values():
             router.stop()
     return results, {target: r.version for target, r in routers.items()}
+
+
+def _env_workers(env: str, sims: list[Any]) -> tuple[list[str], list[str]]:
+    """The regular workers' URLs (direct and the routers go there), and the turnout flags of
+    the environment's prefill-decode pair (``pd``: none otherwise)."""
+    if env != "pd":
+        return [sim.url for sim in sims], []
+    by_role = dict(zip(PD_ROLES, sims, strict=True))
+    prefill, decode = by_role["prefill"], by_role["decode"]
+    flags = ["--prefill", prefill.url, str(prefill.bootstrap_port), "--decode", decode.url]
+    return [by_role["regular"].url], flags
 
 
 #: Direct's median inter-token gap may exceed the workers' planned mean by this factor before
@@ -644,14 +660,15 @@ def compare(
     out: dict[str, Any] = {"results": results, "versions": versions}
     pairs = [("turnout", "smg"), ("turnout", "direct"), ("smg", "direct")]
     pairs += [(f"turnout-p{n}", "turnout") for n in args.process_counts if n != 1]
-    pairs += [("turnout", "turnout-summed")]
+    pairs += [("turnout", "turnout-summed"), ("turnout-pd", "turnout")]
     out["ratios"] = {f"{a}/{b}": ratios(results, a, b) for a, b in pairs}
     out["targets"] = check_targets(out["ratios"]["turnout/smg"], results, args.concurrency)
     return out
 
 
 def _sims(args: argparse.Namespace, env: str, sim_dir: Path) -> Any:
-    return start_sims(args.workers, args_for=lambda i: sim_args(env, args, i, sim_dir))
+    count = len(PD_ROLES) if env == "pd" else args.workers
+    return start_sims(count, args_for=lambda i: sim_args(env, args, i, sim_dir))
 
 
 def profile(args: argparse.Namespace, log_dir: Path, sim_dir: Path) -> dict[str, Any]:

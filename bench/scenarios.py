@@ -1,9 +1,9 @@
 """The benchmark's scenarios: what is sent, by which simulated workers it is answered, through
 which routers, and how the load is shaped.
 
-A scenario belongs to an *environment* (``plain``, ``paced``, ``parsers``, ``routing``, ``dp``): the
-workers' flags and the routers' flags it needs. ``bench/run.py`` starts one set of workers and
-routers per environment and runs that environment's scenarios against them in turn.
+A scenario belongs to an *environment* (``plain``, ``paced``, ``parsers``, ``routing``, ``dp``,
+``pd``): the workers' flags and the routers' flags it needs. ``bench/run.py`` starts one set of
+workers and routers per environment and runs that environment's scenarios against them in turn.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ __all__ = [
     "DEFAULT_SCENARIOS",
     "ENVS",
     "PARSER_REPLY",
+    "PD_ROLES",
     "SCENARIOS",
     "TOOLS",
     "LoadPlan",
@@ -41,7 +42,7 @@ class Scenario:
     name: str
     #: Request shape: ``chat``, ``chat_stream``, ``generate`` or ``generate_stream``.
     request: str
-    #: Environment: ``plain``, ``paced``, ``parsers``, ``routing`` or ``dp``.
+    #: Environment: ``plain``, ``paced``, ``parsers``, ``routing``, ``dp`` or ``pd``.
     env: str
     about: str
 
@@ -83,6 +84,14 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "turnout with 1 and 2 serving processes; prompts share per-group prefixes",
         ),
         Scenario(
+            "pd",
+            "chat",
+            "pd",
+            "turnout on a prefill-decode pair (1 prefill + 1 decode sim) vs turnout on 1 regular "
+            "sim, non-streaming chat",
+        ),
+        Scenario("pd_stream", "chat_stream", "pd", "the same, streamed"),
+        Scenario(
             "dp_ranks",
             "chat",
             "dp",
@@ -92,7 +101,9 @@ SCENARIOS: Final[dict[str, Scenario]] = {
     )
 }
 DEFAULT_SCENARIOS: Final = ("chat", "chat_stream", "generate")
-ENVS: Final = ("plain", "paced", "parsers", "routing", "dp")
+ENVS: Final = ("plain", "paced", "parsers", "routing", "dp", "pd")
+#: The ``pd`` environment's workers, by index: one regular, one prefill, one decode.
+PD_ROLES: Final = ("regular", "prefill", "decode")
 
 #: In ``dp_ranks`` one prompt in ``LONG_EVERY`` asks for ``LONG_FACTOR`` times the tokens (with a
 #: closed loop, the same clients keep sending the long ones).
@@ -196,6 +207,8 @@ def sim_args(env: str, args: argparse.Namespace, index: int, script_dir: Path) -
     elif env == "dp":
         flags += ["--dp-size", str(args.dp_size), "--delay-ms", f"{args.dp_delay_ms:g}"]
         flags += ["--max-running", str(args.dp_max_running)]
+    elif env == "pd" and PD_ROLES[index] != "regular":
+        flags += ["--role", PD_ROLES[index]]
     return flags
 
 
@@ -210,6 +223,8 @@ class RouterSpec:
     extra: tuple[str, ...] = field(default=())
     #: turnout only: the ``dp_size`` given to every worker in its config (None: as reported).
     worker_dp_size: int | None = None
+    #: turnout only: routes to the environment's prefill-decode pair (else its regular workers).
+    pd: bool = False
 
 
 def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[RouterSpec]:
@@ -231,6 +246,13 @@ def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[R
             if kind == "turnout":
                 specs.append(RouterSpec("turnout", kind, args.dp_policy))
                 specs.append(RouterSpec("turnout-summed", kind, args.dp_policy, worker_dp_size=1))
+            continue
+        if env == "pd":
+            # The same turnout on one regular worker and on a prefill-decode pair. smg is left
+            # out: its PD mode over gRPC is untried on the sims.
+            if kind == "turnout":
+                specs.append(RouterSpec("turnout", kind, args.policy))
+                specs.append(RouterSpec("turnout-pd", kind, args.policy, pd=True))
             continue
         extra: tuple[str, ...] = ()
         if env == "parsers":

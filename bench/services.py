@@ -172,7 +172,7 @@ def start_turnout(
     from turnout import __version__, demo_model
 
     port = free_port()
-    workers = ["--worker-urls", *worker_urls]
+    workers = ["--worker-urls", *worker_urls] if worker_urls else []
     if worker_dp_size is not None:
         config = log_dir / f"{name}-workers.yaml"
         listed = [{"url": url, "dp_size": worker_dp_size} for url in worker_urls]

@@ -71,8 +71,9 @@ def readiness(services: NamedDependency[Services]) -> Any:
         return answer_json({"status": "not ready", "reason": reason, **waiting}, 503)
     problems = {}
     for model in models:
-        if not registry.has_ready_worker(model):
-            problems[model] = "no healthy worker"
+        problem = registry.readiness_problem(model)
+        if problem is not None:
+            problems[model] = problem
         elif not services.models.loaded(model):
             problems[model] = "tokenizer not loaded yet"
     if problems:

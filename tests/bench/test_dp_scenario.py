@@ -84,3 +84,29 @@ def test_summed_turnout_gets_dp_size_one_in_its_config(tmp_path: Path) -> None:
     config = json.loads(Path(argv[argv.index("--config") + 1]).read_text())
     assert config == {"workers": [{"url": "grpc://127.0.0.1:1", "dp_size": 1}]}
     assert "--worker-urls" not in argv
+
+
+def test_pd_scenario_one_regular_one_prefill_one_decode(tmp_path: Path) -> None:
+    from bench.run import _env_workers
+
+    args = _args("--scenarios", "pd,pd_stream")
+    assert _check_args(args) is None
+    assert by_env(["chat", "pd", "pd_stream"]) == [("plain", ["chat"]), ("pd", ["pd", "pd_stream"])]
+    roles = [sim_args("pd", args, i, tmp_path) for i in range(3)]
+    assert "--role" not in roles[0]
+    assert [flags[flags.index("--role") + 1] for flags in roles[1:]] == ["prefill", "decode"]
+    specs = router_specs("pd", args, ["turnout", "smg"])
+    assert [(s.target, s.pd) for s in specs] == [("turnout", False), ("turnout-pd", True)]
+
+    class Sim:
+        def __init__(self, port: int, bootstrap_port: int = 0) -> None:
+            self.url = f"grpc://127.0.0.1:{port}"
+            self.bootstrap_port = bootstrap_port
+
+    urls, flags = _env_workers("pd", [Sim(1), Sim(2, 8998), Sim(3)])
+    assert urls == ["grpc://127.0.0.1:1"]
+    assert flags == ["--prefill", "grpc://127.0.0.1:2", "8998", "--decode", "grpc://127.0.0.1:3"]
+    assert _env_workers("plain", [Sim(1), Sim(2)]) == (
+        ["grpc://127.0.0.1:1", "grpc://127.0.0.1:2"],
+        [],
+    )

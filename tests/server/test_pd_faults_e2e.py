@@ -110,3 +110,16 @@ def test_a_dead_worker_under_load_costs_no_request_until_none_is_left(
     error = answer.json()["error"]
     assert f"no {role} worker can take the request" in error["message"]
     assert error["code"] == "no_available_workers"
+
+
+def test_readiness_names_the_missing_role(fleet: Router) -> None:
+    for sim in role_sims(fleet, "decode"):
+        fleet.call(sim.stop_serving)
+
+    def missing() -> bool:
+        answer = httpx.get(f"{fleet.base_url}/readiness", timeout=10)
+        return answer.status_code == 503 and answer.json()["models"] == {
+            MODEL: "no healthy decode worker"
+        }
+
+    fleet.wait_until(missing)
