@@ -216,6 +216,12 @@ class Dispatcher:
         A disaggregated model's request goes to a prefill-decode pair the same way (see
         :mod:`turnout.routing.pd`), or to a regular worker of the model while no pair can.
         """
+        if model in self._disaggregated and (
+            self._pd.pair_possible(model) or not self.registry.candidates(model)
+        ):
+            loop = asyncio.get_running_loop()
+            deadline_at = None if timeout is None else loop.time() + timeout
+            return await self._pd.open(model, routing, request, deadline_at)
 
         async def first_batch(
             worker: Worker, remaining: float | None, wait: float | None, metadata: Metadata
@@ -285,10 +291,6 @@ class Dispatcher:
         """
         loop = asyncio.get_running_loop()
         deadline_at = None if timeout is None else loop.time() + timeout
-        if model in self._disaggregated and (
-            self._pd.pair_possible(model) or not self.registry.candidates(model)
-        ):
-            return await self._pd.open(model, routing, request, deadline_at)
         route = self._route(model)
         retry = self.retry
         max_attempts = retry.max_attempts if retry.enabled else 1

@@ -36,12 +36,12 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
 from turnout.routing.dispatch import (
-    _GENERATE,
     GenerateSession,
     _attempt_attributes,
     _end_span,
     _record_failure,
     _silent,
+    _span_name,
     _traced_select,
 )
 from turnout.routing.types import RoutingRequest
@@ -61,6 +61,8 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ChoicesSession", "PairSession", "PrefillDecode", "draw_room"]
 
+#: The call both legs make.
+_RPC: Final = "Generate"
 #: Bootstrap rooms are non-negative int32 values (``DisaggregatedParams.bootstrap_room``).
 _ROOMS: Final = 2**31
 
@@ -147,7 +149,7 @@ class PairSession:
     """The answer of one request on a prefill-decode pair: the decode leg's responses (the
     first batch already received); the prefill leg is read to its end alongside."""
 
-    __slots__ = ("_closed", "_decode", "_pending", "_prefill", "attempts", "room")
+    __slots__ = ("_closed", "_decode", "_pending", "_prefill", "attempts", "meter", "room")
 
     def __init__(
         self, prefill: _Prefill, decode: _Leg, first: list[Any], attempts: int, room: int
@@ -161,6 +163,8 @@ class PairSession:
         self.attempts = attempts
         #: The bootstrap room of the pair.
         self.room = room
+        #: What observes the answer for the request (its metrics), set by whoever opened it.
+        self.meter: Any = None
 
     @property
     def worker(self) -> Worker:
@@ -263,10 +267,12 @@ class ChoicesSession:
     """The ``n`` pairs of one request (one per choice) read as one stream: the responses of
     pair ``i`` are choice ``i``."""
 
-    __slots__ = ("_closed", "_live", "_pending", "_reads", "pairs")
+    __slots__ = ("_closed", "_live", "_pending", "_reads", "meter", "pairs")
 
     def __init__(self, pairs: list[PairSession]) -> None:
         self.pairs = pairs
+        #: What observes the answer for the request (its metrics), set by whoever opened it.
+        self.meter: Any = None
         self._pending: deque[Any] = deque()
         self._live = set(range(len(pairs)))
         self._reads: dict[int, asyncio.Task[list[Any]]] = {}
@@ -593,7 +599,7 @@ class PrefillDecode:
                 silent.append((Role.PREFILL, reader.leg))
             failures = []
             for role, leg in silent:
-                failure = _silent(leg.worker, waited)
+                failure = _silent(leg.worker, waited, _RPC)
                 _record_failure(leg.worker, failure)
                 failures.append(_Failure(role, leg.slot, failure, TimeoutError(failure.detail)))
             return failures
@@ -633,9 +639,9 @@ class PrefillDecode:
         span: Span | None = None
         metadata: Sequence[tuple[str, str]] = ()
         if tracing is not None:
-            attributes = _attempt_attributes(slot, attempt.number)
+            attributes = _attempt_attributes(slot, attempt.number, _RPC)
             attributes["turnout.role"] = role.value
-            span = tracing.start_span(_GENERATE, attributes, client=True)
+            span = tracing.start_span(_span_name(_RPC), attributes, client=True)
             metadata = tracing.worker_metadata(span)
         slot.acquire()
         try:
