@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from turnout.generation.choice import ChoiceProcessor
 from turnout.generation.context import RequestContext
@@ -31,9 +31,13 @@ from turnout.generation.models import ModelRuntime, ModelTable
 from turnout.generation.output import make_processors
 from turnout.generation.pipeline import GenerateSession, Opener, stream_events
 from turnout.generation.plan import Plan
+from turnout.generation.spans import RequestSpans, traced_prepare
 from turnout.generation.worker_request import worker_requests, worker_streaming
 from turnout.routing.types import RoutingRequest
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
+
+if TYPE_CHECKING:
+    from turnout.observability.otel import Tracing
 
 
 class Renderer(Protocol):
@@ -116,6 +120,11 @@ class Backend(Protocol):
         """Starts a request on a worker of a model."""
         ...
 
+    @property
+    def tracing(self) -> Tracing | None:
+        """Stage spans are opened with it; None while tracing is off."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class Folded:
@@ -140,7 +149,11 @@ async def generate(
     endpoint: Endpoint[R], request: R, ctx: RequestContext, backend: Backend
 ) -> Generated:
     """Answer one generation request: the stages of the module's docstring, in order."""
-    plan = await prepare(endpoint, request, ctx, backend.models)
+    tracing = backend.tracing
+    if tracing is None:
+        plan = await prepare(endpoint, request, ctx, backend.models)
+    else:
+        plan = await traced_prepare(tracing, prepare(endpoint, request, ctx, backend.models))
     work = build(plan, ctx)
     renderer = endpoint.renderer(request, plan, ctx)
     sessions = await dispatch(backend.open_stream, plan, work.requests, ctx)
@@ -154,6 +167,12 @@ async def generate(
         )
         for k, (session, choices) in enumerate(zip(sessions, work.processors, strict=True))
     ]
+    if tracing is not None:  # time to first token and the stream, as spans
+        spans = RequestSpans(tracing, ctx)
+        renderer = spans.renderer(renderer)
+        if plan.stream:
+            return Streamed(spans.payloads(_streamed(renderer, streams, sessions)))
+        return Folded(await spans.folded(_folded(renderer, streams, sessions)))
     if plan.stream:
         return Streamed(_streamed(renderer, streams, sessions), endpoint.typed_events)
     return Folded(await _folded(renderer, streams, sessions))

@@ -314,6 +314,7 @@ def create_app(
             discovery=discovery,
             ops=ops,
             config_source=config_source,
+            tracing=tracing,
         )
         provide_services.services = services
 

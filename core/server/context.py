@@ -5,6 +5,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from turnout.config import Config
 from turnout.discovery import DiscoveryManager
@@ -21,6 +22,13 @@ ConfigSource = Callable[[], Config]
 
 #: The dependency name handlers take the services under: ``services: NamedDependency[Services]``.
 SERVICES = "services"
+
+if TYPE_CHECKING:
+    from turnout.observability.otel import Tracing
+else:
+    # The name must resolve at run time (dependency injection reads the field types), but
+    # importing the real class would load OpenTelemetry's SDK while tracing is off.
+    Tracing = Any
 
 
 @dataclass(slots=True)
@@ -40,6 +48,8 @@ class Services:
     ops: OpsState
     #: None when turnout was started without a config file (nothing to reload).
     config_source: ConfigSource | None = None
+    #: OpenTelemetry tracing; None while it is off.
+    tracing: Tracing | None = None
 
     @property
     def draining(self) -> bool:

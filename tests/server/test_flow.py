@@ -74,6 +74,7 @@ class Backend:
         self.refuse_at = refuse_at
         self.requests: list[pb.GenerateRequest] = []
         self.sessions: list[Session] = []
+        self.tracing: Any = None  # tracing off: no stage spans
 
     async def open_stream(
         self, model: str, routing: RoutingRequest, request: pb.GenerateRequest

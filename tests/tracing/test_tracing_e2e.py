@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import secrets
 from typing import Any
 
@@ -16,6 +17,8 @@ from .receiver import ExportedSpan, OtlpHttpReceiver, OtlpReceiver, by_name, chi
 
 GENERATE = "sglang.grpc.scheduler.SglangScheduler/Generate"
 SERVER = "POST /v1/chat/completions"
+STREAM = "stream"
+TTFT = "time to first token"
 
 
 def traced(collector: OtlpReceiver, **extra: Any) -> dict[str, Any]:
@@ -47,7 +50,11 @@ def complete(trace_id: str, generates: int = 1) -> Any:
 
     def check(spans: list[ExportedSpan]) -> bool:
         mine = of_trace(spans, trace_id)
-        return len(by_name(mine, SERVER)) == 1 and len(by_name(mine, GENERATE)) == generates
+        return (
+            len(by_name(mine, SERVER)) == 1
+            and len(by_name(mine, GENERATE)) == generates
+            and len(by_name(mine, STREAM)) == 1
+        )
 
     return check
 
@@ -99,6 +106,24 @@ def test_span_tree_and_worker_context(
     # The worker got the W3C context with the attempt's span as its parent.
     (context,) = contexts
     assert context["traceparent"] == f"00-{trace_id}-{attempt.span_id}-01"
+
+    # The flow's stages: prepare (template, tokens), then time to first token and the stream.
+    (prepare,) = by_name(spans, "prepare")
+    (ttft,) = by_name(spans, TTFT)
+    (streamed,) = by_name(spans, STREAM)
+    assert {prepare.parent_id, ttft.parent_id, streamed.parent_id} == {server.span_id}
+    assert prepare.attributes["gen_ai.request.model"] == MODEL
+    assert prepare.attributes["gen_ai.usage.input_tokens"] > 0
+    assert prepare.attributes["turnout.stream"] is stream
+    assert prepare.end_ns <= select.start_ns
+    assert ttft.start_ns <= prepare.start_ns
+    assert ttft.end_ns <= streamed.end_ns
+    assert streamed.attributes["turnout.outcome"] == "ok"
+    prepared = prepare.attributes["gen_ai.usage.input_tokens"]
+    assert streamed.attributes["gen_ai.usage.input_tokens"] == prepared
+    assert streamed.attributes["gen_ai.usage.output_tokens"] > 0
+    assert streamed.attributes["gen_ai.response.finish_reasons"] in (["stop"], ["length"])
+    assert streamed.attributes["turnout.batches"] >= 1
 
 
 def test_each_attempt_is_a_span_and_the_worker_joins_its_attempt(collector: OtlpReceiver) -> None:
@@ -167,6 +192,10 @@ def test_a_client_that_leaves_a_stream_ends_the_spans(collector: OtlpReceiver) -
     (attempt,) = by_name(spans, GENERATE)
     assert attempt.attributes["turnout.outcome"] == "cancelled"
     assert not attempt.error
+    (streamed,) = by_name(spans, STREAM)
+    assert streamed.attributes["turnout.outcome"] == "cancelled"
+    assert not streamed.error
+    assert streamed.attributes["gen_ai.response.finish_reasons"] == []
     (server,) = by_name(spans, SERVER)
     assert server.end_ns >= attempt.start_ns
 
@@ -205,7 +234,8 @@ def test_exported_over_otlp_http() -> None:
         with run_router({"tracing": section}) as router:
             chat(router, "hello there", {"traceparent": traceparent})
             spans = of_trace(collector.wait_for(complete(trace_id)), trace_id)
-            # A request refused before any worker: its server span alone, with its id.
+            # A request refused before any worker: its server span, with its id, and the
+            # stage that refused it.
             refused_trace, _, refused_parent = client_context()
             refused = httpx.post(
                 f"{router.base_url}/v1/chat/completions",
@@ -214,9 +244,39 @@ def test_exported_over_otlp_http() -> None:
                 timeout=30,
             )
             assert refused.status_code == 404
-            got = collector.wait_for(lambda all_spans: bool(of_trace(all_spans, refused_trace)))
-    assert {span.name for span in spans} == {SERVER, "select worker", GENERATE}
-    (lone,) = of_trace(got, refused_trace)
-    assert lone.name == SERVER
+            got = collector.wait_for(lambda all_spans: len(of_trace(all_spans, refused_trace)) == 2)
+    assert {span.name for span in spans} == {
+        SERVER,
+        "prepare",
+        "select worker",
+        GENERATE,
+        TTFT,
+        STREAM,
+    }
+    (lone,) = by_name(of_trace(got, refused_trace), SERVER)
     assert lone.attributes["http.status_code"] == 404
     assert lone.attributes["turnout.request_id"] == refused.headers["x-request-id"]
+    (failed,) = by_name(of_trace(got, refused_trace), "prepare")
+    assert failed.error
+    assert "no-such-model" in failed.status_message
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_traced_responses_call_is_kept_in_the_store(
+    collector: OtlpReceiver, stream: bool
+) -> None:
+    """The stage spans watch the renderer without hiding any of it: the Responses API keeps its
+    answer in the store at the renderer's ``complete`` step, with tracing on too."""
+    with run_router(traced(collector)) as router:
+        body = {"model": MODEL, "input": "keep me", "stream": stream}
+        created = httpx.post(f"{router.base_url}/v1/responses", json=body, timeout=30)
+        assert created.status_code == 200, created.text
+        if stream:
+            data = [line for line in created.text.splitlines() if line.startswith("data: ")]
+            response_id = json.loads(data[0].removeprefix("data: "))["response"]["id"]
+        else:
+            response_id = created.json()["id"]
+        kept = httpx.get(f"{router.base_url}/v1/responses/{response_id}", timeout=30)
+        assert kept.status_code == 200, kept.text
+        assert kept.json()["status"] == "completed"
+        collector.wait_for(lambda spans: len(by_name(spans, STREAM)) >= 1)
