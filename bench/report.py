@@ -245,9 +245,15 @@ def render_results(result: dict[str, Any]) -> str:
     for name, table in (result.get("ratios") or {}).items():
         if table and (
             name in ("turnout/smg", "turnout/turnout-summed", "turnout-pd/turnout")
-            or name.startswith("turnout-p")
+            or name.startswith(("turnout-p", "turnout-traced/"))
         ):
             lines += _ratio_table(f"{name} (same run; < 1 is better for latency and CPU)", table)
+    tracing = result.get("tracing")
+    if tracing:
+        lines.append(
+            f"\nturnout-traced: sampling ratio {tracing['sampling_ratio']}, "
+            f"{tracing['spans_received']} spans received by the bench's OTLP sink"
+        )
     checks = result.get("targets") or []
     if checks:
         lines.append("")

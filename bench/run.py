@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -48,6 +50,7 @@ from bench.analysis import (  # noqa: E402
     split_concurrency,
     summarize,
 )
+from bench.otlp_sink import SpanSink  # noqa: E402
 from bench.profiling import find_py_spy, parse_collapsed, start_py_spy  # noqa: E402
 from bench.report import (  # noqa: E402
     check_targets,
@@ -60,6 +63,7 @@ from bench.scenarios import (  # noqa: E402
     DEFAULT_SCENARIOS,
     PD_ROLES,
     SCENARIOS,
+    TRACED,
     LoadPlan,
     RouterSpec,
     by_env,
@@ -127,6 +131,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma list of turnout, smg (default: both, smg only when installed; soak: turnout)",
     )
     parser.add_argument("--no-direct", action="store_true", help="skip the direct baseline")
+    parser.add_argument(
+        "--tracing",
+        action="store_true",
+        help="also run turnout with tracing on (every request traced, spans exported over "
+        "OTLP/gRPC to a sink in the bench process): target turnout-traced",
+    )
     parser.add_argument("--workers", type=int, default=2, help="simulated workers")
     parser.add_argument("--tokens-per-chunk", type=int, default=1, help="worker stream interval")
     parser.add_argument("--prompt-tokens", type=int, default=300)
@@ -168,6 +178,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--soak-interval", type=float, default=10.0, help="RSS sample period")
     parser.add_argument("--out", type=Path, default=None, help="JSON result file")
     parser.add_argument("--log-dir", type=Path, default=None, help="router logs (default tmp)")
+    # Set while a --tracing run's span sink is up.
+    parser.set_defaults(tracing_endpoint=None)
     return parser
 
 
@@ -202,6 +214,10 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return "--warmup, --loadgen-processes and --dp-delay-ms must be >= 0"
     if not args.process_counts or min(args.process_counts) < 1:
         return "--process-counts must list serving process counts >= 1"
+    if args.tracing and (args.profile or args.soak):
+        return "--tracing compares turnout with tracing off and on: not with --profile or --soak"
+    if args.tracing and importlib.util.find_spec("opentelemetry.sdk") is None:
+        return "--tracing needs turnout's tracing extra (pip install 'turnout[tracing]')"
     try:
         parse_delay_range(args.paced_delay_ms)
     except ValueError as exc:
@@ -553,6 +569,7 @@ def _start_routers(
                     extra=(*spec.extra, *(pd_flags if spec.pd else ())),
                     name=log_name,
                     worker_dp_size=spec.worker_dp_size,
+                    config=tracing_config(spec.tracing_endpoint),
                 )
             else:
                 command = find_smg()
@@ -575,6 +592,13 @@ def _start_routers(
     return routers
 
 
+def tracing_config(endpoint: str | None) -> dict[str, Any] | None:
+    """turnout's ``tracing`` section for a traced target: every new trace kept (ratio 1.0)."""
+    if endpoint is None:
+        return None
+    return {"tracing": {"endpoint": endpoint, "sampling_ratio": 1.0, "service_name": TRACED}}
+
+
 def compare_env(
     args: argparse.Namespace,
     env: str,
@@ -583,8 +607,10 @@ def compare_env(
     sims: list[Any],
     names: list[str],
     log_dir: Path,
+    sink: SpanSink | None = None,
 ) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Every scenario of ``env`` against direct and the routers, in turn."""
+    """Every scenario of ``env`` against direct and the routers, in turn (``sink``: where the
+    traced target's spans go; the spans it received during that target's run are recorded)."""
     urls, pd_flags = _env_workers(env, sims)
     routers = _start_routers(router_specs(env, args, names), urls, log_dir, env, pd_flags)
     results: dict[str, dict[str, Any]] = {}
@@ -596,9 +622,13 @@ def compare_env(
                     args, "direct", "direct:" + ",".join(urls), scenario, router=None, sims=sims
                 )
             for target, router in routers.items():
+                spans_before = sink.spans if sink is not None else 0
                 results[scenario][target] = measure(
                     args, target, router.url, scenario, router=router, sims=sims
                 )
+                if sink is not None and target == TRACED:
+                    # Warmup included; spans still in the router's queue are not.
+                    results[scenario][target]["spans_received"] = sink.spans - spans_before
     finally:
         for router in routers.values():
             router.stop()
@@ -649,16 +679,23 @@ def compare(
     environment (each with its own workers and routers)."""
     results: dict[str, dict[str, Any]] = {}
     versions: dict[str, str] = {}
-    for env, scenarios in by_env(args.scenarios):
-        with _sims(args, env, sim_dir) as sims:
-            env_results, env_versions = compare_env(
-                args, env, scenarios, sims=sims, names=names, log_dir=log_dir
-            )
-        results.update(env_results)
-        versions.update(env_versions)
+    with contextlib.ExitStack() as stack:
+        sink = stack.enter_context(SpanSink()) if args.tracing else None
+        args.tracing_endpoint = sink.endpoint if sink is not None else None
+        for env, scenarios in by_env(args.scenarios):
+            with _sims(args, env, sim_dir) as sims:
+                env_results, env_versions = compare_env(
+                    args, env, scenarios, sims=sims, names=names, log_dir=log_dir, sink=sink
+                )
+            results.update(env_results)
+            versions.update(env_versions)
+        spans = sink.spans if sink is not None else None
     _with_paced_delay(results, args)
     out: dict[str, Any] = {"results": results, "versions": versions}
+    if spans is not None:
+        out["tracing"] = {"sampling_ratio": 1.0, "spans_received": spans}
     pairs = [("turnout", "smg"), ("turnout", "direct"), ("smg", "direct")]
+    pairs += [(TRACED, "turnout"), (TRACED, "smg")]
     pairs += [(f"turnout-p{n}", "turnout") for n in args.process_counts if n != 1]
     pairs += [("turnout", "turnout-summed"), ("turnout-pd", "turnout")]
     out["ratios"] = {f"{a}/{b}": ratios(results, a, b) for a, b in pairs}
@@ -864,6 +901,7 @@ def _config(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
         keys += ["dp_size", "dp_delay_ms", "dp_max_running", "dp_policy"]
     config = {key: getattr(args, key) for key in keys}
     config["routers"] = names or ["turnout"]
+    config["tracing"] = args.tracing
     return config
 
 

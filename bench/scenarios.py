@@ -22,6 +22,7 @@ __all__ = [
     "PD_ROLES",
     "SCENARIOS",
     "TOOLS",
+    "TRACED",
     "LoadPlan",
     "RouterSpec",
     "Scenario",
@@ -168,6 +169,8 @@ PARSER_REPLY: Final = (
     '<tool_call>\n{"name": "search", "arguments": {"query": "best ramen near Union Square, '
     'San Francisco", "filters": {"open_now": true, "max_results": 10}}}\n</tool_call>'
 )
+#: The target of turnout with tracing on (``--tracing``), beside ``turnout`` with it off.
+TRACED: Final = "turnout-traced"
 #: Parsers given to each router in the ``parsers`` environment (same names in both).
 REASONING_PARSER: Final = "qwen3"
 TOOL_PARSER: Final = "qwen"
@@ -225,10 +228,15 @@ class RouterSpec:
     worker_dp_size: int | None = None
     #: turnout only: routes to the environment's prefill-decode pair (else its regular workers).
     pd: bool = False
+    #: turnout only: trace every request (sampling ratio 1.0) and export the spans over
+    #: OTLP/gRPC to this endpoint (None: tracing off).
+    tracing_endpoint: str | None = None
 
 
 def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[RouterSpec]:
-    """The routers to start for ``env``, in the order of ``kinds`` (``turnout``/``smg``)."""
+    """The routers to start for ``env``, in the order of ``kinds`` (``turnout``/``smg``); with
+    ``args.tracing_endpoint`` set, turnout also once more with tracing on (``turnout-traced``,
+    except in the ``routing``, ``dp`` and ``pd`` environments)."""
     specs: list[RouterSpec] = []
     for kind in kinds:
         if env == "routing":
@@ -260,6 +268,11 @@ def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[R
             extra = (tool_flag, TOOL_PARSER, "--reasoning-parser", REASONING_PARSER)
         processes = args.turnout_processes if kind == "turnout" else 1
         specs.append(RouterSpec(kind, kind, args.policy, processes, extra))
+        endpoint = getattr(args, "tracing_endpoint", None)
+        if kind == "turnout" and endpoint:
+            specs.append(
+                RouterSpec(TRACED, kind, args.policy, processes, extra, tracing_endpoint=endpoint)
+            )
     return specs
 
 

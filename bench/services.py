@@ -17,7 +17,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -164,20 +164,25 @@ def start_turnout(
     name: str = "turnout",
     python: str = sys.executable,
     worker_dp_size: int | None = None,
+    config: Mapping[str, Any] | None = None,
 ) -> Router:
     """``turnout serve`` in front of ``worker_urls`` with the demo model's tokenizer;
     ``extra`` flags are appended (parsers); ``name`` names the log file. ``worker_dp_size``
     overrides the DP size every worker reports (1: ranks summed, each worker's own scheduler
-    picks the rank); the workers then go in a config file in ``log_dir``."""
+    picks the rank); the workers then go in a config file in ``log_dir``, with ``config``'s
+    sections (``tracing``) if any."""
     from turnout import __version__, demo_model
 
     port = free_port()
     workers = ["--worker-urls", *worker_urls] if worker_urls else []
+    settings: dict[str, Any] = dict(config or {})
     if worker_dp_size is not None:
-        config = log_dir / f"{name}-workers.yaml"
-        listed = [{"url": url, "dp_size": worker_dp_size} for url in worker_urls]
-        config.write_text(json.dumps({"workers": listed}))  # JSON is YAML
-        workers = ["--config", str(config)]
+        settings["workers"] = [{"url": url, "dp_size": worker_dp_size} for url in worker_urls]
+        workers = []
+    if settings:
+        path = log_dir / f"{name}-config.yaml"
+        path.write_text(json.dumps(settings))  # JSON is YAML
+        workers += ["--config", str(path)]
     argv = [
         python,
         "-m",
