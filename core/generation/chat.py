@@ -10,6 +10,7 @@ import msgspec
 
 from turnout.chat_formats.types import ChatFormat
 from turnout.generation import unsupported
+from turnout.generation.chat_images import image_parts, prompt_images, vision_for
 from turnout.generation.chat_render import ChatRenderer
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Endpoint
@@ -25,7 +26,6 @@ from turnout.generation.usage import running_usage
 from turnout.reasoning.prompt import reasoning_open_at_prompt_end
 from turnout.server.errors import ApiError, bad_request
 from turnout.tokenizer import ChatTemplateError
-from turnout.tokenizer.content_parts import media_kind
 from turnout.tool_calls.types import ToolParser
 from turnout.wire.sampling import Constraint
 
@@ -51,11 +51,6 @@ def _check_chat(request: ChatCompletionRequest) -> None:
                 if not isinstance(part.get("type"), str):
                     raise bad_request(
                         f"messages[{i}].content[{j}] needs a 'type'", f"messages[{i}].content"
-                    )
-                if media_kind(part) is not None:  # until images reach the workers (issue 20)
-                    raise unsupported.unsupported(
-                        f"messages[{i}].content[{j}]",
-                        f"{part['type']} parts are not supported by turnout yet",
                     )
 
 
@@ -92,8 +87,16 @@ def _history_calls(request: ChatCompletionRequest) -> int:
 async def _prompts(
     request: ChatCompletionRequest, runtime: ModelRuntime, ctx: RequestContext
 ) -> Plan:
-    """Render the messages with the model's template, tokenize, and plan tools and reasoning."""
+    """Render the messages with the model's template (or chat format), tokenize, add the
+    images, and plan tools and reasoning."""
+    images = image_parts(request.messages)
+    vision = vision_for(runtime, images) if images else None
     if runtime.chat_format is not None:
+        if images:  # a chat format renders text only
+            raise unsupported.unsupported(
+                images[0].param,
+                f"model {runtime.model_id!r} takes no images: its chat format renders text only",
+            )
         return await _formatted_prompts(request, runtime, runtime.chat_format, ctx)
     tokenizer = runtime.tokenizer
     tools = plan_tools(
@@ -120,6 +123,10 @@ async def _prompts(
     except ChatTemplateError as exc:
         raise ApiError(400, f"chat template error: {exc}", code="chat_template_error") from None
     prompt_ids = await encode_prompt(runtime, prompt, add_special_tokens=False, param="messages")
+    mm_inputs = None
+    if vision is not None:
+        prompt_ids, mm_inputs = await prompt_images(vision, images, prompt_ids)
+        check_prompt_ids(runtime, prompt_ids, "messages")
 
     thinking = _thinking(kwargs)
     reasoning = (
@@ -144,7 +151,7 @@ async def _prompts(
     )
     return Plan(
         runtime,
-        [Prompt(prompt_ids, prompt)],
+        [Prompt(prompt_ids, prompt, mm_inputs)],
         sampling=request,
         max_tokens=request.max_completion_tokens or request.max_tokens,
         output=options,

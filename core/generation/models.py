@@ -17,6 +17,7 @@ from turnout.errors import StartupError
 from turnout.generation.model_facts import ModelFacts, read_model_facts
 from turnout.generation.prompt_size import PromptLimit
 from turnout.generation.requests import LoraPath
+from turnout.multimodal.vision import Vision, model_vision
 from turnout.plugin_choice import choose_plugins
 from turnout.plugin_loader import Plugins
 from turnout.reasoning.types import ReasoningParser
@@ -86,6 +87,8 @@ class ModelRuntime:
     #: template and the parsers above).
     chat_format: ChatFormat | None = None
     chat_format_name: str | None = None
+    #: What images need of the model, or why it takes none.
+    vision: Vision | str = "it takes no images"
 
 
 class ModelTable:
@@ -301,6 +304,15 @@ class ModelTable:
             array_parser=self._plugins.tool_parsers.factory(ARRAY_PARSER),
             prompt_limit=functools.partial(self.prompt_limit, model_id),
             facts=read_model_facts(tokenizer.files.directory),
+        )
+        facts = runtime.facts
+        runtime.vision = model_vision(
+            has_vision_config=facts.vision,
+            model_type=facts.model_type,
+            image_token_id=facts.image_token_id,
+            template_media=tokenizer.media_kinds,
+            directory=tokenizer.files.directory,
+            config=model.images or config.images,
         )
         if choices.tool_parser is not None:
             factory = self._plugins.tool_parsers.factory(choices.tool_parser)

@@ -8,6 +8,7 @@ from typing import Any
 from turnout.generation.models import ModelRuntime
 from turnout.generation.output import OutputOptions
 from turnout.generation.requests import SamplingFields
+from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.sampling import Constraint
 
 
@@ -19,6 +20,8 @@ class Prompt:
     #: Its text: the client's, the rendered template, or what the ids decode to ("" when the
     #: endpoint has no use for it). The worker gets it as information; policies may route on it.
     text: str = ""
+    #: The images the prompt's placeholder tokens stand for, as the worker reads them.
+    mm_inputs: pb.MultimodalInputs | None = None
 
 
 @dataclass(slots=True)

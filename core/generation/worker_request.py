@@ -91,7 +91,7 @@ def worker_requests(
     )
     several = len(plan.prompts) > 1
     try:
-        return [
+        requests = [
             build_generate_request(
                 request_id=f"{request_id}-{k}" if several else request_id,
                 input_ids=prompt.ids,
@@ -107,3 +107,7 @@ def worker_requests(
         ]
     except InvalidSamplingParams as exc:
         raise ApiError(400, str(exc), code="invalid_value") from None
+    for request, prompt in zip(requests, plan.prompts, strict=True):
+        if prompt.mm_inputs is not None:
+            request.mm_inputs.CopyFrom(prompt.mm_inputs)
+    return requests

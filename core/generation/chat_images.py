@@ -1,0 +1,102 @@
+"""Images in chat messages: the image parts of a request, their model's vision, and what the
+prompt and the worker request get from them.
+
+The chat template renders one placeholder per image part (see
+:mod:`turnout.tokenizer.content_parts`); here each image is loaded and checked
+(:func:`turnout.multimodal.load_images`), preprocessed, its placeholder expanded to as many
+tokens as the image takes, and the pixels put in a ``MultimodalInputs`` for the worker. Every
+failure is a 400 naming the image's part (``messages[i].content[j]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from turnout.generation.models import ModelRuntime
+from turnout.generation.unsupported import unsupported
+from turnout.multimodal import BadImage, ImageError, LoadedImage, load_images
+from turnout.multimodal.mm_inputs import expand_image_tokens, multimodal_inputs
+from turnout.multimodal.qwen2_vl import ProcessedImage, Qwen2VLVision
+from turnout.multimodal.vision import Vision
+from turnout.server.errors import ApiError, bad_request
+from turnout.tokenizer.content_parts import media_kind
+from turnout.wire.proto import sglang_scheduler_pb2 as pb
+
+__all__ = ["ImagePart", "image_parts", "prompt_images", "vision_for"]
+
+
+@dataclass(frozen=True, slots=True)
+class ImagePart:
+    """One image of the request, in the order the prompt shows it."""
+
+    #: ``messages[i].content[j]``: what a 400 about it names.
+    param: str
+    #: A ``data:`` URI or an https URL.
+    url: str
+
+
+def _url(part: dict[str, Any]) -> object:
+    """The URL of an image part: ``image_url: {"url": …}`` (Chat Completions), ``image_url:
+    "…"`` (Responses' ``input_image``, and clients that send it so), or ``image: "…"``."""
+    given = part.get("image_url", part.get("image"))
+    return given.get("url") if isinstance(given, dict) else given
+
+
+def image_parts(messages: Sequence[Any]) -> list[ImagePart]:
+    """The image parts of chat ``messages`` (msgspec structs with ``content``); a 400 for an
+    image part without a URL, and for video and audio parts (turnout takes images only)."""
+    parts: list[ImagePart] = []
+    for i, message in enumerate(messages):
+        content = message.content
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            kind = media_kind(part)
+            if kind is None:
+                continue
+            param = f"messages[{i}].content[{j}]"
+            if kind != "image":
+                raise unsupported(param, f"{part['type']} parts are not supported: images only")
+            url = _url(part)
+            if not isinstance(url, str) or not url:
+                raise bad_request(
+                    f"{param}: an image part needs image_url.url (a data: URI or an https URL)",
+                    param,
+                )
+            parts.append(ImagePart(param, url))
+    return parts
+
+
+def vision_for(runtime: ModelRuntime, parts: Sequence[ImagePart]) -> Vision:
+    """The model's vision; a 400 naming the first image when the model takes none."""
+    vision = runtime.vision
+    if isinstance(vision, str):
+        raise unsupported(parts[0].param, f"model {runtime.model_id!r} takes no images: {vision}")
+    return vision
+
+
+def _preprocess(processor: Qwen2VLVision, images: Sequence[LoadedImage]) -> list[ProcessedImage]:
+    processed = []
+    for index, loaded in enumerate(images):
+        try:
+            processed.append(processor.preprocess(loaded.image))
+        except ValueError as exc:  # smart_resize: an aspect ratio the model cannot take
+            raise BadImage(str(exc), index) from None
+    return processed
+
+
+async def prompt_images(
+    vision: Vision, parts: Sequence[ImagePart], prompt_ids: Sequence[int]
+) -> tuple[list[int], pb.MultimodalInputs]:
+    """The prompt with each image's placeholder expanded, and the images for the worker."""
+    try:
+        loaded = await load_images([part.url for part in parts], vision.config, vision.fetcher)
+        processed = await asyncio.to_thread(_preprocess, vision.processor, loaded)
+        ids, ranges = expand_image_tokens(prompt_ids, vision.image_token_id, processed)
+    except ImageError as exc:
+        param = parts[exc.index].param if exc.index is not None else "messages"
+        raise ApiError(400, str(exc), param=param, code=exc.code) from None
+    return ids, multimodal_inputs(processed, ranges, vision.image_token_id)
