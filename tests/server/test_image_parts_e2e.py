@@ -260,3 +260,27 @@ def test_a_model_without_vision_refuses_images() -> None:
         assert not router.sims[0].records.requests
         text = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
         assert post(router, text).is_success
+
+
+def test_a_responses_input_image_reaches_the_worker(client: openai.OpenAI, router: Router) -> None:
+    """The Responses API's ``input_image`` parts take the chat path's images."""
+    png = data_uri(image_bytes("PNG", (28, 28)))
+    response = client.responses.create(
+        model=MODEL,
+        input=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "input_text", "text": "What is this?"},
+                    {"type": "input_image", "image_url": png, "detail": "auto"},
+                ],
+            }
+        ],
+        max_output_tokens=3,
+        store=False,
+    )
+    assert response.status == "completed" or response.incomplete_details is not None
+    request, record = last_request(router)
+    assert record.model_specific_tensors["image_grid_thw"].sha256 == grid_sha((1, 4, 4))
+    [(offset, length)] = record.placeholders
+    assert list(request.tokenized.input_ids)[offset : offset + length] == [IMAGE_PAD] * 4
