@@ -27,6 +27,9 @@ async def _sim_answers() -> dict[str, bytes]:
             "GetModelInfo": (await client.get_model_info()).SerializeToString(),
             "GetServerInfo": (await client.get_server_info()).SerializeToString(),
             "GetLoads": (await client.get_loads()).SerializeToString(),
+            "ListLoadedLoRAAdapters": (
+                await client.list_loaded_lora_adapters()
+            ).SerializeToString(),
             "Abort": pb.AbortResponse().SerializeToString(),
         }
 
