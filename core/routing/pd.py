@@ -423,11 +423,17 @@ class PrefillDecode:
         tried: dict[Role, set[str]] = {Role.PREFILL: set(), Role.DECODE: set()}
         refused_by: set[str] = set()
         attempt = 0
+        adapter = routing.adapter
+        default_lora_id = request.lora_id
         while True:
-            prefills = registry.role_candidates(model, Role.PREFILL, tried[Role.PREFILL])
-            decodes = registry.role_candidates(model, Role.DECODE, tried[Role.DECODE], ranks=False)
+            prefills = registry.role_candidates(
+                model, Role.PREFILL, tried[Role.PREFILL], adapter=adapter
+            )
+            decodes = registry.role_candidates(
+                model, Role.DECODE, tried[Role.DECODE], ranks=False, adapter=adapter
+            )
             if not prefills or not decodes:
-                raise self._no_pair(model, tried)
+                raise self._no_pair(model, tried, adapter)
             prefill_slot = self._select(routes[Role.PREFILL], routing, prefills)
             decode_slot = self._select(routes[Role.DECODE], routing, decodes)
             attempt += 1
@@ -435,11 +441,16 @@ class PrefillDecode:
             wait = remaining if first_timeout is None else min(remaining or inf, first_timeout)
             room = self._bootstrap(request, prefill_slot)
             decode_request = request
-            if prefill_slot.dp_rank is not None:  # the decode leg lets its scheduler pick
+            # The decode leg lets its scheduler pick the rank; each leg names the LoRA adapter
+            # by its own worker's lora_id.
+            if prefill_slot.dp_rank is not None or adapter is not None:
                 decode_request = pb.GenerateRequest()
                 decode_request.CopyFrom(request)
             prefill_slot.pin(request)
             decode_slot.pin(decode_request)
+            if adapter is not None:
+                prefill_slot.worker.pin_adapter(request, adapter, default_lora_id)
+                decode_slot.worker.pin_adapter(decode_request, adapter, default_lora_id)
             outcome = await self._attempt(
                 _Try(
                     routes,
@@ -483,8 +494,12 @@ class PrefillDecode:
                 out_of_time = deadline_at is not None and loop.time() + delay >= deadline_at
                 last_try = (
                     out_of_time
-                    or not registry.role_candidates(model, Role.PREFILL, tried[Role.PREFILL])
-                    or not registry.role_candidates(model, Role.DECODE, tried[Role.DECODE])
+                    or not registry.role_candidates(
+                        model, Role.PREFILL, tried[Role.PREFILL], adapter=adapter
+                    )
+                    or not registry.role_candidates(
+                        model, Role.DECODE, tried[Role.DECODE], adapter=adapter
+                    )
                 )
             for f in failures:
                 level = logging.WARNING if f.failure.worker_fault else logging.INFO
@@ -505,7 +520,7 @@ class PrefillDecode:
             left = [
                 role.value
                 for role in (Role.PREFILL, Role.DECODE)
-                if not registry.role_candidates(model, role, tried[role])
+                if not registry.role_candidates(model, role, tried[role], adapter=adapter)
             ]
             if left and retryable:
                 first.message = f"{first.message}; no other {' or '.join(left)} worker is left"
@@ -666,18 +681,24 @@ class PrefillDecode:
             span,
         )
 
-    def _no_pair(self, model: str, tried: dict[Role, set[str]]) -> NoWorkerAvailable:
+    def _no_pair(
+        self, model: str, tried: dict[Role, set[str]], adapter: str | None = None
+    ) -> NoWorkerAvailable:
         missing = [
             role.value
             for role in (Role.PREFILL, Role.DECODE)
-            if not self.registry.role_candidates(model, role, tried[role], ranks=False)
+            if not self.registry.role_candidates(
+                model, role, tried[role], ranks=False, adapter=adapter
+            )
         ]
         parts = [f"no {' and no '.join(missing)} worker can take the request"]
         for role in (Role.PREFILL, Role.DECODE):
             workers = self.registry.role_workers(model, role)
             states: dict[str, int] = {}
             for w in workers:
-                if w.id in tried[role]:
+                if adapter is not None and not w.has_adapter(adapter):
+                    label = f"without LoRA adapter {adapter!r}"
+                elif w.id in tried[role]:
                     label = "failed for this request"
                 elif w.state is WorkerState.READY and not w.breaker.allows():
                     label = "circuit open"

@@ -112,14 +112,20 @@ class WorkerRegistry:
         return found
 
     def role_candidates(
-        self, model: str, role: Role, exclude: Iterable[str] = (), *, ranks: bool = True
+        self,
+        model: str,
+        role: Role,
+        exclude: Iterable[str] = (),
+        *,
+        ranks: bool = True,
+        adapter: str | None = None,
     ) -> list[Slot]:
         """Like :meth:`candidates`, among the workers of ``role``; with ``ranks=False`` a worker
         with DP ranks is offered whole (its own scheduler picks the rank)."""
         skip = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
         found: list[Slot] = []
         for w in self._pools[role].get(model, ()):
-            if w.routable and w.id not in skip:
+            if w.routable and w.id not in skip and (adapter is None or w.has_adapter(adapter)):
                 if ranks and w.ranks:
                     found.extend(w.ranks)
                 else:

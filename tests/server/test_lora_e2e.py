@@ -186,3 +186,30 @@ def test_least_load_keeps_an_adapter_on_the_worker_that_served_it() -> None:
 
         assert sims_of(MODEL) == {0, 1}
         assert len(sims_of(f"{MODEL}:sql")) == 1
+
+
+def test_a_prefill_decode_pair_gets_each_workers_own_lora_id() -> None:
+    """Both legs of a PD pair run the adapter, each named by its own worker's lora_id (the
+    legs are otherwise the same request)."""
+    with run_router(
+        roles=["prefill", "decode"],
+        sim_kwargs={"lora_adapters": ["sql"], "bootstrap_timeout_s": 20.0},
+    ) as router:
+        client = openai.OpenAI(base_url=f"{router.base_url}/v1", api_key="x", max_retries=0)
+        for stream in (False, True):
+            answer = client.chat.completions.create(
+                model=f"{MODEL}:sql",
+                messages=[{"role": "user", "content": "hi"}],
+                stream=stream,
+                extra_headers={"x-request-id": f"pd-lora-{stream}"},
+            )
+            if stream:
+                assert list(answer)
+            served = _served_with(router, f"pd-lora-{stream}")
+            assert sorted(i for i, _ in served) == [0, 1]  # both legs
+            for sim_index, lora_id in served:
+                assert lora_id == _lora_id_of(router.sims[sim_index], "sql")
+        with pytest.raises(openai.NotFoundError):
+            client.chat.completions.create(
+                model=f"{MODEL}:nope", messages=[{"role": "user", "content": "hi"}]
+            )
