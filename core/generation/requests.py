@@ -68,6 +68,22 @@ class ChatMessage(msgspec.Struct, kw_only=True, omit_defaults=True):
     reasoning_content: str | None = None
 
 
+def check_top_k(top_k: int | None) -> None:
+    """Refuse ``top_k=0``, as SGLang does (-1 is off, otherwise at least 1)."""
+    if top_k == 0:
+        raise InvalidField("top_k", "top_k must be -1 (disabled) or >= 1, got 0")
+
+
+def check_template_kwargs(kwargs: dict[str, Any] | None, hint: str = "") -> None:
+    """Refuse ``chat_template_kwargs`` that would override what turnout passes the template."""
+    reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(kwargs or ()))
+    if reserved:
+        raise InvalidField(
+            f"chat_template_kwargs.{reserved[0]}",
+            f"chat_template_kwargs must not set {', '.join(reserved)}{hint}",
+        )
+
+
 class SamplingFields(msgspec.Struct, kw_only=True):
     """Sampling fields shared by every generation endpoint (OpenAI names + SGLang extras)."""
 
@@ -100,8 +116,7 @@ class SamplingFields(msgspec.Struct, kw_only=True):
     _names: ClassVar[tuple[str, str]] = ("min_tokens", "max_tokens")
 
     def __post_init__(self) -> None:
-        if self.top_k == 0:
-            raise InvalidField("top_k", "top_k must be -1 (disabled) or >= 1, got 0")
+        check_top_k(self.top_k)
         if self.max_tokens is not None:
             self._check_min_tokens(self.max_tokens, self._names[1])
         for key in self.logit_bias or ():
@@ -165,13 +180,7 @@ class ChatCompletionRequest(OpenAIRequest, kw_only=True):
             self._check_min_tokens(self.max_completion_tokens, "max_completion_tokens")
         if self.top_logprobs is not None and not self.logprobs:
             raise InvalidField("top_logprobs", "top_logprobs requires logprobs to be true")
-        reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(self.chat_template_kwargs or ()))
-        if reserved:
-            raise InvalidField(
-                f"chat_template_kwargs.{reserved[0]}",
-                f"chat_template_kwargs must not set {', '.join(reserved)}: "
-                "give them as request fields",
-            )
+        check_template_kwargs(self.chat_template_kwargs, ": give them as request fields")
 
 
 #: One ``/v1/completions`` prompt item: a string, a token id, or a list of token ids.

@@ -15,11 +15,12 @@ from msgspec import Meta
 
 from turnout.generation.requests import (
     INT32_MAX,
-    RESERVED_TEMPLATE_KWARGS,
     InvalidField,
     Penalty,
     TokenCount,
     TopLogprobs,
+    check_template_kwargs,
+    check_top_k,
 )
 from turnout.generation.unsupported import unsupported
 from turnout.server.errors import bad_request
@@ -99,19 +100,13 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     image: Any = None
 
     def __post_init__(self) -> None:
-        if self.top_k == 0:
-            raise InvalidField("top_k", "top_k must be -1 (disabled) or >= 1, got 0")
+        check_top_k(self.top_k)
         for key, value in (self.metadata or {}).items():
             if len(key) > 64 or len(value) > 512:
                 raise InvalidField(
                     "metadata", "metadata keys are at most 64 characters, values at most 512"
                 )
-        reserved = sorted(RESERVED_TEMPLATE_KWARGS.intersection(self.chat_template_kwargs or ()))
-        if reserved:
-            raise InvalidField(
-                f"chat_template_kwargs.{reserved[0]}",
-                f"chat_template_kwargs must not set {', '.join(reserved)}",
-            )
+        check_template_kwargs(self.chat_template_kwargs)
 
     @property
     def stores(self) -> bool:
