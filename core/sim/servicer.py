@@ -97,7 +97,13 @@ class SimKnobs:
 
 @dataclass
 class SimRecords:
-    """What the simulator saw, for tests to assert on."""
+    """What the simulator saw, for tests to assert on.
+
+    Each collection keeps at most about twice ``keep`` entries (the newest ``keep`` survive a
+    trim), so a simulator under a long benchmark does not grow without bound.
+    """
+
+    keep: int = 10_000
 
     requests: list[pb.GenerateRequest] = field(default_factory=list)
     #: (kind, value) of each constraint received: kind is json_schema/regex/ebnf/structural_tag.
@@ -133,6 +139,35 @@ class SimRecords:
         self.multimodal.clear()
         self.metadata.clear()
         self.lora_ids.clear()
+
+    def note_request(self, request: pb.GenerateRequest) -> None:
+        """Record a Generate request; trim every collection to the newest ``keep`` entries when
+        the requests reach twice that (amortised: one trim per ``keep`` requests)."""
+        self.requests.append(request)
+        if len(self.requests) >= 2 * self.keep:
+            self.trim()
+
+    def note_embed(self, request: pb.EmbedRequest) -> None:
+        """Record an Embed request (trimmed like :meth:`note_request`)."""
+        self.embed_requests.append(request)
+        if len(self.embed_requests) >= 2 * self.keep:
+            self.trim()
+
+    def trim(self) -> None:
+        """Keep the newest ``keep`` entries of every collection."""
+        keep = self.keep
+        for entries in (
+            self.requests,
+            self.constraints,
+            self.aborted,
+            self.embed_requests,
+            self.multimodal,
+        ):
+            del entries[:-keep]
+        for name in ("outcomes", "generated", "ranks", "metadata", "lora_ids"):
+            table: dict[str, Any] = getattr(self, name)
+            if len(table) > keep:
+                setattr(self, name, dict(list(table.items())[-keep:]))
 
 
 class SimServicer(pb_grpc.SglangSchedulerServicer):
@@ -190,7 +225,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         """Stream the planned answer: chunks of delta token ids, then one complete per choice."""
         rid = request.request_id
         self._last_receive = time.time()
-        self.records.requests.append(request)
+        self.records.note_request(request)
         self._record_trace_context(rid, context)
         kind = request.sampling_params.WhichOneof("constraint")
         if kind is not None:
@@ -548,7 +583,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         ``fail_status`` and ``hang`` apply as to Generate (within ``fault_budget``), and
         ``ttft_ms`` delays the answer."""
         self._last_receive = time.time()
-        self.records.embed_requests.append(request)
+        self.records.note_embed(request)
         self._record_trace_context(request.request_id, context)
         self._record_multimodal("Embed", request.request_id, request)
         ids = request.tokenized.input_ids

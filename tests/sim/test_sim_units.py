@@ -10,6 +10,8 @@ from turnout import demo_model
 from turnout.sim import ModelFiles, Script, ScriptError, SimKnobs, SimModel
 from turnout.sim.model import InvalidRequest
 from turnout.sim.schema_instance import SchemaError, instance_for
+from turnout.sim.servicer import SimRecords
+from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
 from ..wire._helpers import request, token_id
 
@@ -136,3 +138,19 @@ def test_knob_updates_are_checked() -> None:
         knobs.update({"speed": 1})
     with pytest.raises(ValueError, match="gRPC status"):
         knobs.update({"fail_status": "BROKEN"})
+
+
+def test_records_stay_bounded_and_keep_the_newest() -> None:
+    records = SimRecords(keep=3)
+    for i in range(20):
+        rid = f"r{i}"
+        records.note_request(pb.GenerateRequest(request_id=rid))
+        records.outcomes[rid] = "stop"
+        records.generated[rid] = i
+    assert len(records.requests) <= 6
+    assert len(records.outcomes) <= 6
+    assert records.requests[-1].request_id == "r19"
+    assert list(records.outcomes)[-1] == "r19"
+    records.trim()
+    assert [r.request_id for r in records.requests] == ["r17", "r18", "r19"]
+    assert list(records.generated.items()) == [("r17", 17), ("r18", 18), ("r19", 19)]
