@@ -11,7 +11,10 @@ protocol (``http=guarded_protocol(limits)`` in uvicorn's settings) and
 * closes a connection that carries no request for ``idle_timeout_s`` (keep-alive included);
 * answers 408 and closes when a request's headers take longer than ``header_timeout_s``;
 * closes a connection whose client has not read its pending response for ``send_timeout_s``
-  (which also ends any wait on that client's socket).
+  (which also ends any wait on that client's socket);
+* sends a response's head and its body in one write (one syscall, one TCP segment) when the
+  body follows in the same turn of the loop, as a non-streaming answer's does
+  (:class:`JoinedWrites`).
 
 The ASGI side (the ops middleware) tells the connection when a request starts and ends, and
 can abort it (:func:`connection_of`). The request body deadline is enforced there too.
@@ -39,7 +42,13 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from turnout.config import ServerConfig
 from turnout.server.errors import ApiError
 
-__all__ = ["CONNECTION_KEY", "ConnectionLimits", "GuardedProtocol", "connection_of"]
+__all__ = [
+    "CONNECTION_KEY",
+    "ConnectionLimits",
+    "GuardedProtocol",
+    "JoinedWrites",
+    "connection_of",
+]
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +146,70 @@ def _response(status: int, error: ApiError) -> bytes:
 _REASONS = {408: "Request Timeout", 503: "Service Unavailable"}
 
 
+class JoinedWrites:
+    """The transport uvicorn's protocol writes to: a response head (status line and headers,
+    which uvicorn writes alone) is held until the next write, which then carries both, or
+    until the loop's next turn when nothing follows at once (a stream's head, say). Held bytes
+    always go out before anything written after them, and before the connection closes."""
+
+    __slots__ = ("_held", "_loop", "_transport")
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: bytes | None = None
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        """Write ``data`` (a response head alone is held, see the class doc)."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        elif isinstance(data, bytes) and data.startswith(b"HTTP/") and data.endswith(b"\r\n\r\n"):
+            self._held = data
+            self._loop.call_soon(self.flush)
+        else:
+            self._transport.write(data)
+
+    def flush(self) -> None:
+        """Write what is held, if anything."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            if not self._transport.is_closing():  # aborted meanwhile: nobody to send it to
+                self._transport.write(held)
+
+    def close(self) -> None:
+        """Close after writing what is held."""
+        self.flush()
+        self._transport.close()
+
+    def abort(self) -> None:
+        """Drop the connection now, and what is held with it."""
+        self._held = None
+        self._transport.abort()
+
+    def is_closing(self) -> bool:
+        """True once the connection closes."""
+        return self._transport.is_closing()
+
+    def get_extra_info(self, name: str, default: Any = None) -> Any:
+        """The transport's ``get_extra_info``."""
+        return self._transport.get_extra_info(name, default)
+
+    def pause_reading(self) -> None:
+        """Stop reading from the socket."""
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        """Read from the socket again."""
+        self._transport.resume_reading()
+
+    def __getattr__(self, name: str) -> Any:
+        # The rest of the transport's interface (set_protocol on an upgrade, buffer sizes…).
+        return getattr(self._transport, name)
+
+
 class GuardedProtocol(asyncio.Protocol):
     """uvicorn's HTTP protocol for one connection, under the limits (see the module doc)."""
 
@@ -162,6 +235,8 @@ class GuardedProtocol(asyncio.Protocol):
             _loop=_loop,
         )
         self._transport: asyncio.Transport | None = None
+        #: What the inner protocol writes to (the transport, joining a head with its body).
+        self._writes: JoinedWrites | None = None
         self._accepted = False
         #: Requests of this connection in progress (more than one when pipelined).
         self._busy = 0
@@ -181,7 +256,8 @@ class GuardedProtocol(asyncio.Protocol):
         pool.open += 1
         self._accepted = True
         self._transport = transport
-        self._inner.connection_made(transport)
+        self._writes = JoinedWrites(transport, self._loop)
+        self._inner.connection_made(cast(asyncio.Transport, self._writes))
         self._wait_for_request()
 
     def data_received(self, data: bytes) -> None:
@@ -267,8 +343,8 @@ class GuardedProtocol(asyncio.Protocol):
     def _close(self) -> None:
         self._disarm()
         self._pool.idle.pop(self, None)
-        if self._transport is not None:
-            self._transport.close()
+        if self._writes is not None:
+            self._writes.close()
 
     def _idle_timed_out(self) -> None:
         self._timer = None
@@ -285,7 +361,8 @@ class GuardedProtocol(asyncio.Protocol):
             f"the request headers did not arrive within {seconds:g}s",
             code="request_header_timeout",
         )
-        self._transport.write(_response(408, error))
+        if self._writes is not None:
+            self._writes.write(_response(408, error))
         self._close()
 
     def _stalled(self) -> None:
