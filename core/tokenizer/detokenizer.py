@@ -103,7 +103,9 @@ class IncrementalDetokenizer:
 
     def _commit(self, window_chars: int) -> None:
         """All ids decode cleanly: the ids not yet committed become the next window."""
-        tail_chars = len(self._decode(self._ids[self._read :]))
+        # Without left context the tail is the whole window, just decoded (a one-shot answer's
+        # output is then decoded once).
+        tail_chars = window_chars if self._read == 0 else len(self._decode(self._ids[self._read :]))
         if tail_chars:
             del self._ids[: self._read]
             self._prefix_chars = tail_chars

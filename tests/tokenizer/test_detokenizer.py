@@ -138,3 +138,27 @@ def test_cost_per_token(deepseek_dir: Path) -> None:
         per_token_us = elapsed / len(ids) * 1e6
         print(f"chunk={chunk}: {per_token_us:.2f} µs/token over {len(ids)} tokens")
         assert per_token_us < 200
+
+
+class _CountingDecodes:
+    """A tokenizer whose ``decode`` calls are counted."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self._tokenizer = tokenizer
+        self.decodes = 0
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = True) -> str:
+        self.decodes += 1
+        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+
+@pytest.mark.parametrize("kind", ["byte_level_bpe", "sentencepiece_bpe"])
+def test_a_whole_output_is_decoded_once(kind: str) -> None:
+    """A one-shot answer pushes its whole output at once: one decode, not two."""
+    tok = _tokenizer(kind)
+    ids = tok.encode("".join(PIECES), add_special_tokens=False).ids
+    counting = _CountingDecodes(tok)
+    detok = IncrementalDetokenizer(counting, byte_ids=frozenset())  # type: ignore[arg-type]
+    text = detok.push(ids) + detok.finish()
+    assert text == tok.decode(ids, skip_special_tokens=True)
+    assert counting.decodes == 1
