@@ -304,3 +304,11 @@ def test_continue_final_message_errors() -> None:
             add_generation_prompt=False,
             continue_final_message=True,
         )
+
+
+def test_a_template_starts_each_render_from_one_plain_dict_of_globals() -> None:
+    """Jinja chains a template's globals to the environment's by default, and every render
+    copies them: a plain dict, made once at compile time, is copied much faster."""
+    template = compile_template("{{ raise_exception is defined }} {{ namespace(a=1).a }}")
+    assert type(template.globals) is dict
+    assert template.render() == "True 1"
