@@ -19,8 +19,9 @@ from tokenizers import Tokenizer
 
 from turnout.tokenizer.errors import TooManyTokens
 
-#: Pieces shorter than this are cheap to encode and not worth a cache slot.
-_MIN_CACHED = 16
+#: What a cached piece counts against the cache's size at least (in characters): its entry
+#: costs memory beyond its text, so that many short pieces cannot outgrow the bound.
+_MIN_CHARGE = 64
 
 
 class SegmentCache:
@@ -36,7 +37,11 @@ class SegmentCache:
         self._ids = exact
         # Leftmost-longest, as the tokenizer's own added-token matcher.
         alternatives = sorted(exact, key=len, reverse=True)
-        self._splitter = re.compile("|".join(re.escape(a) for a in alternatives)) if exact else None
+        # One group: ``split`` returns the text between tokens at even and the tokens at odd
+        # positions.
+        self._splitter = (
+            re.compile("(" + "|".join(re.escape(a) for a in alternatives) + ")") if exact else None
+        )
         self._pieces: OrderedDict[str, tuple[int, ...]] = OrderedDict()
         self._chars = 0
         self._max_chars = max_chars
@@ -65,11 +70,12 @@ class SegmentCache:
         """The ids ``backend.encode(text, add_special_tokens=False)`` gives."""
         if self._splitter is None:
             return self._backend.encode(text, add_special_tokens=False).ids
+        token_ids = self._ids
         ids: list[int] = []
-        for part in self._parts(text):
-            if isinstance(part, int):
-                ids.append(part)
-            else:
+        for i, part in enumerate(self._splitter.split(text)):
+            if i % 2:
+                ids.append(token_ids[part])
+            elif part:
                 ids.extend(self._piece(part))
         return ids
 
@@ -110,18 +116,13 @@ class SegmentCache:
     def _parts(self, text: str) -> Iterator[int | str]:
         """The text between added tokens (strings) and the added tokens' ids, in order."""
         assert self._splitter is not None
-        start = 0
-        for match in self._splitter.finditer(text):
-            if match.start() > start:
-                yield text[start : match.start()]
-            yield self._ids[match.group()]
-            start = match.end()
-        if start < len(text):
-            yield text[start:]
+        for i, part in enumerate(self._splitter.split(text)):
+            if i % 2:
+                yield self._ids[part]
+            elif part:
+                yield part
 
-    def _piece(self, piece: str) -> tuple[int, ...] | list[int]:
-        if len(piece) < _MIN_CACHED:
-            return self._backend.encode(piece, add_special_tokens=False).ids
+    def _piece(self, piece: str) -> tuple[int, ...]:
         cached = self._cached(piece)
         if cached is not None:
             return cached
@@ -130,8 +131,6 @@ class SegmentCache:
         return ids
 
     def _cached(self, piece: str) -> tuple[int, ...] | None:
-        if len(piece) < _MIN_CACHED:
-            return None
         with self._lock:
             cached = self._pieces.get(piece)
             if cached is not None:
@@ -140,12 +139,12 @@ class SegmentCache:
 
     def _store(self, piece: str, ids: tuple[int, ...]) -> None:
         # A piece larger than an eighth of the cache would only flush everything else.
-        if not _MIN_CACHED <= len(piece) <= self._max_chars // 8:
+        if len(piece) > self._max_chars // 8:
             return
         with self._lock:
             if piece not in self._pieces:
                 self._pieces[piece] = ids
-                self._chars += len(piece)
+                self._chars += max(len(piece), _MIN_CHARGE)
                 while self._chars > self._max_chars and self._pieces:
                     old, _ = self._pieces.popitem(last=False)
-                    self._chars -= len(old)
+                    self._chars -= max(len(old), _MIN_CHARGE)

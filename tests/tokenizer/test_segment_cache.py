@@ -95,3 +95,23 @@ def test_a_huge_piece_does_not_flush_the_cache() -> None:
     kept = dict(cache._pieces)
     cache.encode_long("<|im_start|>user\n" + "x y " * 1000 + "<|im_end|>")
     assert kept.items() <= cache._pieces.items()
+
+
+def test_short_pieces_between_tokens_are_cached_too() -> None:
+    """The short pieces of every chat prompt (``"\\n"``, ``"assistant\\n"``) come from the cache,
+    not from a tokenizer call per request."""
+    backend, _ = CACHES["demo"]
+    cache = SegmentCache(backend)
+    text = "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert cache.encode(text) == backend.encode(text, add_special_tokens=False).ids
+    assert {"user\nhi", "\n", "assistant\n"} <= cache._pieces.keys()
+
+
+def test_many_short_pieces_stay_within_the_bound() -> None:
+    """Each piece counts at least 64 characters against the bound, whatever its length."""
+    backend, _ = CACHES["demo"]
+    cache = SegmentCache(backend, max_chars=64 * 10)
+    for n in range(100):
+        text = f"<|im_start|>{n}<|im_end|>"
+        assert cache.encode(text) == backend.encode(text, add_special_tokens=False).ids
+    assert len(cache._pieces) == 10
