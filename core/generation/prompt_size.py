@@ -78,7 +78,7 @@ async def encode_prompt(
     except TooManyTokens as exc:
         assert limit is not None
         raise _too_long(limit, exc.tokens, param, at_least=exc.at_least) from None
-    check_prompt_ids(runtime, ids, param)
+    _check_ids(ids, limit, param)
     return ids
 
 
@@ -104,17 +104,20 @@ async def encode_prompts(
     else:
         batch = await offloader().run(tokenizer.encode_batch, texts, add_special_tokens)
     for ids, param in zip(batch, params, strict=True):
-        check_prompt_ids(runtime, ids, param)
+        _check_ids(ids, limit, param)
     return batch
 
 
 def check_prompt_ids(runtime: ModelRuntime, ids: list[int], param: str) -> None:
     """A 400 when a prompt's token ids are empty or more than the model's context allows."""
+    _check_ids(ids, runtime.prompt_limit(), param)
+
+
+def _check_ids(ids: list[int], limit: PromptLimit | None, param: str) -> None:
     if not ids:
         raise ApiError(
             400, "the prompt is empty (it has no tokens)", param=param, code="empty_prompt"
         )
-    limit = runtime.prompt_limit()
     if limit is not None and len(ids) > limit.max_prompt_tokens:
         raise _too_long(limit, len(ids), param, at_least=False)
 
