@@ -10,7 +10,7 @@ import contextlib
 import contextvars
 import json
 import logging
-import secrets
+import random
 import sys
 import time
 from collections.abc import Iterator
@@ -47,18 +47,36 @@ class RequestRecord:
     ttft_s: float | None = None
     attempts: int = 0
     response_started: bool = False
+    #: The last piece of the response went out.
+    response_complete: bool = False
+    #: The response is an event stream (``text/event-stream``).
+    event_stream: bool = False
     #: Kind ("tool" or "reasoning") and registered name of the first parser that raised.
     parser_error: tuple[str, str] | None = None
 
     def ensure_id(self, prefix: str = "req") -> str:
         """The request id, generating ``<prefix>-<24 hex>`` when none was given or set yet."""
         if self.request_id is None:
-            self.request_id = f"{prefix}-{secrets.token_hex(12)}"
+            self.request_id = new_request_id(prefix)
         return self.request_id
 
     def elapsed(self) -> float:
         """Seconds since the request arrived."""
         return time.perf_counter() - self.started
+
+
+def new_request_id(prefix: str) -> str:
+    """A fresh id like ``chatcmpl-<24 hex>``.
+
+    Unique, not secret (clients may choose their own ids): 96 random bits from the process's
+    pseudo-random generator, which Python seeds from the OS per process and again in a forked
+    child; no system call per request as with ``secrets``."""
+    return f"{prefix}-{random.getrandbits(96):024x}"
+
+
+def random_suffix() -> str:
+    """8 random hex digits (from the same generator as :func:`new_request_id`)."""
+    return f"{random.getrandbits(32):08x}"
 
 
 _CURRENT: contextvars.ContextVar[RequestRecord | None] = contextvars.ContextVar(

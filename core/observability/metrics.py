@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -25,6 +25,7 @@ from prometheus_client import (
     values,
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import Collector
 
 from turnout.errors import ParserError
@@ -72,6 +73,31 @@ def route_label(path: str) -> str:
     if path.startswith("/v1/responses/"):
         return "/v1/responses/{id}"
     return "other"
+
+
+#: The status label of a request that ended this way, whatever status was sent.
+_OUTCOME_STATUS = {"timeout": "504", "client_gone": "499"}
+
+M = TypeVar("M", bound=MetricWrapperBase)
+
+
+class Children(Generic[M]):
+    """The labelled children of one metric, each looked up once: prometheus_client's
+    ``labels`` checks and locks on every call, and the hot path needs several per request.
+    Holds as many children as the metric itself (label values are bounded sets)."""
+
+    __slots__ = ("_cache", "_metric")
+
+    def __init__(self, metric: M) -> None:
+        self._metric = metric
+        self._cache: dict[tuple[str, ...], M] = {}
+
+    def __call__(self, *values: str) -> M:
+        """The child of these label values."""
+        child = self._cache.get(values)
+        if child is None:
+            child = self._cache[values] = self._metric.labels(*values)
+        return child
 
 
 def multiprocess_mode() -> bool:
@@ -176,6 +202,15 @@ class Metrics:
         )
         self.workers = WorkerCollector()
         registry.register(self.workers)
+        # Children of the metrics observed on every request.
+        self.requests_of = Children(self.requests)
+        self.request_duration_of = Children(self.request_duration)
+        self.in_flight_of = Children(self.in_flight)
+        self.ttft_of = Children(self.ttft)
+        self.itl_of = Children(self.itl)
+        self.prompt_tokens_of = Children(self.prompt_tokens)
+        self.generation_tokens_of = Children(self.generation_tokens)
+        self.routed_of = Children(self.routed)
 
     # -- per request ---------------------------------------------------------------------------
 
@@ -183,9 +218,9 @@ class Metrics:
         """Count one finished request (once, at its end)."""
         route = route_label(record.path)
         model = record.model or ""
-        status = {"timeout": "504", "client_gone": "499"}.get(record.outcome, str(record.status))
-        self.requests.labels(route, model, status).inc()
-        self.request_duration.labels(route, model).observe(duration_s)
+        status = _OUTCOME_STATUS.get(record.outcome) or str(record.status)
+        self.requests_of(route, model, status).inc()
+        self.request_duration_of(route, model).observe(duration_s)
         if record.parser_error is not None:
             kind, name = record.parser_error
             self.parser_errors.labels(model, kind, name).inc()
@@ -232,10 +267,10 @@ class RequestMeter:
     __slots__ = ("_done", "_generation", "_itl", "_last", "_prompt", "_record", "_ttft", "_used")
 
     def __init__(self, metrics: Metrics, model: str, record: RequestRecord | None) -> None:
-        self._ttft = metrics.ttft.labels(model)
-        self._itl = metrics.itl.labels(model)
-        self._prompt = metrics.prompt_tokens.labels(model)
-        self._generation = metrics.generation_tokens.labels(model)
+        self._ttft = metrics.ttft_of(model)
+        self._itl = metrics.itl_of(model)
+        self._prompt = metrics.prompt_tokens_of(model)
+        self._generation = metrics.generation_tokens_of(model)
         self._record = record
         self._last: float | None = None
         self._used = 0

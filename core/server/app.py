@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
@@ -23,7 +22,7 @@ from turnout.generation.flow import generate as run_generation
 from turnout.generation.models import ModelTable
 from turnout.generation.pipeline import GenerateSession
 from turnout.generation.prompt_size import PromptLimit, limit_from_labels, widest_limit
-from turnout.observability.logs import current_record
+from turnout.observability.logs import current_record, random_suffix
 from turnout.observability.metrics import CONTENT_TYPE
 from turnout.observability.tracing import start_tracing
 from turnout.plugin_choice import policies_for, role_policies_for, validate_plugin_names
@@ -74,7 +73,7 @@ def request_context(
     request_id = client_id or new_request_id(prefix)
     if record is not None and client_id is None:
         record.request_id = request_id
-    worker_id = f"{client_id}-{secrets.token_hex(4)}" if client_id else request_id
+    worker_id = f"{client_id}-{random_suffix()}" if client_id else request_id
     routing_key = headers.get(server.routing_key_header.lower())
     return RequestContext(request_id, headers, routing_key, worker_request_id=worker_id)
 
@@ -184,7 +183,7 @@ def _opener(
                 record.worker, record.attempts = exc.worker_id, exc.attempts
             raise
         worker = session.worker.id
-        metrics.routed.labels(model, worker).inc()
+        metrics.routed_of(model, worker).inc()
         if session.attempts > 1:
             metrics.retries.labels(model).inc(session.attempts - 1)
         if record is not None:
@@ -242,7 +241,7 @@ def _embedder(dispatcher: Dispatcher, config: Config, ops: OpsState) -> Embedder
             used = response.prompt_tokens or len(request.tokenized.input_ids)
             reservation.usage = lambda: used
         worker = answered.worker.id
-        metrics.routed.labels(model, worker).inc()
+        metrics.routed_of(model, worker).inc()
         metrics.prompt_tokens.labels(model).inc(response.prompt_tokens)
         if answered.attempts > 1:
             metrics.retries.labels(model).inc(answered.attempts - 1)

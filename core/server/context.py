@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -12,10 +11,13 @@ from turnout.discovery import DiscoveryManager
 from turnout.embeddings import Embedder
 from turnout.generation.models import ModelTable
 from turnout.generation.pipeline import Opener
+from turnout.observability.logs import new_request_id
 from turnout.plugin_loader import Plugins
 from turnout.routing.dispatch import Dispatcher
 from turnout.server.middleware import OpsState
 from turnout.workers.registry import WorkerRegistry
+
+__all__ = ["SERVICES", "ConfigSource", "Services", "ServicesSlot", "new_request_id"]
 
 #: Where the config comes from again on a reload (``POST /admin/reload``, SIGHUP).
 ConfigSource = Callable[[], Config]
@@ -70,8 +72,3 @@ class ServicesSlot:
         if services is None:
             raise RuntimeError("the app's services are not up (its lifespan has not started)")
         return services
-
-
-def new_request_id(prefix: str) -> str:
-    """A fresh id like ``chatcmpl-<24 hex>``."""
-    return f"{prefix}-{secrets.token_hex(12)}"

@@ -173,7 +173,7 @@ class OpsMiddleware:
         if given is not None:
             record.request_id, record.client_id = given, True
         metrics = self.ops.metrics
-        gauge = metrics.in_flight.labels(route_label(record.path))
+        gauge = metrics.in_flight_of(route_label(record.path))
         body_timeout = self.ops.server.body_timeout_s
         body = (
             _BodyDeadline(receive, body_timeout)
@@ -182,16 +182,24 @@ class OpsMiddleware:
         )
 
         async def send_with_id(message: Message) -> None:
+            # Notes the response's progress in the record (the gate reads it from there).
             if message["type"] == "http.response.start":
                 record.status = message["status"]
                 record.response_started = True
-                headers = [
-                    (k, v) for k, v in message.get("headers", ()) if k.lower() != b"x-request-id"
-                ]
+                headers = []
+                for key, value in message.get("headers", ()):
+                    name = key.lower()
+                    if name == b"x-request-id":
+                        continue
+                    if name == b"content-type":
+                        record.event_stream = value.startswith(b"text/event-stream")
+                    headers.append((key, value))
                 headers.append((b"x-request-id", record.ensure_id().encode()))
                 if body is not None and body.expired:
                     headers.append((b"connection", b"close"))  # the rest of the body is unread
                 message = {**message, "headers": headers}
+            elif message["type"] == "http.response.body" and not message.get("more_body", False):
+                record.response_complete = True
             await send(message)
 
         conn = connection_of(scope)
@@ -307,14 +315,6 @@ async def _send_tail(send: Send, body: bytes, scope: HTTPScope) -> None:
         await cancel_and_wait(sending)
 
 
-@dataclass(slots=True)
-class _Progress:
-    started: bool = False
-    sse: bool = False
-    complete: bool = False
-    gone: bool = False
-
-
 def gate_middleware(ops: OpsState) -> Callable[[ASGIApp], ASGIApp]:
     """The per-route middleware factory (pass it in Litestar's ``middleware``)."""
 
@@ -428,23 +428,18 @@ class _Gate:
     ) -> None:
         """Run the app in this task, under the request timeout; a client that leaves cancels
         it (which closes its worker stream and so aborts the request on the worker).
-        ``release`` gives the admission slot back before a cut-short response's tail is sent."""
-        progress = _Progress()
+        ``release`` gives the admission slot back before a cut-short response's tail is sent.
+        The response's progress is in ``record`` (noted by the ops middleware's send)."""
+        if record is None:
+            raise RuntimeError("the gate runs inside the ops middleware")
         task = asyncio.current_task()
         assert task is not None
-
-        async def tracked_send(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                progress.started = True
-                content_type = _header(message.get("headers", ()), b"content-type") or b""
-                progress.sse = content_type.startswith(b"text/event-stream")
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                progress.complete = True
-            await send(message)
+        gone = False
 
         def client_left() -> None:  # registered only while the app runs
-            if not progress.complete and not progress.gone:
-                progress.gone = True
+            nonlocal gone
+            if not record.response_complete and not gone:
+                gone = True
                 task.cancel()
 
         timeout = self.ops.server.request_timeout_s
@@ -453,48 +448,45 @@ class _Gate:
             if watch.gone.is_set():
                 client_left()
             async with asyncio.timeout(timeout if timeout > 0 else None):
-                await self.app(scope, watch.receive, tracked_send)
+                await self.app(scope, watch.receive, send)
         except TimeoutError:
             release()
-            if record is not None:
-                record.outcome = "timeout"
+            record.outcome = "timeout"
             error = ApiError(
                 504, f"the request timed out after {timeout:g}s", code="request_timeout"
             )
-            await self._cut_short(progress, send, scope, error)
+            await self._cut_short(record, send, scope, error)
         except asyncio.CancelledError as exc:
-            if progress.gone:
+            if gone:
                 self._client_gone(task, record)
                 return
-            if not (progress.started and progress.sse) or not cancelled_by_shutdown(
+            if not (record.response_started and record.event_stream) or not cancelled_by_shutdown(
                 exc, self.ops.draining
             ):
                 raise  # not started: the ops middleware answers 503 JSON at shutdown
             if task.uncancel() > 0:
                 raise
             release()
-            if record is not None:
-                record.outcome = "shutdown"
-            await self._cut_short(progress, send, scope, ShutDown())
+            record.outcome = "shutdown"
+            await self._cut_short(record, send, scope, ShutDown())
         finally:
             watch.on_disconnect.remove(client_left)
 
     @staticmethod
-    def _client_gone(task: asyncio.Task[Any], record: RequestRecord | None) -> None:
+    def _client_gone(task: asyncio.Task[Any], record: RequestRecord) -> None:
         """Swallow our own cancellation of ``task``; re-raise if somebody else cancelled too."""
-        if record is not None:
-            record.outcome = "client_gone"
+        record.outcome = "client_gone"
         if task.uncancel() > 0:
             raise asyncio.CancelledError
 
     @staticmethod
     async def _cut_short(
-        progress: _Progress, send: Send, scope: HTTPScope, error: ApiError
+        record: RequestRecord, send: Send, scope: HTTPScope, error: ApiError
     ) -> None:
         """End a response that cannot finish: ``error`` as the answer when none started, else
         an SSE error event and ``[DONE]`` (a started non-stream just ends)."""
-        if not progress.started:
+        if not record.response_started:
             raise error
-        if progress.complete:
+        if record.response_complete:
             return
-        await _send_tail(send, sse_error(error) + DONE if progress.sse else b"", scope)
+        await _send_tail(send, sse_error(error) + DONE if record.event_stream else b"", scope)
