@@ -8,13 +8,17 @@ streamed fragment never has to be taken back. Released text is the model's own t
 except that raw control characters inside strings (invalid JSON) are escaped.
 
 Cost is linear in the input whatever the chunking: string contents are skipped with a regex,
-state lives in the scanner, and nothing is re-scanned.
+state lives in the scanner, and nothing is re-scanned. A value that is already complete when
+the scanner first sees it (a one-shot answer) is checked at once by the C JSON decoder; when
+that decoder refuses it (broken, or valid only with :meth:`JsonScanner.feed`'s tolerance of raw
+control characters) the character scan decides.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from typing import Final
+from typing import Final, NoReturn
 
 RUNNING: Final = 0
 DONE: Final = 1
@@ -35,6 +39,14 @@ _CONTROL = {"\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
 
 def _escape_control(char: str) -> str:
     return _CONTROL.get(char) or f"\\u{ord(char):04x}"
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ValueError(f"{name} is not JSON")
+
+
+#: Standard JSON only: raw control characters in strings and NaN/Infinity are refused.
+_STRICT = json.JSONDecoder(parse_constant=_refuse_constant)
 
 
 class JsonScanner:
@@ -121,8 +133,32 @@ class JsonScanner:
         if self.status == RUNNING:
             self._fail()
 
+    def _whole(self, text: str, i: int) -> int:
+        """Take a string, object or array that is complete in ``text[i:]`` at once (the value
+        has not started yet); its end, or -1 when the character scan must decide."""
+        start = _WS_RUN.match(text, i).end()  # type: ignore[union-attr]
+        if start == len(text):
+            return -1
+        first = text[start]
+        if first not in '"{[':
+            return -1  # a number or a literal may go on in the next piece
+        try:
+            end: int = _STRICT.raw_decode(text, start)[1]
+        except (ValueError, RecursionError):
+            return -1
+        self.first = first
+        if self._capture:
+            self._out.append(text[start:end])
+        self._mode = _END
+        self.status = DONE
+        return end
+
     def feed(self, text: str, i: int = 0, eof: bool = False) -> int:
         """Scan ``text[i:]``; ``eof`` says no more text will follow."""
+        if not self.first and self._mode == _VALUE and self.status == RUNNING:
+            end = self._whole(text, i)
+            if end >= 0:
+                return end
         n = len(text)
         capture = self._capture
         pend = self._pend

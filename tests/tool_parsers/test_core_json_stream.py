@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from turnout.tool_calls.json_stream import DONE, ERROR, RUNNING, JsonScanner
@@ -87,3 +87,50 @@ def test_any_chunking_releases_the_verbatim_text(
         if got:
             json.loads(got + close)
         assert text.startswith(got)
+
+
+class CharScanner(JsonScanner):
+    """The scanner without its shortcut for values complete at once: the character scan only."""
+
+    def _whole(self, text: str, i: int) -> int:
+        return -1
+
+
+class CountingScanner(JsonScanner):
+    """Counts the character scan's releases of safe text."""
+
+    cleaned = 0
+
+    def _clean(self, close: str) -> None:
+        CountingScanner.cleaned += 1
+        super()._clean(close)
+
+
+def scan_with(scanner: JsonScanner, text: str, eof: bool) -> tuple[int, str, str, int]:
+    stop = scanner.feed(text, 0, eof)
+    return scanner.status, scanner.take(), scanner.closing(), stop
+
+
+JSONISH = st.text(
+    alphabet=st.sampled_from(list(' \t\n{}[]",:0123456789-+.eEtrufalsnNIiy\\/\x01\x1fxé😀')),
+    max_size=40,
+)
+
+
+@PROPERTY_SETTINGS
+@given(text=st.one_of(JSONISH, json_values().map(json.dumps)), eof=st.booleans())
+@example(text='{"a": "x\ny"}', eof=False)
+@example(text="[NaN, -Infinity]", eof=True)
+@example(text='  "\\u00e9" x', eof=False)
+@example(text="[" * 5000 + "]" * 5000, eof=False)
+def test_a_value_taken_at_once_scans_like_the_characters(text: str, eof: bool) -> None:
+    """A value complete in the first piece is checked by the C decoder: same status, text,
+    closing and end as the character scan, whatever the text (broken, NaN, raw controls)."""
+    assert scan_with(JsonScanner(), text, eof) == scan_with(CharScanner(), text, eof)
+
+
+def test_a_complete_value_is_not_scanned_character_by_character() -> None:
+    text = json.dumps({"city": "San Francisco", "filters": {"open": True, "max": [1, 2.5]}})
+    CountingScanner.cleaned = 0
+    assert scan_with(CountingScanner(), text + " tail", eof=False) == (DONE, text, "", len(text))
+    assert CountingScanner.cleaned == 0
