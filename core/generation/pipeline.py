@@ -4,8 +4,8 @@ processors into events (the one walk over the responses)."""
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncGenerator, Sequence
-from typing import Any, Protocol
+from collections.abc import AsyncGenerator
+from typing import Protocol
 
 from turnout.generation.choice import ChoiceProcessor
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, Usage
@@ -136,49 +136,49 @@ class _Driver:
         self.worker_completed = 0
 
     def take(self, batch: list[pb.GenerateResponse]) -> list[Event]:
-        """Events for one batch of responses (which are also counted for the meter)."""
+        """Events for one batch of responses (which are also counted for the meter).
+
+        A run of chunks is merged into one message by protobuf itself (token ids and logprobs
+        concatenated in C), so a token costs no Python work; with one choice, a chunk's index
+        is not even read on its own (a bad one survives the merge and is refused with the run).
+        """
         at = time.perf_counter() if self.meter is not None else 0.0
         events: list[Event] = []
+        run: pb.GenerateResponse | None = None
+        merged = False  # ``run`` is a merge of several chunks (not one of the batch's messages)
         run_index = -1
-        run_ids: Sequence[int] | list[int] = ()
-        run_logprobs: list[Any] = []
-        streamed = 0
+        several = len(self.processors) > 1
+        counted = self.streamed
         whole = False
         for response in batch:
             kind = response.WhichOneof("response")
             if kind == "chunk":
-                chunk = response.chunk
-                streamed += len(chunk.token_ids)
-                if not self.remaining:
-                    continue  # turnout ended every choice: the rest is only counted
-                self.prompt_tokens = max(self.prompt_tokens, chunk.prompt_tokens)
-                self.cached_tokens = max(self.cached_tokens, chunk.cached_tokens)
-                if chunk.index == run_index and self.mergeable[run_index]:
-                    if not isinstance(run_ids, list):
-                        run_ids = list(run_ids)
-                    run_ids.extend(chunk.token_ids)
-                else:
-                    if run_index >= 0:
-                        self._push(run_index, run_ids, run_logprobs, events)
-                        run_logprobs = []
-                    run_index, run_ids = chunk.index, chunk.token_ids
-                    _processor(self.processors, run_index)  # a bad index fails here
-                if chunk.HasField("output_logprobs"):
-                    run_logprobs.append(chunk.output_logprobs)
+                if not self.remaining:  # turnout ended every choice: the rest is only counted
+                    self.streamed += len(response.chunk.token_ids)
+                    continue
+                index = response.chunk.index if several else 0
+                if run is not None and index == run_index and self.mergeable[index]:
+                    if not merged:
+                        first, run, merged = run, pb.GenerateResponse(), True
+                        run.MergeFrom(first)
+                    run.MergeFrom(response)
+                    continue
+                if run is not None:
+                    self._push(run.chunk, events)
+                run, run_index, merged = response, index, False
             elif kind == "complete":
+                if run is not None:
+                    self._push(run.chunk, events)
+                    run = None
                 done = response.complete
                 self.worker_completed += done.completion_tokens
-                if not (self.streamed or streamed):  # a one-message answer: its tokens come now
+                if not self.streamed:  # a one-message answer: its tokens come now
                     whole = whole or bool(done.output_ids)
-                if not self.remaining:
-                    continue
-                if run_index >= 0:
-                    self._push(run_index, run_ids, run_logprobs, events)
-                    run_index, run_logprobs = -1, []
-                self._complete(done, events)
-        if run_index >= 0 and self.remaining:
-            self._push(run_index, run_ids, run_logprobs, events)
-        self.streamed += streamed
+                if self.remaining:
+                    self._complete(done, events)
+        if run is not None:
+            self._push(run.chunk, events)
+        streamed = self.streamed - counted
         if self.meter is not None and (streamed or whole):
             self.meter.arrived(streamed, at)
         return events
@@ -193,13 +193,17 @@ class _Driver:
             prompt_index=prompt_index,
         )
 
-    def _push(
-        self, index: int, token_ids: Sequence[int], logprobs: list[Any], events: list[Event]
-    ) -> None:
-        processor = _processor(self.processors, index)
+    def _push(self, chunk: pb.GenerateStreamChunk, events: list[Event]) -> None:
+        """One run of chunks of a choice (counted, then processed unless the choice ended)."""
+        token_ids = chunk.token_ids
+        self.streamed += len(token_ids)
+        self.prompt_tokens = max(self.prompt_tokens, chunk.prompt_tokens)
+        self.cached_tokens = max(self.cached_tokens, chunk.cached_tokens)
+        processor = _processor(self.processors, chunk.index)  # a bad index fails here
         if processor.done:
             return
-        delta = processor.push(token_ids, _joined_logprobs(logprobs))
+        logprobs = chunk.output_logprobs if chunk.HasField("output_logprobs") else None
+        delta = processor.push(token_ids, logprobs)
         if delta is not None:
             events.append(delta)
         if processor.stopped_early:
@@ -232,18 +236,6 @@ class _Driver:
         self.completion[end.index] = end.completion_tokens
         self.reasoning[end.index] = end.reasoning_tokens
         self.remaining -= 1
-
-
-def _joined_logprobs(parts: list[Any]) -> Any:
-    """One ``OutputLogProbs`` for the chunks of a run (their repeated fields concatenated)."""
-    if not parts:
-        return None
-    if len(parts) == 1:
-        return parts[0]
-    joined = type(parts[0])()
-    for part in parts:
-        joined.MergeFrom(part)
-    return joined
 
 
 def _processor(processors: list[ChoiceProcessor], index: int) -> ChoiceProcessor:

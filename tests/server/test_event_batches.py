@@ -162,9 +162,13 @@ async def test_a_stream_that_ends_early_is_a_502() -> None:
     assert session.closed
 
 
-async def test_a_choice_index_beyond_n_is_a_502() -> None:
-    chunk = pb.GenerateResponse(chunk=pb.GenerateStreamChunk(token_ids=[5], index=3))
-    session = ScriptedSession([[chunk, chunk]])
+@pytest.mark.parametrize("indexes", [(3, 3), (0, 3), (3, 0), (0, 0, 3, 0)])
+async def test_a_choice_index_beyond_n_is_a_502(indexes: tuple[int, ...]) -> None:
+    """Wherever the bad index is in a run of chunks (a run is merged into one message)."""
+    chunks = [
+        pb.GenerateResponse(chunk=pb.GenerateStreamChunk(token_ids=[5], index=i)) for i in indexes
+    ]
+    session = ScriptedSession([chunks])
     with pytest.raises(ApiError) as info:
         async for _ in stream_events(session, [processor(0, [])]):
             pass
