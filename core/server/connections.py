@@ -243,6 +243,9 @@ class GuardedProtocol(asyncio.Protocol):
         self._reading_headers = False
         self._timer: asyncio.TimerHandle | None = None
         self._stall: asyncio.TimerHandle | None = None
+        #: Called when the connection is lost (requests watching for their client leaving).
+        self._on_lost: list[Callable[[], None]] = []
+        self._lost = False
 
     # asyncio.Protocol ---------------------------------------------------------------------
 
@@ -272,6 +275,7 @@ class GuardedProtocol(asyncio.Protocol):
         return self._inner.eof_received() if self._accepted else None
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._lost = True
         self._disarm()
         if self._stall is not None:
             self._stall.cancel()
@@ -281,6 +285,9 @@ class GuardedProtocol(asyncio.Protocol):
             self._pool.open -= 1
             self._pool.idle.pop(self, None)
             self._inner.connection_lost(exc)
+        callbacks, self._on_lost = self._on_lost, []
+        for callback in callbacks:
+            callback()
 
     def pause_writing(self) -> None:
         self._inner.pause_writing()
@@ -308,6 +315,21 @@ class GuardedProtocol(asyncio.Protocol):
         if self._busy <= 0:
             self._busy = 0
             self._wait_for_request()
+
+    @property
+    def lost(self) -> bool:
+        """True once the connection is gone."""
+        return self._lost
+
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once) when the connection is lost: how a request notices its
+        client leaving without a task reading its ``receive``."""
+        self._on_lost.append(callback)
+
+    def forget(self, callback: Callable[[], None]) -> None:
+        """Stop calling ``callback`` (given to :meth:`on_lost`)."""
+        with contextlib.suppress(ValueError):
+            self._on_lost.remove(callback)
 
     def abort(self) -> None:
         """Drop the connection now: a reset, discarding what the client has not read (the

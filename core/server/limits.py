@@ -4,11 +4,12 @@ arrival order), and a watcher that notices a client leaving while its request wa
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import heapq
 import itertools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 from litestar.types import Receive, ReceiveMessage
 
@@ -166,25 +167,47 @@ class AdmissionGate:
             self._on_change(len(self._waiters))
 
 
+class DisconnectSource(Protocol):
+    """A connection that reports its own loss (the connection guard's protocol)."""
+
+    @property
+    def lost(self) -> bool:
+        """True once the connection is gone."""
+
+    def on_lost(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when the connection is lost."""
+
+    def forget(self, callback: Callable[[], None]) -> None:
+        """Stop calling ``callback``."""
+
+
+_DISCONNECT: ReceiveMessage = {"type": "http.disconnect"}
+
+
 class ClientWatch:
     """Sole reader of the ASGI ``receive`` of one request.
 
     :meth:`start` reads the body in the request's task (no wait when it is already there, as it
-    nearly always is) and buffers it for the app; a background task then keeps reading to
-    notice a disconnect at once, and calls ``on_disconnect`` when the client leaves. Hand
+    nearly always is) and buffers it for the app, then watches for the client leaving: through
+    ``connection``'s loss when there is one (no task), else with a background task that keeps
+    reading ``receive``. ``on_disconnect`` is called when the client leaves. Hand
     :meth:`receive` to the app.
     """
 
-    def __init__(self, receive: Receive, max_body_bytes: int) -> None:
+    def __init__(
+        self, receive: Receive, max_body_bytes: int, connection: DisconnectSource | None = None
+    ) -> None:
         self._raw = receive
         self._max = max_body_bytes
-        self._queue: asyncio.Queue[ReceiveMessage] = asyncio.Queue()
+        self._connection = connection
+        self._buffered: collections.deque[ReceiveMessage] = collections.deque()
         self.gone = asyncio.Event()
         self.on_disconnect: list[Callable[[], None]] = []
         self._task: asyncio.Future[None] | None = None
+        self._watching = False
 
     async def start(self) -> None:
-        """Read the body, then watch for a disconnect in the background."""
+        """Read the body, then watch for a disconnect."""
         size = 0
         while True:
             message = await self._raw()
@@ -197,30 +220,44 @@ class ClientWatch:
                 return  # the app answers 413; stop reading an oversized body
             if not message.get("more_body", False):
                 break
-        self._task = asyncio.ensure_future(self._watch())
+        connection = self._connection
+        if connection is None:
+            self._task = asyncio.ensure_future(self._watch())
+        elif connection.lost:
+            self._left()
+        else:
+            connection.on_lost(self._left)
+            self._watching = True
 
     async def _watch(self) -> None:
         while self._keep(await self._raw()):
             pass
 
     def _keep(self, message: ReceiveMessage) -> bool:
-        """Queue ``message`` for the app; False once the client has gone."""
-        self._queue.put_nowait(message)
+        """Keep a message of the body for the app; False once the client has gone."""
         if message["type"] != "http.disconnect":
+            self._buffered.append(message)
             return True
+        self._left()
+        return False
+
+    def _left(self) -> None:
         self.gone.set()
         for callback in self.on_disconnect:
             callback()
-        return False
 
     async def receive(self) -> ReceiveMessage:
-        """The next message for the app."""
-        if self.gone.is_set() and self._queue.empty():
-            return {"type": "http.disconnect"}
-        return await self._queue.get()
+        """The next message for the app: the body, then (once the client left) a disconnect."""
+        if self._buffered:
+            return self._buffered.popleft()
+        await self.gone.wait()
+        return _DISCONNECT
 
     async def close(self) -> None:
-        """Stop reading."""
+        """Stop watching."""
+        if self._watching and self._connection is not None:
+            self._watching = False
+            self._connection.forget(self._left)
         task = self._task
         if task is not None:
             await cancel_and_wait(task)

@@ -376,7 +376,7 @@ class _Gate:
                 f"request body is larger than the limit of {server.max_body_bytes} bytes",
                 code="request_too_large",
             )
-        watch = ClientWatch(receive, server.max_body_bytes)
+        watch = ClientWatch(receive, server.max_body_bytes, connection_of(scope))
         admission: Admission | None = None
         served = False
         try:

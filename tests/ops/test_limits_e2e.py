@@ -28,16 +28,33 @@ def outcome_of(outcomes: dict[str, str], client_id: str) -> str | None:
     return None
 
 
+LIMITED = {
+    "max_concurrent_requests": 1,
+    "queue_size": 1,
+    "queue_timeout_s": 1.0,
+    "max_body_bytes": 4096,
+}
+
+
 @pytest.fixture(scope="module")
 def router() -> Iterator[Router]:
-    server = {
-        "max_concurrent_requests": 1,
-        "queue_size": 1,
-        "queue_timeout_s": 1.0,
-        "max_body_bytes": 4096,
-    }
-    with run_router(config={"server": server}, sims=1) as running:
+    with run_router(config={"server": LIMITED}, sims=1) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def guarded_router() -> Iterator[Router]:
+    """The same under the connection guard of ``turnout serve``, which tells a request that
+    its client left (no task reading ``receive``)."""
+    with run_router(config={"server": LIMITED}, sims=1, guarded=True) as running:
+        yield running
+
+
+@pytest.fixture(params=["router", "guarded_router"])
+def leave_router(request: pytest.FixtureRequest) -> Router:
+    """Each way a request notices its client leaving."""
+    chosen: Router = request.getfixturevalue(request.param)
+    return chosen
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +66,7 @@ def slow_router() -> Iterator[Router]:
 @pytest.fixture(autouse=True)
 def reset_knobs(request: pytest.FixtureRequest) -> Iterator[None]:
     yield
-    for name in ("router", "slow_router"):
+    for name in ("router", "guarded_router", "slow_router"):
         if name in request.fixturenames:
             for sim in request.getfixturevalue(name).sims:
                 sim.knobs.update({"delay_ms": 0.0})
@@ -118,8 +135,9 @@ async def test_queue_full_is_429_and_queue_timeout_is_503(
 
 
 async def test_client_leaving_the_queue_frees_its_place(
-    router: Router, client: httpx.AsyncClient
+    leave_router: Router, client: httpx.AsyncClient
 ) -> None:
+    router = leave_router
     sim = router.sims[0]
     sim.knobs.update({"delay_ms": DELAY_MS})
     before = scrape(router.base_url)
@@ -149,8 +167,9 @@ async def test_client_leaving_the_queue_frees_its_place(
 
 
 async def test_client_leaving_mid_stream_releases_the_permit_and_aborts(
-    router: Router, client: httpx.AsyncClient
+    leave_router: Router, client: httpx.AsyncClient
 ) -> None:
+    router = leave_router
     sim = router.sims[0]
     sim.knobs.update({"delay_ms": DELAY_MS})
     headers = {"x-request-id": "leaves-mid-stream"}

@@ -19,6 +19,7 @@ from litestar import Litestar
 from turnout.config import Config, build_config
 from turnout.demo_model import path as demo_path
 from turnout.server.app import create_app
+from turnout.server.connections import ConnectionLimits, guarded_protocol
 from turnout.sim import SimWorker
 
 MODEL = "turnout-demo"
@@ -68,13 +69,15 @@ def run_router(
     discover_model: bool = False,
     model_dir: Path | None = None,
     roles: Sequence[str] | None = None,
+    guarded: bool = False,
 ) -> Iterator[Router]:
     """Start ``sims`` simulated workers and the router in a background thread (``model_dir``:
     the model the workers simulate and the router tokenizes for; the demo model by default).
 
     ``roles`` (one per sim, replacing ``sims``): a prefill-decode fleet, e.g. ``["prefill",
     "decode"]``; the config names each worker's role, and the router learns a prefill sim's
-    bootstrap port (a free one) from its server info."""
+    bootstrap port (a free one) from its server info. ``guarded``: under the connection guard
+    of ``turnout serve`` (its cap and deadlines from the config's ``server`` section)."""
     model_path = model_dir or demo_path()
     roles = list(roles) if roles is not None else ["regular"] * sims
     ports = [free_port() for _ in roles]
@@ -121,8 +124,13 @@ def run_router(
             return build_config(edit(copy.deepcopy(data)))
 
     app = create_app(cfg, before=[sim_lifespan], config_source=source)
+    protocol = (
+        {"http": guarded_protocol(ConnectionLimits.from_server(cfg.server))} if guarded else {}
+    )
     server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=http_port, log_level="warning", lifespan="on")
+        uvicorn.Config(
+            app, host="127.0.0.1", port=http_port, log_level="warning", lifespan="on", **protocol
+        )
     )
     loop_box: list[asyncio.AbstractEventLoop] = []
 
