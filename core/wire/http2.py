@@ -4,6 +4,11 @@ Why not grpcio here: ``grpc.aio`` hands every received message from its own poll
 event loop, which costs ~30 µs of CPU per streamed token; reading frames straight off an asyncio
 transport costs a few µs, and several frames that arrive together are handled in one wake-up.
 
+Frames are not written one by one: whatever the connection's streams send during one turn of the
+event loop (requests of many calls, WINDOW_UPDATEs, RST_STREAMs) is queued and written in one
+``transport.write`` by a callback scheduled with ``call_soon`` for that turn, so under load many
+calls share one syscall, and a lone call waits only for that one callback.
+
 Scope: client side only, no server push, no priorities, no compression. Flow control of what we
 receive is split: the connection window is credited as data arrives (so one stream that is not
 read never blocks the others), each stream's window only as its handler reports the data consumed
@@ -161,6 +166,9 @@ class Http2Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._loop = asyncio.get_running_loop()
         self._buffer = bytearray()
+        #: Frames (and frame parts) to write at the end of this loop turn, in order.
+        self._out: list[bytes | memoryview] = []
+        self._write_scheduled = False
         self._encoder = HeaderEncoder()
         self._decoder = HeaderDecoder()
         self._streams: dict[int, StreamHandler] = {}
@@ -288,14 +296,13 @@ class Http2Connection(asyncio.Protocol):
         block = self._encoder.encode(headers)
         limit = self._peer_max_frame
         first, rest = block[:limit], block[limit:]
-        flags = 0 if rest else END_HEADERS
-        frames = [_frame(HEADERS, flags, stream_id, first)]
+        out = self._outbox()
+        out += _frame_parts(HEADERS, 0 if rest else END_HEADERS, stream_id, first)
         while rest:
             piece, rest = rest[:limit], rest[limit:]
-            frames.append(_frame(CONTINUATION, 0 if rest else END_HEADERS, stream_id, piece))
+            out += _frame_parts(CONTINUATION, 0 if rest else END_HEADERS, stream_id, piece)
         self._outgoing[stream_id] = _Outgoing(body, end=True)
-        # Header block and as much of the body as the windows allow: one write (one syscall).
-        self._flush(stream_id, frames)
+        self._flush(stream_id)
         return stream_id
 
     def reset_stream(self, stream_id: int, error_code: int = ErrorCode.CANCEL) -> None:
@@ -304,31 +311,48 @@ class Http2Connection(asyncio.Protocol):
             return
         self._forget(stream_id)
         if self._transport is not None and not self._closed_reason:
-            self._transport.write(_frame(RST_STREAM, 0, stream_id, _U32.pack(error_code)))
+            self._outbox().append(_frame(RST_STREAM, 0, stream_id, _U32.pack(error_code)))
         self._maybe_finish_goaway()
 
     def close(self) -> None:
         """Close now: GOAWAY, then the socket; open streams are told the connection closed."""
         transport = self._transport
         if transport is not None and not self._closed_reason:
-            transport.write(_frame(GOAWAY, 0, 0, _U32.pack(0) + _U32.pack(ErrorCode.NO_ERROR)))
+            self._outbox().append(
+                _frame(GOAWAY, 0, 0, _U32.pack(0) + _U32.pack(ErrorCode.NO_ERROR))
+            )
+            self._write_out()
             transport.close()
         self._shut("connection closed by the client")
 
-    def _flush(self, stream_id: int, frames: list[bytes] | None = None) -> None:
-        """Send as much of a stream's pending body as both send windows allow, after
-        ``frames`` (written in the same call)."""
-        pending = self._outgoing.get(stream_id)
-        transport = self._transport
-        if frames is None:
-            frames = []
-        if pending is None or transport is None:
-            if frames and transport is not None:
-                transport.write(b"".join(frames))
+    def _outbox(self) -> list[bytes | memoryview]:
+        """The frames to write at the end of this loop turn; append to it to send."""
+        if not self._write_scheduled:
+            self._write_scheduled = True
+            self._loop.call_soon(self._write_out)
+        return self._out
+
+    def _write_out(self) -> None:
+        """Write every queued frame in one ``transport.write`` (one syscall)."""
+        self._write_scheduled = False
+        out = self._out
+        if not out:
             return
+        data = b"".join(out)
+        out.clear()
+        transport = self._transport
+        if transport is not None and not transport.is_closing():
+            transport.write(data)
+
+    def _flush(self, stream_id: int) -> None:
+        """Send as much of a stream's pending body as both send windows allow."""
+        pending = self._outgoing.get(stream_id)
+        if pending is None or self._transport is None:
+            return
+        out = self._outbox()
         data = pending.data
         if not data and pending.end:
-            frames.append(_frame(DATA, END_STREAM, stream_id, b""))
+            out += _frame_parts(DATA, END_STREAM, stream_id, b"")
         while data:
             window = min(self._send_window, self._stream_send_windows[stream_id])
             size = min(len(data), window, self._peer_max_frame)
@@ -338,10 +362,8 @@ class Http2Connection(asyncio.Protocol):
             self._send_window -= size
             self._stream_send_windows[stream_id] -= size
             flags = END_STREAM if pending.end and not data else 0
-            frames.append(_frame(DATA, flags, stream_id, chunk))
+            out += _frame_parts(DATA, flags, stream_id, chunk)
         pending.data = data
-        if frames:
-            transport.write(b"".join(frames))
         if not data:
             del self._outgoing[stream_id]
 
@@ -354,7 +376,7 @@ class Http2Connection(asyncio.Protocol):
         if flow_size and self._transport is not None:
             uncredited = self._recv_uncredited + flow_size
             if uncredited >= self._connection_threshold:
-                self._transport.write(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(uncredited)))
+                self._outbox().append(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(uncredited)))
                 uncredited = 0
             self._recv_uncredited = uncredited
         if flags & PADDED:
@@ -376,7 +398,7 @@ class Http2Connection(asyncio.Protocol):
             return  # the stream ended: its window no longer matters
         uncredited += size
         if uncredited >= self._stream_threshold and self._transport and not self._closed_reason:
-            self._transport.write(_frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(uncredited)))
+            self._outbox().append(_frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(uncredited)))
             uncredited = 0
         self._stream_recv_uncredited[stream_id] = uncredited
 
@@ -459,8 +481,7 @@ class Http2Connection(asyncio.Protocol):
                 if not DEFAULT_FRAME_SIZE <= value <= 16_777_215:
                     raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad MAX_FRAME_SIZE")
                 self._peer_max_frame = value
-        assert self._transport is not None
-        self._transport.write(_frame(SETTINGS, ACK, 0, b""))
+        self._outbox().append(_frame(SETTINGS, ACK, 0, b""))
         for sid in list(self._outgoing):
             self._flush(sid)
 
@@ -494,8 +515,7 @@ class Http2Connection(asyncio.Protocol):
                 self._ping_deadline.cancel()
                 self._ping_deadline = None
             return
-        assert self._transport is not None
-        self._transport.write(_frame(PING, ACK, 0, payload))
+        self._outbox().append(_frame(PING, ACK, 0, payload))
 
     def _on_goaway(self, payload: bytes) -> None:
         if len(payload) < 8:
@@ -529,13 +549,15 @@ class Http2Connection(asyncio.Protocol):
 
     def _maybe_finish_goaway(self) -> None:
         if self._goaway and not self._streams and self._transport is not None:
+            self._write_out()
             self._transport.close()
 
     def _fail_connection(self, error_code: int, message: str) -> None:
         transport = self._transport
         if transport is not None and not self._closed_reason:
             last = _U32.pack(0) + _U32.pack(error_code) + message.encode()[:256]
-            transport.write(_frame(GOAWAY, 0, 0, last))
+            self._outbox().append(_frame(GOAWAY, 0, 0, last))
+            self._write_out()
             transport.abort()
         self._shut(f"HTTP/2 protocol error: {message}")
 
@@ -568,7 +590,7 @@ class Http2Connection(asyncio.Protocol):
             and silent >= self.settings.keepalive_time_s
             and self._ping_deadline is None
         ):
-            self._transport.write(_frame(PING, 0, 0, b"turnout\x00"))
+            self._outbox().append(_frame(PING, 0, 0, b"turnout\x00"))
             self._ping_deadline = self._loop.call_later(
                 self.settings.keepalive_timeout_s, self._ping_timed_out
             )
@@ -590,6 +612,15 @@ class _ProtocolError(Exception):
 def _frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview) -> bytes:
     length = len(payload)
     return _FRAME_HEADER.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id) + payload
+
+
+def _frame_parts(
+    kind: int, flags: int, stream_id: int, payload: bytes | memoryview
+) -> tuple[bytes, bytes | memoryview]:
+    """A frame as (header, payload), to be joined with the other frames of a write (the
+    payload is copied once, there)."""
+    length = len(payload)
+    return _FRAME_HEADER.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id), payload
 
 
 def _strip_padding(payload: bytes | bytearray) -> bytes | bytearray:
