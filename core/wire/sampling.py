@@ -6,7 +6,6 @@ field is always filled in, with SGLang's own defaults for whatever the caller le
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
@@ -78,18 +77,14 @@ def _check(ok: bool, name: str, value: object, rule: str) -> None:
 
 def _check_int(name: str, value: int, bounds: tuple[int, int]) -> None:
     low, high = bounds
-    _check(
-        isinstance(value, int) and low <= value <= high, name, value, f"must be in [{low}, {high}]"
-    )
+    if not (isinstance(value, int) and low <= value <= high):
+        raise InvalidSamplingParams(f"{name} must be in [{low}, {high}], got {value!r}")
 
 
 def _check_float(name: str, value: float) -> None:
-    _check(
-        isinstance(value, int | float) and math.isfinite(value) and abs(value) <= _FLOAT32_MAX,
-        name,
-        value,
-        "must be a finite float32",
-    )
+    # NaN and the infinities fail the range comparison.
+    if not (isinstance(value, int | float) and -_FLOAT32_MAX <= value <= _FLOAT32_MAX):
+        raise InvalidSamplingParams(f"{name} must be a finite float32, got {value!r}")
 
 
 def build_sampling_params(
@@ -126,16 +121,12 @@ def build_sampling_params(
     without a tokenizer (every SGLang gRPC worker) reject them: turnout matches stop strings
     itself and normally sends only ``stop_token_ids``.
     """
-    floats = {
-        "temperature": temperature,
-        "top_p": top_p,
-        "min_p": min_p,
-        "frequency_penalty": frequency_penalty,
-        "presence_penalty": presence_penalty,
-        "repetition_penalty": repetition_penalty,
-    }
-    for name, value in floats.items():
-        _check_float(name, value)
+    _check_float("temperature", temperature)
+    _check_float("top_p", top_p)
+    _check_float("min_p", min_p)
+    _check_float("frequency_penalty", frequency_penalty)
+    _check_float("presence_penalty", presence_penalty)
+    _check_float("repetition_penalty", repetition_penalty)
     for key, bias in (logit_bias or {}).items():
         _check_float(f"logit_bias[{key!r}]", bias)
     _check_int("top_k", top_k, _INT32)
@@ -143,8 +134,9 @@ def build_sampling_params(
     _check_int("min_new_tokens", min_new_tokens, _COUNT)
     if max_new_tokens is not None:
         _check_int("max_new_tokens", max_new_tokens, _COUNT)
-    bad_ids = [t for t in stop_token_ids if not (isinstance(t, int) and 0 <= t <= _COUNT[1])]
-    _check(not bad_ids, "stop_token_ids", bad_ids[:5], f"must be token ids in {list(_COUNT)}")
+    if stop_token_ids:
+        bad_ids = [t for t in stop_token_ids if not (isinstance(t, int) and 0 <= t <= _COUNT[1])]
+        _check(not bad_ids, "stop_token_ids", bad_ids[:5], f"must be token ids in {list(_COUNT)}")
     if stream_interval is not None:
         _check_int("stream_interval", stream_interval, (1, _INT32[1]))
 
@@ -156,8 +148,6 @@ def build_sampling_params(
         frequency_penalty=frequency_penalty,
         presence_penalty=presence_penalty,
         repetition_penalty=repetition_penalty,
-        stop=stop,
-        stop_token_ids=stop_token_ids,
         skip_special_tokens=skip_special_tokens,
         spaces_between_special_tokens=spaces_between_special_tokens,
         n=n,
@@ -165,6 +155,10 @@ def build_sampling_params(
         ignore_eos=ignore_eos,
         no_stop_trim=no_stop_trim,
     )
+    if stop:
+        params.stop.extend(stop)
+    if stop_token_ids:
+        params.stop_token_ids.extend(stop_token_ids)
     if max_new_tokens is not None:
         params.max_new_tokens = max_new_tokens
     if stream_interval is not None:
@@ -215,22 +209,25 @@ def build_generate_request(
             f"must be a prompt position (prompt has {len(input_ids)} tokens)",
         )
     wants_logprobs = return_logprob or top_logprobs_num > 0 or prompt_logprobs_start is not None
-    try:
-        tokenized = pb.TokenizedInput(original_text=original_text, input_ids=input_ids)
-    except (ValueError, TypeError) as exc:
-        raise InvalidSamplingParams(f"input_ids must be token ids (>= 0): {exc}") from None
     request = pb.GenerateRequest(
         request_id=request_id,
-        tokenized=tokenized,
-        sampling_params=sampling_params,
         return_logprob=wants_logprobs,
         logprob_start_len=-1 if prompt_logprobs_start is None else prompt_logprobs_start,
         top_logprobs_num=top_logprobs_num,
-        token_ids_logprob=token_ids_logprob,
         stream=stream,
         require_reasoning=require_reasoning,
         lora_id=lora_id,
     )
+    # Sub-messages are filled in place: building them apart and passing them in copies them.
+    tokenized = request.tokenized
+    tokenized.original_text = original_text
+    try:
+        tokenized.input_ids.extend(input_ids)
+    except (ValueError, TypeError) as exc:
+        raise InvalidSamplingParams(f"input_ids must be token ids (>= 0): {exc}") from None
+    request.sampling_params.CopyFrom(sampling_params)
+    if token_ids_logprob:
+        request.token_ids_logprob.extend(token_ids_logprob)
     if data_parallel_rank is not None:
         request.data_parallel_rank = data_parallel_rank
     return request

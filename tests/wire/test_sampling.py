@@ -42,6 +42,7 @@ def test_explicit_values_and_zero_temperature_survive() -> None:
         top_k=5,
         n=3,
         stop_token_ids=[7, 9],
+        stop=["</end>"],
         ignore_eos=True,
         min_new_tokens=0,
         logit_bias={"12": -100.0},
@@ -52,6 +53,7 @@ def test_explicit_values_and_zero_temperature_survive() -> None:
     assert p.HasField("max_new_tokens")
     assert p.top_k == 5
     assert list(p.stop_token_ids) == [7, 9]
+    assert list(p.stop) == ["</end>"]
     assert p.ignore_eos
     assert p.n == 3
     assert dict(p.logit_bias) == {"12": -100.0}
@@ -131,8 +133,11 @@ def test_generate_request_logprob_start_len() -> None:
         prompt_logprobs_start=0,
         stream=False,
         data_parallel_rank=0,
+        token_ids_logprob=[4, 6],
     )
     assert r.return_logprob
+    assert list(r.token_ids_logprob) == [4, 6]
+    assert r.sampling_params == sp
     assert r.top_logprobs_num == 5
     assert r.logprob_start_len == 0
     assert r.tokenized.original_text == "hi"
