@@ -38,8 +38,21 @@ class PromptLimit:
 
 def limit_from_labels(labels: Mapping[str, str]) -> PromptLimit | None:
     """A worker's limit from its discovered labels (``None`` when it did not say)."""
-    max_input = _positive(labels.get("max_req_input_len"))
-    context = _positive(labels.get("context_length")) or _positive(labels.get("max_context_length"))
+    return _limit(
+        labels.get("max_req_input_len"),
+        labels.get("context_length"),
+        labels.get("max_context_length"),
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def _limit(
+    max_req_input_len: str | None, context_length: str | None, max_context_length: str | None
+) -> PromptLimit | None:
+    # Asked per request for every worker of the model: the few distinct label values are
+    # parsed once.
+    max_input = _positive(max_req_input_len)
+    context = _positive(context_length) or _positive(max_context_length)
     if max_input is not None:
         return PromptLimit(context or max_input + 1, max_input)
     if context is not None and context > 1:
@@ -50,10 +63,13 @@ def limit_from_labels(labels: Mapping[str, str]) -> PromptLimit | None:
 def widest_limit(limits: Iterable[PromptLimit | None]) -> PromptLimit | None:
     """The limit of a model served by several workers: a prompt is refused only when no worker
     would take it, and not at all while any worker's limit is unknown."""
-    known = list(limits)
-    if not known or any(limit is None for limit in known):
-        return None
-    return max((limit for limit in known if limit is not None), key=lambda x: x.max_prompt_tokens)
+    widest = None
+    for limit in limits:
+        if limit is None:
+            return None
+        if widest is None or limit.max_prompt_tokens > widest.max_prompt_tokens:
+            widest = limit
+    return widest
 
 
 def _positive(value: str | None) -> int | None:

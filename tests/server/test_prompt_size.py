@@ -5,7 +5,12 @@ from __future__ import annotations
 import pytest
 
 from turnout.generation.models import ModelRuntime
-from turnout.generation.prompt_size import PromptLimit, encode_prompt
+from turnout.generation.prompt_size import (
+    PromptLimit,
+    encode_prompt,
+    limit_from_labels,
+    widest_limit,
+)
 from turnout.server.errors import ApiError
 
 from .outputs import TOKENIZER
@@ -40,3 +45,17 @@ async def test_encode_prompt_still_refuses_a_prompt_over_the_limit() -> None:
         await encode_prompt(runtime, text, add_special_tokens=False, param="prompt")
     assert raised.value.status == 400
     assert raised.value.code == "context_length_exceeded"
+
+
+def test_limits_from_labels_and_the_widest_of_them() -> None:
+    sglang = {"max_req_input_len": "4000", "context_length": "4096"}
+    assert limit_from_labels(sglang) == PromptLimit(4096, 4000)
+    assert limit_from_labels({"context_length": "2048"}) == PromptLimit(2048, 2047)
+    assert limit_from_labels({"max_context_length": "100"}) == PromptLimit(100, 99)
+    assert limit_from_labels({"context_length": "x"}) is None
+    # Parsed once: the same labels give the same (immutable) limit.
+    assert limit_from_labels(dict(sglang)) is limit_from_labels(sglang)
+    small, large = PromptLimit(10, 9), PromptLimit(100, 99)
+    assert widest_limit([small, large, small]) is large
+    assert widest_limit([]) is None
+    assert widest_limit([large, None]) is None  # one worker's limit unknown: no limit
