@@ -12,6 +12,7 @@ rule depends only on the folded text, so streaming and one-shot answers agree.
 from __future__ import annotations
 
 import logging
+import random
 import secrets
 import string
 from collections.abc import Callable, Sequence
@@ -73,7 +74,9 @@ class CallIds:
             return f"functions.{name}:{self._offset + index}"
         if self._style == "mistral":
             return "".join(secrets.choice(_ID_ALPHABET) for _ in range(9))
-        return f"call_{secrets.token_hex(12)}"
+        # Ids need to be unique, not secret: the module's generator (reseeded in each forked
+        # serving process) costs no system call, unlike ``secrets``.
+        return f"call_{random.getrandbits(96):024x}"
 
 
 #: Text and real bytes of one token (logprobs).

@@ -14,7 +14,7 @@ from turnout.tool_calls.types import Tools
 
 
 def _field(obj: Any, key: str) -> Any:
-    if isinstance(obj, Mapping):
+    if type(obj) is dict or isinstance(obj, Mapping):  # the ABC check alone is slow
         return obj.get(key)
     return getattr(obj, key, None)
 
