@@ -25,6 +25,9 @@ def _raise_exception(message: str) -> NoReturn:
     raise jinja2.exceptions.TemplateError(message)
 
 
+_PLAIN_JSON = json.JSONEncoder(ensure_ascii=False)
+
+
 def _tojson(
     value: Any,
     ensure_ascii: bool = False,
@@ -33,6 +36,8 @@ def _tojson(
     sort_keys: bool = False,
 ) -> str:
     # Jinja's own tojson HTML-escapes and always sorts keys; templates expect plain json.dumps.
+    if indent is None and separators is None and not sort_keys and not ensure_ascii:
+        return _PLAIN_JSON.encode(value)  # the usual call: no encoder built per value
     return json.dumps(
         value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
