@@ -10,7 +10,7 @@ from typing import Any
 from litestar import Litestar, Request, Response, get, post
 from litestar.config.cors import CORSConfig
 from litestar.di import NamedDependency, Provide
-from litestar.types import ControllerRouterHandler
+from litestar.types import ASGIApp, ControllerRouterHandler
 
 from turnout.config import Config, ServerConfig
 from turnout.discovery import DiscoveryManager, describe_discovery
@@ -39,7 +39,7 @@ from turnout.server.middleware import OpsMiddleware, OpsState, gate_middleware
 from turnout.server.openapi import REQUEST_BODY, openapi_config
 from turnout.server.protocol import decode_body
 from turnout.server.reload import admin_reload, install_sighup
-from turnout.server.respond import Answer, answer_generated, answer_json
+from turnout.server.respond import answer_generated, answer_json
 from turnout.server.responses_routes import responses_routes
 from turnout.server.shutdown import drain_hook
 from turnout.server.worker_routes import DEPENDENCY as WORKER_REGISTRY
@@ -60,7 +60,10 @@ def request_context(
     The id is the one the ops middleware took from the configured headers; otherwise a new
     ``<prefix>-…`` id, which then becomes the request's id in logs and ``x-request-id``.
     """
-    headers = {name.lower(): value for name, value in request.headers.items()}
+    headers = {
+        name.decode("latin-1").lower(): value.decode("latin-1")
+        for name, value in request.scope["headers"]
+    }
     server = services.config.server
     record = current_record()
     client_id: str | None
@@ -78,7 +81,12 @@ def request_context(
     return RequestContext(request_id, headers, routing_key, worker_request_id=worker_id)
 
 
-def _generation_route(path: str, prefix: str, endpoint: Endpoint[Any]) -> ControllerRouterHandler:
+def _generation_route(
+    path: str, prefix: str, endpoint: Endpoint[Any], services: ServicesSlot
+) -> ControllerRouterHandler:
+    """The route of one generation endpoint. It takes only the request (the services come from
+    ``services``, not dependency injection) and returns its answer as an ASGI app that
+    Litestar sends as it is: the least Litestar does per request on the hot path."""
     body_type = endpoint.request_type
 
     @post(
@@ -89,14 +97,13 @@ def _generation_route(path: str, prefix: str, endpoint: Endpoint[Any]) -> Contro
         summary=body_type.__doc__.split("\n")[0].strip("`. ") if body_type.__doc__ else None,
         description=endpoint.description,
     )
-    async def route(request: Request[Any, Any, Any], services: NamedDependency[Services]) -> Answer:
-        ctx = request_context(request, services, prefix)
+    async def route(request: Request[Any, Any, Any]) -> ASGIApp:
+        running = services()
+        ctx = request_context(request, running, prefix)
         body = await request.body()
         ctx.body_size = len(body)
-        generated = await run_generation(endpoint, decode_body(body, body_type), ctx, services)
-        answer = answer_generated(generated, services)
-        answer.headers["x-request-id"] = ctx.request_id
-        return answer
+        generated = await run_generation(endpoint, decode_body(body, body_type), ctx, running)
+        return answer_generated(generated, running, request)
 
     return route
 
@@ -357,11 +364,11 @@ def create_app(
         return Response(ops.metrics.render(), media_type=CONTENT_TYPE)
 
     routes: list[ControllerRouterHandler] = [
-        _generation_route("/v1/chat/completions", "chatcmpl", chat.ENDPOINT),
-        _generation_route("/v1/completions", "cmpl", completions.ENDPOINT),
-        _generation_route("/generate", "gnt", generate.ENDPOINT),
+        _generation_route("/v1/chat/completions", "chatcmpl", chat.ENDPOINT, provide_services),
+        _generation_route("/v1/completions", "cmpl", completions.ENDPOINT, provide_services),
+        _generation_route("/generate", "gnt", generate.ENDPOINT, provide_services),
         embeddings_route,
-        _generation_route("/v1/responses", "resp", responses.endpoint),
+        _generation_route("/v1/responses", "resp", responses.endpoint, provide_services),
         *responses_routes(responses.store),
         *info_routes(),
         metrics,

@@ -7,7 +7,8 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import msgspec
-from litestar import Response
+from litestar import Request, Response
+from litestar.types import ASGIApp, Receive, Scope, Send
 
 from turnout.generation.flow import Folded, Generated
 from turnout.observability.metrics import note_failure, note_stream_cut
@@ -22,7 +23,6 @@ from turnout.server.sse import (
     sse_typed_error,
 )
 
-Answer = Response[bytes] | EventStream
 _encode = msgspec.json.Encoder().encode
 log = logging.getLogger(__name__)
 
@@ -30,6 +30,32 @@ log = logging.getLogger(__name__)
 def answer_json(body: Any, status: int = 200) -> Response[bytes]:
     """A JSON response encoded with msgspec."""
     return Response(_encode(body), status_code=status, media_type="application/json")
+
+
+class JsonAnswer:
+    """A JSON body as a bare ASGI app, which Litestar sends as it is: the answer of a generation
+    request, without building a :class:`~litestar.Response` and converting it per request.
+    (``x-request-id`` is added by the ops middleware, like on every answer.)"""
+
+    __slots__ = ("body", "status")
+
+    def __init__(self, body: bytes, status: int = 200) -> None:
+        self.body = body
+        self.status = status
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = self.body
+        await send(
+            {
+                "type": "http.response.start",
+                "status": self.status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", b"%d" % len(body)),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
 def answer_error(error: ApiError) -> Response[bytes]:
@@ -75,11 +101,14 @@ def _error_event(error: ApiError, typed: bool, sent: int) -> bytes:
     return sse_typed_error(error, sent) if typed else sse_error(error)
 
 
-def answer_generated(generated: Generated, services: Services) -> Answer:
+def answer_generated(
+    generated: Generated, services: Services, request: Request[Any, Any, Any]
+) -> ASGIApp:
     """The response of a generation request: one JSON body, or an SSE stream."""
     if isinstance(generated, Folded):
-        return answer_json(generated.body)
-    return answer_stream(generated.payloads, services, typed=generated.typed_events)
+        return JsonAnswer(_encode(generated.body))
+    stream = answer_stream(generated.payloads, services, typed=generated.typed_events)
+    return stream.to_asgi_response(None, request)
 
 
 def answer_stream(
