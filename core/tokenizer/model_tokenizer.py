@@ -9,6 +9,7 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer
 
+from turnout.tokenizer.byte_decode import byte_decoder
 from turnout.tokenizer.chat_template import ChatTemplate, Message
 from turnout.tokenizer.content_format import ContentFormat
 from turnout.tokenizer.detokenizer import IncrementalDetokenizer, byte_fallback_ids
@@ -93,6 +94,8 @@ class ModelTokenizer:
         self.eos_token_ids: frozenset[int] = frozenset(eos_ids)
         """EOS ids from config.json ∪ generation_config.json (else the tokenizer's eos_token)."""
         self._byte_ids = byte_fallback_ids(backend)
+        #: Decodes output ids in Python when that is exact (byte-level vocabularies): faster.
+        self._fast_decoder = byte_decoder(backend)
         self.pieces = TokenPieces(backend, {i: token.content for i, token in added.items()})
         """Text and real bytes of single tokens (logprobs)."""
         self._segments = SegmentCache(backend)
@@ -206,6 +209,7 @@ class ModelTokenizer:
             skip_special_tokens=skip_special_tokens,
             spaces_between_special_tokens=spaces_between_special_tokens,
             byte_ids=self._byte_ids,
+            decode=None if self._fast_decoder is None else self._fast_decoder.decode,
         )
 
     # -- chat templates -------------------------------------------------------------------------

@@ -39,6 +39,15 @@ def _byte_level_alphabet() -> dict[int, str]:
 _BYTE_LEVEL = _byte_level_alphabet()
 
 
+def byte_level_bytes(spelled: str) -> bytes | None:
+    """The bytes a token spelled in GPT-2's byte-level alphabet stands for (``None`` when it
+    is not spelled in that alphabet)."""
+    try:
+        return spelled.translate(_BYTE_LEVEL).encode("latin-1")
+    except UnicodeEncodeError:
+        return None
+
+
 def vocabulary_kind(backend: Tokenizer) -> VocabularyKind:
     """How the vocabulary spells bytes, read from the tokenizer's decoder."""
     decoder = backend.decoder
@@ -93,10 +102,8 @@ class TokenPieces:
         if spelled is None:
             return text.encode("utf-8")
         if self.kind == "byte_level":
-            try:
-                return spelled.translate(_BYTE_LEVEL).encode("latin-1")
-            except UnicodeEncodeError:  # not spelled in the byte alphabet
-                return text.encode("utf-8")
+            raw = byte_level_bytes(spelled)
+            return text.encode("utf-8") if raw is None else raw
         if self.kind == "sentencepiece":
             byte = _BYTE_TOKEN.fullmatch(spelled)
             if byte is not None:
