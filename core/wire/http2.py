@@ -405,14 +405,16 @@ class Http2Connection(asyncio.Protocol):
     def _on_control(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self._header_stream and kind != CONTINUATION:
             raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
+        # Most frequent first: two header blocks per call, and a grpc worker credits back
+        # (WINDOW_UPDATE) nearly every request it receives.
         if kind == HEADERS:
             self._on_headers(stream_id, flags, payload)
+        elif kind == WINDOW_UPDATE:
+            self._on_window_update(stream_id, payload)
         elif kind == CONTINUATION:
             self._on_continuation(stream_id, flags, payload)
         elif kind == SETTINGS:
             self._on_settings(flags, payload)
-        elif kind == WINDOW_UPDATE:
-            self._on_window_update(stream_id, payload)
         elif kind == RST_STREAM:
             self._on_rst_stream(stream_id, payload)
         elif kind == PING:
@@ -430,23 +432,23 @@ class Http2Connection(asyncio.Protocol):
             payload = bytes(_strip_padding(payload))
         if flags & PRIORITY:
             payload = payload[5:]
+        if flags & END_HEADERS:
+            self._finish_header_block(stream_id, flags, payload)
+            return
         self._header_stream = stream_id
         self._header_flags = flags
         self._header_block = bytearray(payload)
-        if flags & END_HEADERS:
-            self._finish_header_block()
 
     def _on_continuation(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id != self._header_stream:
             raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "unexpected CONTINUATION")
         self._header_block += payload
         if flags & END_HEADERS:
-            self._finish_header_block()
+            block, self._header_block = bytes(self._header_block), bytearray()
+            self._header_stream = 0
+            self._finish_header_block(stream_id, self._header_flags, block)
 
-    def _finish_header_block(self) -> None:
-        stream_id, flags = self._header_stream, self._header_flags
-        block, self._header_block = bytes(self._header_block), bytearray()
-        self._header_stream = 0
+    def _finish_header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         try:
             # Always decode, even for a stream we reset: HPACK state is per connection.
             headers = self._decoder.decode(block)
@@ -491,8 +493,9 @@ class Http2Connection(asyncio.Protocol):
         increment = _U32.unpack(payload)[0] & MAX_WINDOW
         if stream_id == 0:
             self._send_window += increment
-            for sid in list(self._outgoing):
-                self._flush(sid)
+            if self._outgoing:
+                for sid in list(self._outgoing):
+                    self._flush(sid)
         elif stream_id in self._stream_send_windows:
             self._stream_send_windows[stream_id] += increment
             self._flush(stream_id)
