@@ -94,6 +94,10 @@ class _GenerationBlocks(jinja2.ext.Extension):
         return jinja2.nodes.Scope(body).set_lineno(lineno)
 
 
+#: What ``getattr`` finds on a plain dict (the sandbox checks these as before).
+_DICT_ATTRIBUTES = frozenset(dir(dict))
+
+
 class _TemplateEnvironment(ImmutableSandboxedEnvironment):
     """The sandbox, with each template's globals copied into one plain dict when it is
     compiled: every render starts from its globals, and a dict is copied much faster than
@@ -102,6 +106,17 @@ class _TemplateEnvironment(ImmutableSandboxedEnvironment):
 
     def make_globals(self, d: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:
         return {**self.globals, **(d or {})}
+
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        # ``message.role`` on a plain dict: the sandbox tries the attribute first, which fails
+        # (raising AttributeError) for every name that is not one of dict's own, then reads the
+        # key. Going straight to the key for those names gives the same value or undefined.
+        if type(obj) is dict and attribute not in _DICT_ATTRIBUTES:
+            try:
+                return obj[attribute]
+            except KeyError:
+                return self.undefined(obj=obj, name=attribute)
+        return super().getattr(obj, attribute)
 
 
 @lru_cache(maxsize=1)

@@ -312,3 +312,17 @@ def test_a_template_starts_each_render_from_one_plain_dict_of_globals() -> None:
     template = compile_template("{{ raise_exception is defined }} {{ namespace(a=1).a }}")
     assert type(template.globals) is dict
     assert template.render() == "True 1"
+
+
+@pytest.mark.parametrize(
+    "name", ["role", "content", "missing", "items", "get", "__class__", "keys"]
+)
+def test_dict_attributes_read_as_in_the_plain_sandbox(name: str) -> None:
+    """Templates read message fields as ``message.role``: read straight from the key, with the
+    sandbox's answers (dict's own attributes first, undefined for a missing key)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    message = {"role": "user", "content": "hi", "items": "shadowed"}
+    source = f"{{{{ m.{name} is defined }}}}|{{{{ (m.{name} if m.{name} is string else '') }}}}"
+    plain = ImmutableSandboxedEnvironment().from_string(source).render(m=message)
+    assert compile_template(source).render(m=message) == plain
