@@ -4,10 +4,14 @@ Why not grpcio here: ``grpc.aio`` hands every received message from its own poll
 event loop, which costs ~30 µs of CPU per streamed token; reading frames straight off an asyncio
 transport costs a few µs, and several frames that arrive together are handled in one wake-up.
 
-Frames are not written one by one: whatever the connection's streams send during one turn of the
-event loop (requests of many calls, WINDOW_UPDATEs, RST_STREAMs) is queued and written in one
-``transport.write`` by a callback scheduled with ``call_soon`` for that turn, so under load many
-calls share one syscall, and a lone call waits only for that one callback.
+Frames are not written one by one: what the connection's streams send during one turn of the
+event loop (WINDOW_UPDATEs, RST_STREAMs, PING ACKs) is queued and written in one
+``transport.write`` by a callback scheduled with ``call_soon``, so under load they share one
+syscall. A new call's request is the exception: it is written at once (with whatever was queued
+before it). A ``call_soon`` callback runs only after everything already queued on the loop and
+the next poll for I/O, which on a busy router is a whole turn of other streams' steps: a call
+queued there reached the worker p50 3 ms, p99 33 ms later (c=32 streaming), all of it added to
+the time to first token.
 
 Scope: client side only, no server push, no priorities, no compression. Flow control of what we
 receive is split: the connection window is credited as data arrives (so one stream that is not
@@ -303,6 +307,7 @@ class Http2Connection(asyncio.Protocol):
             out += _frame_parts(CONTINUATION, 0 if rest else END_HEADERS, stream_id, piece)
         self._outgoing[stream_id] = _Outgoing(body, end=True)
         self._flush(stream_id)
+        self._write_out()  # a request goes out at once (see the module doc)
         return stream_id
 
     def reset_stream(self, stream_id: int, error_code: int = ErrorCode.CANCEL) -> None:

@@ -1,8 +1,9 @@
 """The native transport writes the frames of one event-loop turn together.
 
-Every call started (or reset) during one turn of the loop goes out in a single socket write, so
-at high concurrency many calls share one syscall; a lone call is still written by the next
-callback of the loop, never after a timer.
+The control frames queued during one turn of the loop (resets, window updates) go out in a
+single socket write by the next callback of the loop, never after a timer; a new call's request
+is written at once (a call queued behind a busy turn delays the first token), together with
+whatever was queued before it.
 """
 
 from __future__ import annotations
@@ -71,38 +72,43 @@ async def answer_each(request: Request) -> None:
     request.reply(*ANSWER_BYTES)
 
 
-async def test_calls_started_in_one_turn_share_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_each_call_is_written_when_it_starts(monkeypatch: pytest.MonkeyPatch) -> None:
     server_handler = routes(HealthCheck=answering(HEALTHY), Generate=answer_each)
     async with ScriptedServer(server_handler) as server, channel_for(server) as channel:
         _, counting = await connected(server, channel, monkeypatch)
 
         ids = [f"req-{k}" for k in range(8)]
-        calls = [start_generate(channel, request_id) for request_id in ids]  # one turn
+        calls = []
+        for request_id in ids:  # one turn
+            calls.append(start_generate(channel, request_id))
+            assert len(counting.writes) == len(calls)  # not left for the end of the turn
         for call in calls:
             assert [m async for m in _messages(call)] == ANSWER
 
-        assert len(counting.writes) == 1
         arrived = [r for r in server.requests if r.method == "Generate"]
         got = [pb.GenerateRequest.FromString(r.messages()[0]).request_id for r in arrived]
         assert sorted(got) == ids
         assert server.connections[0].error is None
 
 
-async def test_a_lone_call_is_written_by_the_next_loop_callback(
+async def test_resets_of_one_turn_are_written_by_the_next_loop_callback(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    server_handler = routes(HealthCheck=answering(HEALTHY), Generate=answer_each)
+    server_handler = routes(HealthCheck=answering(HEALTHY), Generate=answered_by_the_test)
     async with ScriptedServer(server_handler) as server, channel_for(server) as channel:
         _, counting = await connected(server, channel, monkeypatch)
 
-        call = start_generate(channel, "alone")
-        assert counting.writes == []  # queued for the end of this turn …
+        calls = [start_generate(channel, f"req-{k}") for k in range(3)]
+        assert len(counting.writes) == 3
+        for call in calls:
+            call.cancel()
+        assert len(counting.writes) == 3  # the resets are queued for the end of this turn …
         for _ in range(3):  # … and written within a few turns: no timer involved
             await asyncio.sleep(0)
-            if counting.writes:
+            if len(counting.writes) > 3:
                 break
-        assert len(counting.writes) == 1
-        assert [m async for m in _messages(call)] == ANSWER
+        assert len(counting.writes) == 4  # three RST_STREAMs, one write
+        assert server.connections[0].error is None
 
 
 async def test_a_call_reset_in_the_turn_it_started_goes_out_in_order(
@@ -113,12 +119,12 @@ async def test_a_call_reset_in_the_turn_it_started_goes_out_in_order(
         _, counting = await connected(server, channel, monkeypatch)
 
         call = start_generate(channel, "gone")
-        call.cancel()  # RST_STREAM queued behind the request's HEADERS and DATA
+        call.cancel()  # RST_STREAM after the request's HEADERS and DATA
         request = await server.next_request()
         while request.method != "Generate":
             request = await server.next_request()
         await wait_until(lambda: request.reset_code == CANCEL)
-        assert len(counting.writes) == 1
+        assert len(counting.writes) == 2
         assert server.connections[0].error is None  # h2 saw a valid frame order
 
 
