@@ -300,13 +300,13 @@ class Http2Connection(asyncio.Protocol):
         block = self._encoder.encode(headers)
         limit = self._peer_max_frame
         first, rest = block[:limit], block[limit:]
-        out = self._outbox()
+        out = self._out  # written below, at once: no end-of-turn callback needed
         out += _frame_parts(HEADERS, 0 if rest else END_HEADERS, stream_id, first)
         while rest:
             piece, rest = rest[:limit], rest[limit:]
             out += _frame_parts(CONTINUATION, 0 if rest else END_HEADERS, stream_id, piece)
         self._outgoing[stream_id] = _Outgoing(body, end=True)
-        self._flush(stream_id)
+        self._flush(stream_id, out)
         self._write_out()  # a request goes out at once (see the module doc)
         return stream_id
 
@@ -334,12 +334,15 @@ class Http2Connection(asyncio.Protocol):
         """The frames to write at the end of this loop turn; append to it to send."""
         if not self._write_scheduled:
             self._write_scheduled = True
-            self._loop.call_soon(self._write_out)
+            self._loop.call_soon(self._end_of_turn_write)
         return self._out
 
-    def _write_out(self) -> None:
-        """Write every queued frame in one ``transport.write`` (one syscall)."""
+    def _end_of_turn_write(self) -> None:
         self._write_scheduled = False
+        self._write_out()
+
+    def _write_out(self) -> None:
+        """Write every queued frame now, in one ``transport.write`` (one syscall)."""
         out = self._out
         if not out:
             return
@@ -349,12 +352,14 @@ class Http2Connection(asyncio.Protocol):
         if transport is not None and not transport.is_closing():
             transport.write(data)
 
-    def _flush(self, stream_id: int) -> None:
-        """Send as much of a stream's pending body as both send windows allow."""
+    def _flush(self, stream_id: int, out: list[bytes | memoryview] | None = None) -> None:
+        """Send as much of a stream's pending body as both send windows allow (queued on
+        ``out``, the outbox by default)."""
         pending = self._outgoing.get(stream_id)
         if pending is None or self._transport is None:
             return
-        out = self._outbox()
+        if out is None:
+            out = self._outbox()
         data = pending.data
         if not data and pending.end:
             out += _frame_parts(DATA, END_STREAM, stream_id, b"")
