@@ -6,14 +6,12 @@ line and forge the next one. JSON lines are safe by construction."""
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import json
 import logging
 import random
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -89,14 +87,23 @@ def current_record() -> RequestRecord | None:
     return _CURRENT.get()
 
 
-@contextlib.contextmanager
-def request_scope(record: RequestRecord) -> Iterator[RequestRecord]:
-    """Make ``record`` the current request for the code (and tasks started) inside."""
-    token = _CURRENT.set(record)
-    try:
-        yield record
-    finally:
-        _CURRENT.reset(token)
+class request_scope:
+    """Make ``record`` the current request for the code (and tasks started) inside.
+
+    A class rather than a generator context manager: it runs once per request."""
+
+    __slots__ = ("_record", "_token")
+    _token: contextvars.Token[RequestRecord | None]
+
+    def __init__(self, record: RequestRecord) -> None:
+        self._record = record
+
+    def __enter__(self) -> RequestRecord:
+        self._token = _CURRENT.set(self._record)
+        return self._record
+
+    def __exit__(self, *exc_info: object) -> None:
+        _CURRENT.reset(self._token)
 
 
 class RequestIdFilter(logging.Filter):
