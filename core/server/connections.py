@@ -241,7 +241,12 @@ class GuardedProtocol(asyncio.Protocol):
         #: Requests of this connection in progress (more than one when pipelined).
         self._busy = 0
         self._reading_headers = False
+        #: The one timer of the idle and header timeouts; it may run earlier than ``_due``
+        #: (then it re-arms itself), so moving the deadline later costs no new timer.
         self._timer: asyncio.TimerHandle | None = None
+        self._timer_at = 0.0
+        self._due = 0.0
+        self._on_due: Callable[[], None] | None = None
         self._stall: asyncio.TimerHandle | None = None
         #: Called when the connection is lost (requests watching for their client leaving).
         self._on_lost: list[Callable[[], None]] = []
@@ -276,7 +281,7 @@ class GuardedProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._lost = True
-        self._disarm()
+        self._stop_timer()
         if self._stall is not None:
             self._stall.cancel()
             self._stall = None
@@ -353,28 +358,54 @@ class GuardedProtocol(asyncio.Protocol):
         self._arm(self._limits.idle_timeout_s, self._idle_timed_out)
 
     def _arm(self, delay: float, callback: Callable[[], None]) -> None:
-        self._disarm()
-        if delay > 0:
-            self._timer = self._loop.call_later(delay, callback)
+        """Call ``callback`` in ``delay`` s unless re-armed or disarmed before. Lazy: a timer
+        already due earlier is kept (it re-arms itself when it runs), so the idle and header
+        timeouts of a busy keep-alive connection do not schedule a timer per request."""
+        if delay <= 0:
+            self._on_due = None
+            return
+        due = self._loop.time() + delay
+        self._due, self._on_due = due, callback
+        if self._timer is None or self._timer_at > due:
+            self._schedule(due)
 
     def _disarm(self) -> None:
+        self._on_due = None  # a pending timer finds nothing due and lapses
+
+    def _schedule(self, when: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self._loop.call_at(when, self._timer_ran)
+
+    def _timer_ran(self) -> None:
+        self._timer = None
+        callback = self._on_due
+        if callback is None:
+            return
+        if self._loop.time() < self._due:
+            self._schedule(self._due)
+            return
+        self._on_due = None
+        callback()
+
+    def _stop_timer(self) -> None:
+        self._on_due = None
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
 
     def _close(self) -> None:
-        self._disarm()
+        self._stop_timer()
         self._pool.idle.pop(self, None)
         if self._writes is not None:
             self._writes.close()
 
     def _idle_timed_out(self) -> None:
-        self._timer = None
         if not self._busy:
             self._close()
 
     def _header_timed_out(self) -> None:
-        self._timer = None
         if self._busy or self._transport is None:
             return
         seconds = self._limits.header_timeout_s

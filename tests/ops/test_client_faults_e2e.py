@@ -133,6 +133,19 @@ def test_a_connection_is_idle_again_after_its_request(strict: Serve) -> None:
         assert answer.startswith(b"HTTP/1.1 200 "), answer
 
 
+def test_the_idle_timeout_counts_from_the_last_request(strict: Serve) -> None:
+    # The idle timer is re-armed lazily: the one due 1 s after connecting must not close a
+    # connection that answered a request since (it runs, then waits for the new deadline).
+    with connect(strict.port) as sock:
+        time.sleep(0.6)
+        sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        sock.settimeout(30)
+        assert sock.recv(65536).startswith(b"HTTP/1.1 200 ")
+        answered = time.monotonic()
+        read_until_closed(sock)
+        assert time.monotonic() - answered >= 0.9
+
+
 def test_slow_request_headers_get_408_and_the_connection_closes(strict: Serve) -> None:
     with connect(strict.port) as sock:
         sock.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\n")
