@@ -423,7 +423,28 @@ class Dispatcher:
         return NoWorkerAvailable(model, f"{len(workers)} worker(s): {summary}")
 
 
-class GenerateSession:
+class ClosingSession:
+    """A session usable as ``async with``: leaving the block calls :meth:`aclose`."""
+
+    __slots__ = ()
+
+    async def aclose(self) -> None:
+        """Stop the session and release what it holds."""
+        raise NotImplementedError
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
+class GenerateSession(ClosingSession):
     """The responses of one request on one worker (the first ones included).
 
     Read it batch by batch (:meth:`next_batch`: every response that arrived together) or
@@ -545,17 +566,6 @@ class GenerateSession:
         if not self._done:
             self._finish(None)
             await self._stream.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def _finish(self, failure: WorkerRequestError | None, *, neutral: bool = False) -> None:
         if self._done:

@@ -32,10 +32,10 @@ from collections import deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from math import inf
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final, Self
 
 from turnout.routing.dispatch import (
+    ClosingSession,
     GenerateSession,
     _attempt_attributes,
     _end_span,
@@ -145,7 +145,7 @@ class _Prefill:
         await self.leg.aclose()
 
 
-class PairSession:
+class PairSession(ClosingSession):
     """The answer of one request on a prefill-decode pair: the decode leg's responses (the
     first batch already received); the prefill leg is read to its end alongside."""
 
@@ -245,17 +245,6 @@ class PairSession:
         finally:
             await self._prefill.aclose()
 
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
     def __del__(self) -> None:
         # Safety net: a session dropped without aclose() stops reading its prefill leg (the
         # legs' own safety nets release their workers).
@@ -263,7 +252,7 @@ class PairSession:
             self._prefill.task.cancel()
 
 
-class ChoicesSession:
+class ChoicesSession(ClosingSession):
     """The ``n`` pairs of one request (one per choice) read as one stream: the responses of
     pair ``i`` are choice ``i``."""
 
@@ -352,17 +341,6 @@ class ChoicesSession:
         await asyncio.gather(*reads, return_exceptions=True)
         for pair in self.pairs:
             await pair.aclose()
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
 
 PdSession = PairSession | ChoicesSession
