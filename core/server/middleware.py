@@ -57,6 +57,10 @@ from turnout.tenants.context import admission_scope, tenant_scope
 
 #: A client-given request id is used only if it is short printable ASCII without spaces.
 _VALID_ID = re.compile(rb"[\x21-\x7e]{1,200}")
+#: Key of a route handler's ``opt`` holding its endpoint as a bare ASGI app, which the gate
+#: runs itself: none of Litestar's per-request handler work (request object, signature
+#: parsing, a second error layer); its errors go to the app's outer error layer.
+ENDPOINT_APP = "turnout.endpoint_app"
 #: Longest wait to hand the last piece of a response cut short (timeout, shutdown) to a client
 #: that does not read; then its connection is dropped.
 TAIL_WAIT_S = 5.0
@@ -443,13 +447,18 @@ class _Gate:
                 task.cancel()
 
         timeout = self.ops.server.request_timeout_s
+        deadline = asyncio.timeout(timeout if timeout > 0 else None)
+        handler = scope.get("route_handler")
+        app = handler.opt.get(ENDPOINT_APP, self.app) if handler is not None else self.app
         watch.on_disconnect.append(client_left)
         try:
             if watch.gone.is_set():
                 client_left()
-            async with asyncio.timeout(timeout if timeout > 0 else None):
-                await self.app(scope, watch.receive, send)
+            async with deadline:
+                await app(scope, watch.receive, send)
         except TimeoutError:
+            if not deadline.expired():
+                raise  # the app's own, not the request timeout
             release()
             record.outcome = "timeout"
             error = ApiError(

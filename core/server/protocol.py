@@ -1,4 +1,4 @@
-"""Decoding request bodies, and the request types of the routes that do not generate.
+"""Reading and decoding request bodies, and the request types of the routes that do not generate.
 
 Every range a request field must respect is declared on the field (``msgspec.Meta``) or, for
 rules that span fields, in the type's ``__post_init__`` (raising
@@ -12,10 +12,11 @@ import re
 from typing import Annotated, Any, TypeVar
 
 import msgspec
+from litestar.types import Receive
 from msgspec import Meta
 
 from turnout.generation.requests import ChatMessage, InvalidField, TokenId
-from turnout.server.errors import ApiError, bad_request
+from turnout.server.errors import ApiError, bad_request, body_too_large
 
 T = TypeVar("T")
 
@@ -72,6 +73,32 @@ class ParseReasoningRequest(msgspec.Struct, kw_only=True):
     #: The parser (else ``parser``, else the model's).
     reasoning_parser: str | None = None
     parser: str | None = None
+
+
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The whole request body from ``receive``: a 413 past ``limit`` bytes, a 400 when the
+    client leaves before it has all arrived. (The common case, a body in one message, is one
+    call of ``receive`` and no copy.)"""
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ApiError(
+                400, "the client left before its request body arrived", code="client_disconnected"
+            )
+        if message["type"] != "http.request":
+            continue
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > limit:
+            raise body_too_large(limit)
+        if not message.get("more_body", False):
+            if not chunks:
+                return chunk
+            chunks.append(chunk)
+            return b"".join(chunks)
+        chunks.append(chunk)
 
 
 def decode_body(body: bytes, kind: type[T]) -> T:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from turnout.generation.requests import (
     ChatCompletionRequest,
@@ -13,7 +17,7 @@ from turnout.generation.requests import (
     GenerateRequestBody,
 )
 from turnout.server.errors import ApiError
-from turnout.server.protocol import decode_body
+from turnout.server.protocol import decode_body, read_body
 
 MESSAGES = [{"role": "user", "content": "x"}]
 
@@ -135,3 +139,38 @@ def test_deep_nesting_and_junk_are_400s(kind: type[Any]) -> None:
         with pytest.raises(ApiError) as caught:
             decode_body(body, kind)
         assert caught.value.status == 400
+
+
+def receiving(*messages: dict[str, Any]) -> Callable[[], Awaitable[dict[str, Any]]]:
+    """An ASGI ``receive`` that hands out ``messages`` in order."""
+    queue = list(messages)
+
+    async def receive() -> dict[str, Any]:
+        return queue.pop(0)
+
+    return receive
+
+
+def piece(body: bytes, more: bool = False) -> dict[str, Any]:
+    return {"type": "http.request", "body": body, "more_body": more}
+
+
+@given(st.binary(max_size=64), st.lists(st.integers(0, 64), max_size=6))
+async def test_read_body_joins_the_pieces_into_the_whole_body(body: bytes, cuts: list[int]) -> None:
+    bounds = sorted({0, len(body), *(min(cut, len(body)) for cut in cuts)})
+    pieces = [body[a:b] for a, b in itertools.pairwise(bounds)] or [b""]
+    messages = [piece(p, more=True) for p in pieces[:-1]] + [piece(pieces[-1])]
+    assert await read_body(receiving(*messages), 64) == body
+
+
+async def test_read_body_refuses_one_byte_over_the_limit() -> None:
+    assert await read_body(receiving(piece(b"ab", True), piece(b"c")), 3) == b"abc"
+    with pytest.raises(ApiError) as refused:
+        await read_body(receiving(piece(b"ab", True), piece(b"cd")), 3)
+    assert (refused.value.status, refused.value.code) == (413, "request_too_large")
+
+
+async def test_read_body_of_a_client_that_left_is_a_400() -> None:
+    with pytest.raises(ApiError) as refused:
+        await read_body(receiving(piece(b"ab", True), {"type": "http.disconnect"}), 10)
+    assert (refused.value.status, refused.value.code) == (400, "client_disconnected")
