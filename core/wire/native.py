@@ -24,6 +24,7 @@ from turnout import __version__
 from turnout.wire.errors import ClientClosed, MalformedResponse, StreamRefused, WorkerCallError
 from turnout.wire.header_codec import Headers
 from turnout.wire.http2 import ConnectionSettings, ErrorCode, Http2Connection
+from turnout.wire.loop_load import loop_load
 from turnout.wire.transport import ClientSettings, Message, MessageType, Metadata
 
 __all__ = ["NativeCall", "NativeChannel"]
@@ -77,10 +78,14 @@ class NativeCall:
         "_error",
         "_got_headers",
         "_held",
+        "_load",
         "_max_message",
         "_messages",
         "_metadata",
         "_method",
+        "_pace_at",
+        "_pace_s",
+        "_pace_timer",
         "_partial",
         "_path",
         "_queued",
@@ -128,6 +133,12 @@ class NativeCall:
         self._stream_id = 0
         self._timer: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
+        #: Pacing of the reads while the loop is busy (``ClientSettings.busy_read_interval_s``):
+        #: the reader is woken for new messages no sooner than ``_pace_at``.
+        self._pace_s = channel.settings.busy_read_interval_s
+        self._load = loop_load() if self._pace_s > 0 else None
+        self._pace_at = 0.0
+        self._pace_timer: asyncio.TimerHandle | None = None
 
     # -- Call protocol -------------------------------------------------------------------------
 
@@ -173,6 +184,11 @@ class NativeCall:
                 self._queued = 0
             if self._held and not messages:
                 self._give_back()
+            load = self._load
+            if load is not None:
+                self._pace_at = (
+                    asyncio.get_running_loop().time() + self._pace_s if load.is_busy() else 0.0
+                )
             return batch
         return []
 
@@ -389,7 +405,10 @@ class NativeCall:
             return
         self._held += len(data)
         if messages:
-            self._wake()
+            if self._pace_at:
+                self._wake_paced()
+            else:
+                self._wake()
         else:
             # Only part of a message is here: the reader can do nothing before the rest comes.
             self._give_back()
@@ -462,7 +481,23 @@ class NativeCall:
             self._timer.cancel()
             self._timer = None
 
+    def _wake_paced(self) -> None:
+        """Wake the reader for new messages, but not before ``_pace_at``: while the loop is
+        busy, a stream takes its messages in fewer, larger batches (fewer steps per stream
+        keep the loop's turns short, so that new requests are not kept waiting behind them)."""
+        if self._pace_timer is not None or self._waiter is None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._pace_at:
+            self._pace_timer = loop.call_at(self._pace_at, self._wake)
+        else:
+            self._wake()
+
     def _wake(self) -> None:
+        timer = self._pace_timer
+        if timer is not None:
+            timer.cancel()
+            self._pace_timer = None
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)

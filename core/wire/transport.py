@@ -72,6 +72,11 @@ class ClientSettings:
     connect_timeout_s: float = 5.0
     #: ``native`` (turnout's HTTP/2 client, cheapest per message) or ``grpcio`` (``grpc.aio``).
     transport: TransportName = "native"
+    #: While the event loop is busy (``turnout.wire.loop_load``), a stream's reader is woken for
+    #: new messages at most this often (s); what arrives meanwhile is taken as one batch. The
+    #: first message and the end of a call are never held back; 0 turns pacing off. Native
+    #: transport only.
+    busy_read_interval_s: float = 0.02
 
     def channel_options(self) -> list[tuple[str, Any]]:
         """grpc channel arguments derived from the settings (``grpcio`` transport)."""

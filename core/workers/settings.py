@@ -136,6 +136,12 @@ class WireSettings(_Section):
     #: breaker) and retried on another one. Generous, since a long prompt on a busy worker may
     #: take a while to prefill; 0 waits as long as the request timeout allows.
     first_response_timeout_s: NonNegative = 120.0
+    #: While the router's event loop is busy, a stream takes its worker's messages at most this
+    #: often; the tokens that arrive meanwhile go out together in one event. Fewer, larger steps
+    #: per stream keep the loop's turns short, so that new requests reach their first token
+    #: sooner. A stream's first token and its end are never held back, and a loop that keeps up
+    #: sends every message at once. 0 turns pacing off.
+    busy_read_interval_ms: NonNegative = 20.0
 
 
 class WorkersSettings(_Section):

@@ -137,6 +137,7 @@ def client_settings(wire: WireSettings) -> ClientSettings:
         keepalive_timeout_s=wire.keepalive_timeout_s,
         connect_timeout_s=wire.connect_timeout_s,
         max_reconnect_backoff_s=wire.max_reconnect_backoff_s,
+        busy_read_interval_s=wire.busy_read_interval_ms / 1000,
     )
 
 
