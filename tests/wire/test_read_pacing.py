@@ -16,6 +16,8 @@ import pytest
 from turnout.sim import SimWorker
 from turnout.wire import ClientSettings, WorkerClient
 from turnout.wire.loop_load import IDLE_PERIODS, SAMPLE_PERIOD_S, LoopLoad, loop_load
+from turnout.workers.settings import WireSettings
+from turnout.workers.wire_adapter import client_settings
 
 from ._helpers import request
 
@@ -120,3 +122,8 @@ async def test_pacing_holds_back_neither_the_first_message_nor_the_end(sim: SimW
     # which wakes the reader at once (not after the 30 s interval).
     assert len(sizes) == 2
     assert took < 10.0
+
+
+def test_the_wire_setting_reaches_the_client() -> None:
+    assert client_settings(WireSettings()).busy_read_interval_s == 0.02
+    assert client_settings(WireSettings(busy_read_interval_ms=0)).busy_read_interval_s == 0
