@@ -76,7 +76,7 @@ class ClientSettings:
     #: new messages at most this often (s); what arrives meanwhile is taken as one batch. The
     #: first message and the end of a call are never held back; 0 turns pacing off. Native
     #: transport only.
-    busy_read_interval_s: float = 0.02
+    busy_read_interval_s: float = 0.025
 
     def channel_options(self) -> list[tuple[str, Any]]:
         """grpc channel arguments derived from the settings (``grpcio`` transport)."""

@@ -141,7 +141,7 @@ class WireSettings(_Section):
     #: per stream keep the loop's turns short, so that new requests reach their first token
     #: sooner. A stream's first token and its end are never held back, and a loop that keeps up
     #: sends every message at once. 0 turns pacing off.
-    busy_read_interval_ms: NonNegative = 20.0
+    busy_read_interval_ms: NonNegative = 25.0
 
 
 class WorkersSettings(_Section):

@@ -125,5 +125,5 @@ async def test_pacing_holds_back_neither_the_first_message_nor_the_end(sim: SimW
 
 
 def test_the_wire_setting_reaches_the_client() -> None:
-    assert client_settings(WireSettings()).busy_read_interval_s == 0.02
+    assert client_settings(WireSettings()).busy_read_interval_s == 0.025
     assert client_settings(WireSettings(busy_read_interval_ms=0)).busy_read_interval_s == 0
