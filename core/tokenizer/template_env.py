@@ -17,6 +17,7 @@ import jinja2
 import jinja2.ext
 import jinja2.nodes
 import jinja2.parser
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
@@ -96,6 +97,9 @@ class _GenerationBlocks(jinja2.ext.Extension):
 
 #: What ``getattr`` finds on a plain dict (the sandbox checks these as before).
 _DICT_ATTRIBUTES = frozenset(dir(dict))
+#: Values a namespace attribute hands out as they are (the sandbox wraps ``str.format``
+#: methods and checks nothing else about a namespace's values).
+_PLAIN_VALUES = frozenset({str, int, float, bool, type(None), list, dict, tuple})
 
 
 class _TemplateEnvironment(ImmutableSandboxedEnvironment):
@@ -116,7 +120,31 @@ class _TemplateEnvironment(ImmutableSandboxedEnvironment):
                 return obj[attribute]
             except KeyError:
                 return self.undefined(obj=obj, name=attribute)
+        if type(obj) is _SafeNamespace and not attribute.startswith("_"):
+            # ``ns.found``: a namespace holds only its attributes, none internal nor a mutable
+            # container's method, so the sandbox's checks pass for each of them; what is not
+            # there is undefined.
+            try:
+                value = getattr(obj, attribute)
+            except AttributeError:
+                return self.undefined(obj=obj, name=attribute)
+            if type(value) in _PLAIN_VALUES:
+                return value
         return super().getattr(obj, attribute)
+
+    def call(__self, __context: Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:
+        # ``namespace(...)``, called once or more per render: made directly (the sandbox's and
+        # the context's checks pass for it, as for any plain class).
+        if __obj is _SafeNamespace:
+            kwargs.pop("_loop_vars", None)
+            kwargs.pop("_block_vars", None)
+            try:
+                return _SafeNamespace(*args, **kwargs)
+            except StopIteration:  # as the context's call answers it
+                return __self.undefined(
+                    "value was undefined because a callable raised a StopIteration exception"
+                )
+        return super().call(__context, __obj, *args, **kwargs)
 
 
 @lru_cache(maxsize=1)
