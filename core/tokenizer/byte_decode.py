@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Sequence
+from operator import itemgetter
 
 from tokenizers import Tokenizer
 
@@ -30,22 +31,25 @@ _PROBE_LENGTH = 48
 class ByteDecoder:
     """``decode(ids, skip_special_tokens)`` of one byte-level tokenizer (see the module)."""
 
-    __slots__ = ("_backend", "_special", "_table")
+    __slots__ = ("_backend", "_skipping", "_table")
 
     def __init__(self, backend: Tokenizer, table: list[bytes], special: frozenset[int]) -> None:
         self._backend = backend
         self._table = table
-        self._special = special
+        #: The table with the special tokens spelled as nothing: skipping them is then only
+        #: another lookup, not a test per token.
+        self._skipping = [b"" if i in special else raw for i, raw in enumerate(table)]
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """The text of ``ids`` (token ids: not negative), as ``Tokenizer.decode`` gives it."""
-        table = self._table
+        table = self._skipping if skip_special_tokens else self._table
         try:
-            if skip_special_tokens and self._special:
-                special = self._special
-                data = b"".join([table[i] for i in ids if i not in special])
+            if len(ids) > 1:
+                data = b"".join(itemgetter(*ids)(table))
+            elif ids:
+                data = table[ids[0]]
             else:
-                data = b"".join([table[i] for i in ids])
+                return ""
         except IndexError:  # an id beyond the vocabulary: the tokenizer's decode skips it
             return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return data.decode("utf-8", "replace")
