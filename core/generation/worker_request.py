@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from turnout.generation.plan import Plan
@@ -50,31 +51,75 @@ def sampling_params(
     constraint: Constraint | None,
     stream_interval: int | None = None,
 ) -> pb.SamplingParams:
-    """Map the request's sampling fields onto fully populated SamplingParams."""
-    explicit: dict[str, Any] = {}
-    for name in _SAMPLING:
-        value = getattr(request, name)
-        if value is not None:
-            explicit[name] = value
-    custom = {"seed": request.seed} if request.seed is not None else None
+    """Map the request's sampling fields onto fully populated SamplingParams.
+
+    Requests with the same settings get the same message (most clients send the same few):
+    copy it, never change it.
+    """
+    bias = request.logit_bias
+    settings: _Settings = (
+        *[getattr(request, name) for name in _SAMPLING],
+        request.n,
+        request.min_tokens or 0,
+        tuple(request.stop_token_ids or ()),
+        request.ignore_eos,
+        request.no_stop_trim,
+        request.skip_special_tokens,
+        request.spaces_between_special_tokens,
+        None if bias is None else tuple(bias.items()),
+        request.seed,
+        max_tokens,
+        constraint,
+        stream_interval,
+    )
     try:
-        return build_sampling_params(
-            max_new_tokens=max_tokens,
-            n=request.n,
-            min_new_tokens=request.min_tokens or 0,
-            stop_token_ids=list(request.stop_token_ids or ()),
-            ignore_eos=request.ignore_eos,
-            no_stop_trim=request.no_stop_trim,
-            skip_special_tokens=request.skip_special_tokens,
-            spaces_between_special_tokens=request.spaces_between_special_tokens,
-            constraint=constraint,
-            logit_bias=request.logit_bias,
-            custom_params=custom,
-            stream_interval=stream_interval,
-            **explicit,
-        )
+        return _built_params(settings)
     except InvalidSamplingParams as exc:
         raise ApiError(400, str(exc), code="invalid_value") from None
+
+
+#: What :func:`sampling_params` reads of a request, hashable: the ``_SAMPLING`` values, then
+#: n, min_tokens, stop_token_ids, ignore_eos, no_stop_trim, skip_special_tokens,
+#: spaces_between_special_tokens, logit_bias items, seed, max_tokens, constraint and
+#: stream_interval.
+_Settings = tuple[Any, ...]
+
+
+@functools.lru_cache(maxsize=256)
+def _built_params(settings: _Settings) -> pb.SamplingParams:
+    values = settings[: len(_SAMPLING)]
+    (
+        n,
+        min_tokens,
+        stop_token_ids,
+        ignore_eos,
+        no_stop_trim,
+        skip_special_tokens,
+        spaces_between_special_tokens,
+        bias,
+        seed,
+        max_tokens,
+        constraint,
+        stream_interval,
+    ) = settings[len(_SAMPLING) :]
+    explicit = {
+        name: value for name, value in zip(_SAMPLING, values, strict=True) if value is not None
+    }
+    return build_sampling_params(
+        max_new_tokens=max_tokens,
+        n=n,
+        min_new_tokens=min_tokens,
+        stop_token_ids=list(stop_token_ids),
+        ignore_eos=ignore_eos,
+        no_stop_trim=no_stop_trim,
+        skip_special_tokens=skip_special_tokens,
+        spaces_between_special_tokens=spaces_between_special_tokens,
+        constraint=constraint,
+        logit_bias=None if bias is None else dict(bias),
+        custom_params={"seed": seed} if seed is not None else None,
+        stream_interval=stream_interval,
+        **explicit,
+    )
 
 
 def worker_requests(
