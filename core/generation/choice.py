@@ -119,11 +119,8 @@ class ChoiceProcessor:
         self._reasoning = reasoning
         self._tool_parser = tool_parser
         self._tools = tools
-        self._parser_names = {
-            "tool": tool_parser_name or type(tool_parser).__name__,
-            "reasoning": reasoning_parser_name or type(reasoning).__name__,
-            "chat format": reader_name or type(reader).__name__,
-        }
+        #: The registered names of the parsers (attributing a failure), as given.
+        self._parser_names = (tool_parser_name, reasoning_parser_name, reader_name)
         self._reader = reader
         self._reader_reasoning = reader_reasoning
         self._reader_calls = reader_calls
@@ -280,11 +277,21 @@ class ChoiceProcessor:
             return 0
         return round(tokens * reasoning / (reasoning + normal))
 
+    def _parser_name(self, which: str) -> str:
+        """The name of the ``tool``, ``reasoning`` or ``chat format`` parser (its registered
+        name, else its class name)."""
+        tool, reasoning, reader = self._parser_names
+        if which == "tool":
+            return tool or type(self._tool_parser).__name__
+        if which == "reasoning":
+            return reasoning or type(self._reasoning).__name__
+        return reader or type(self._reader).__name__
+
     def _parser_failed(self, which: str, exc: Exception) -> None:
         # The boundary between turnout and a (maybe third-party) parser: the failure becomes a
         # ParserError naming the parser. A broken parser must not break the answer: log it once,
         # count it, and let the rest of this output pass through as plain text.
-        error = ParserError(which, self._parser_names[which], exc)
+        error = ParserError(which, self._parser_name(which), exc)
         log.error("%s; the rest of this output passes through unparsed", error, exc_info=exc)
         note_parser_error(error)
         if which == "reasoning":

@@ -145,30 +145,31 @@ class ModelTable:
 
     def resolve_name(self, requested: str | None) -> str:
         """The model id a request means; 400 when ambiguous, 404 when unknown."""
-        served = self.served()
         if not requested and self._config.defaults.model:
             requested = self._config.defaults.model
-        if not requested:
-            if len(served) == 1:
-                return served[0]
-            if not served:
-                self._raise_if_unplaced("no ready worker")
-                raise ApiError(503, "no model is being served: no workers are registered")
+        if requested:
+            model_id = self._aliases.get(requested, requested)
+            if model_id in self._served():
+                return model_id
+            self._raise_if_unplaced(f"no ready worker for model {model_id!r}")
             raise ApiError(
-                400,
-                f"`model` is required: this router serves {', '.join(served)} "
-                "(defaults.model in the config names the model of requests without one)",
+                404,
+                f"model {requested!r} is not served here; served models: "
+                f"{', '.join(self.served()) or 'none'}",
                 param="model",
+                code="model_not_found",
             )
-        model_id = self._aliases.get(requested, requested)
-        if model_id in served:
-            return model_id
-        self._raise_if_unplaced(f"no ready worker for model {model_id!r}")
+        served = self.served()
+        if len(served) == 1:
+            return served[0]
+        if not served:
+            self._raise_if_unplaced("no ready worker")
+            raise ApiError(503, "no model is being served: no workers are registered")
         raise ApiError(
-            404,
-            f"model {requested!r} is not served here; served models: {', '.join(served) or 'none'}",
+            400,
+            f"`model` is required: this router serves {', '.join(served)} "
+            "(defaults.model in the config names the model of requests without one)",
             param="model",
-            code="model_not_found",
         )
 
     def resolve_model(

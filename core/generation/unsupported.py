@@ -47,7 +47,8 @@ def _is_set(value: Any) -> bool:
 def refuse_unsupported(request: object, fields: Mapping[str, str]) -> None:
     """400 naming the first of ``fields`` that ``request`` sets."""
     for name, instead in fields.items():
-        if _is_set(getattr(request, name)):
+        value = getattr(request, name)
+        if value is not None and _is_set(value):
             raise unsupported(name, f"{name} is not supported: {instead}")
 
 

@@ -82,7 +82,7 @@ def prepare_messages(
         raise ChatTemplateError("messages must not be empty")
     prepared: list[dict[str, Any]] = []
     for index, message in enumerate(messages):
-        if not isinstance(message, Mapping):
+        if type(message) is not dict and not isinstance(message, Mapping):
             raise ChatTemplateError(f"messages[{index}] must be an object")
         if not isinstance(message.get("role"), str):
             raise ChatTemplateError(f"messages[{index}].role must be a string")
