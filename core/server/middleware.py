@@ -40,6 +40,7 @@ from turnout.observability.logs import RequestRecord, current_record, log_access
 from turnout.observability.metrics import Metrics, route_label
 from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of
 from turnout.server.connections import connection_of
+from turnout.server.deadlines import Deadlines
 from turnout.server.errors import ApiError
 from turnout.server.limits import (
     AdmissionGate,
@@ -83,6 +84,8 @@ class OpsState:
     draining: bool = False
     #: Generation requests running (admitted or not limited) right now.
     running: int = 0
+    #: The requests' body deadlines and request timeouts, on one loop timer.
+    deadlines: Deadlines = field(default_factory=Deadlines)
     _idle: asyncio.Event | None = None
 
     def __post_init__(self) -> None:
@@ -180,7 +183,7 @@ class OpsMiddleware:
         gauge = metrics.in_flight_of(route_label(record.path))
         body_timeout = self.ops.server.body_timeout_s
         body = (
-            _BodyDeadline(receive, body_timeout)
+            _BodyDeadline(receive, body_timeout, self.ops.deadlines)
             if body_timeout > 0 and _has_body(scope.get("headers", ()))
             else None
         )
@@ -276,11 +279,12 @@ class _BodyDeadline:
     """The app's ``receive`` while the request body arrives: a 408 when the whole body has not
     come within ``limit_s`` of the request's start (a client trickling its body)."""
 
-    __slots__ = ("_deadline_at", "_limit_s", "_receive", "done", "expired")
+    __slots__ = ("_deadline_at", "_deadlines", "_limit_s", "_receive", "done", "expired")
 
-    def __init__(self, receive: Receive, limit_s: float) -> None:
+    def __init__(self, receive: Receive, limit_s: float, deadlines: Deadlines) -> None:
         self._receive = receive
         self._limit_s = limit_s
+        self._deadlines = deadlines
         self._deadline_at = asyncio.get_running_loop().time() + limit_s
         self.done = False
         self.expired = False
@@ -289,7 +293,7 @@ class _BodyDeadline:
         if self.done:
             return await self._receive()
         try:
-            async with asyncio.timeout_at(self._deadline_at):
+            with self._deadlines.at(self._deadline_at):
                 message = await self._receive()
         except TimeoutError:
             self.expired = True
@@ -447,14 +451,14 @@ class _Gate:
                 task.cancel()
 
         timeout = self.ops.server.request_timeout_s
-        deadline = asyncio.timeout(timeout if timeout > 0 else None)
+        deadline = self.ops.deadlines.after(timeout if timeout > 0 else None)
         handler = scope.get("route_handler")
         app = handler.opt.get(ENDPOINT_APP, self.app) if handler is not None else self.app
         watch.on_disconnect.append(client_left)
         try:
             if watch.gone.is_set():
                 client_left()
-            async with deadline:
+            with deadline:
                 await app(scope, watch.receive, send)
         except TimeoutError:
             if not deadline.expired():
