@@ -41,8 +41,9 @@ ChangedHook = Callable[[Sequence[str]], None]
 #: gRPC metadata of a call (the W3C trace context).
 Metadata = Sequence[tuple[str, str]]
 T = TypeVar("T")
-#: One attempt on a worker: (worker, the request's remaining seconds, the wait for the first
-#: answer, metadata) -> what the worker answered; raises what the worker's call raised.
+#: One attempt on a worker: (worker, the request's remaining seconds, when (loop time) the
+#: wait for the first answer ends, metadata) -> what the worker answered; raises what the
+#: worker's call raised.
 _Start = Callable[[Worker, float | None, float | None, Metadata], Awaitable[T]]
 
 
@@ -224,11 +225,11 @@ class Dispatcher:
             return await self._pd.open(model, routing, request, deadline_at)
 
         async def first_batch(
-            worker: Worker, remaining: float | None, wait: float | None, metadata: Metadata
+            worker: Worker, remaining: float | None, wait_until: float | None, metadata: Metadata
         ) -> tuple[ResponseStream, list[Any]]:
             stream = worker.connection.generate(request, remaining, metadata)
             try:
-                async with asyncio.timeout(wait):
+                async with asyncio.timeout_at(wait_until):
                     first = await stream.next_batch()
                 if not first:
                     raise _Unanswered(
@@ -267,9 +268,9 @@ class Dispatcher:
         """
 
         async def answer(
-            worker: Worker, remaining: float | None, wait: float | None, metadata: Metadata
+            worker: Worker, remaining: float | None, wait_until: float | None, metadata: Metadata
         ) -> Any:
-            async with asyncio.timeout(wait):
+            async with asyncio.timeout_at(wait_until):
                 return await worker.connection.embed(request, remaining, metadata)
 
         won = await self._attempt(model, routing, request, timeout, "Embed", answer)
@@ -323,8 +324,10 @@ class Dispatcher:
                 attributes = _attempt_attributes(slot, attempt, rpc)
                 span = tracing.start_span(_span_name(rpc), attributes, client=True)
                 metadata = tracing.worker_metadata(span)
+            # An absolute end: the wait's timer costs no second look-up of the loop.
+            wait_until = None if wait is None else loop.time() + wait
             try:
-                result = await start(worker, remaining, wait, metadata)
+                result = await start(worker, remaining, wait_until, metadata)
             except asyncio.CancelledError:
                 slot.release()
                 if span is not None:
