@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 from urllib.parse import urlsplit
 
 from turnout.routing.types import Candidate, Policy, RoutingRequest
+from turnout.server.deadlines import Deadlines
 from turnout.workers.connection import ResponseStream
 from turnout.workers.dp import DpRank, Slot, candidate_ids
 from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError
@@ -44,7 +45,7 @@ T = TypeVar("T")
 #: One attempt on a worker: (worker, the request's remaining seconds, when (loop time) the
 #: wait for the first answer ends, metadata) -> what the worker answered; raises what the
 #: worker's call raised.
-_Start = Callable[[Worker, float | None, float | None, Metadata], Awaitable[T]]
+_Start = Callable[[Worker, float | None, float, Metadata], Awaitable[T]]
 
 
 @dataclass(slots=True)
@@ -125,6 +126,8 @@ class Dispatcher:
         self.retry = retry or registry.settings.retry
         #: Seconds a worker may take to send a request's first response (None: no bound).
         self.first_response_timeout = registry.settings.wire.first_response_timeout_s or None
+        #: The waits for first responses, on one loop timer (a timer per request costs more).
+        self._first_responses = Deadlines()
         self._rng = rng or random.Random()
         self._routes: dict[str, _Route] = {}
         self._role_routes: dict[tuple[str, Role], _Route] = {}
@@ -225,11 +228,11 @@ class Dispatcher:
             return await self._pd.open(model, routing, request, deadline_at)
 
         async def first_batch(
-            worker: Worker, remaining: float | None, wait_until: float | None, metadata: Metadata
+            worker: Worker, remaining: float | None, wait_until: float, metadata: Metadata
         ) -> tuple[ResponseStream, list[Any]]:
             stream = worker.connection.generate(request, remaining, metadata)
             try:
-                async with asyncio.timeout_at(wait_until):
+                with self._first_responses.at(wait_until):
                     first = await stream.next_batch()
                 if not first:
                     raise _Unanswered(
@@ -268,9 +271,9 @@ class Dispatcher:
         """
 
         async def answer(
-            worker: Worker, remaining: float | None, wait_until: float | None, metadata: Metadata
+            worker: Worker, remaining: float | None, wait_until: float, metadata: Metadata
         ) -> Any:
-            async with asyncio.timeout_at(wait_until):
+            with self._first_responses.at(wait_until):
                 return await worker.connection.embed(request, remaining, metadata)
 
         won = await self._attempt(model, routing, request, timeout, "Embed", answer)
@@ -324,8 +327,7 @@ class Dispatcher:
                 attributes = _attempt_attributes(slot, attempt, rpc)
                 span = tracing.start_span(_span_name(rpc), attributes, client=True)
                 metadata = tracing.worker_metadata(span)
-            # An absolute end: the wait's timer costs no second look-up of the loop.
-            wait_until = None if wait is None else loop.time() + wait
+            wait_until = inf if wait is None else loop.time() + wait
             try:
                 result = await start(worker, remaining, wait_until, metadata)
             except asyncio.CancelledError:
