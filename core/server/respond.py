@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import logging
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import msgspec
@@ -11,20 +10,11 @@ from litestar import Request, Response
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from turnout.generation.flow import Folded, Generated
-from turnout.observability.metrics import note_failure, note_stream_cut
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
-from turnout.server.sse import (
-    DONE,
-    EventStream,
-    sse_batch,
-    sse_error,
-    sse_typed_batch,
-    sse_typed_error,
-)
+from turnout.server.sse import EventStream
 
 _encode = msgspec.json.Encoder().encode
-log = logging.getLogger(__name__)
 
 
 def answer_json(body: Any, status: int = 200) -> Response[bytes]:
@@ -68,39 +58,6 @@ def answer_error(error: ApiError) -> Response[bytes]:
     )
 
 
-async def sse_body(
-    batches: AsyncGenerator[list[Any], None], *, typed: bool = False
-) -> AsyncIterator[bytes]:
-    """Frame each batch of payloads as one piece of SSE (``typed``: as named events, see
-    :func:`sse_typed_batch`); an error after the stream started becomes an error event (the
-    response's tail, ``[DONE]`` for untyped streams, follows in every case). Closing the body
-    closes ``batches`` at once (which ends the request on its workers)."""
-    sent = 0
-    try:
-        if typed:
-            async for payloads in batches:
-                sent += len(payloads)
-                yield sse_typed_batch(payloads)
-        else:
-            async for payloads in batches:
-                yield sse_batch(payloads)
-    except ApiError as exc:
-        note_stream_cut(exc.status)
-        yield _error_event(exc, typed, sent)
-    except Exception as exc:  # a stream must end cleanly whatever broke
-        log.exception("stream failed")
-        note_failure(exc)
-        note_stream_cut(500)
-        yield _error_event(ApiError(500, f"internal error: {type(exc).__name__}"), typed, sent)
-    finally:
-        await batches.aclose()
-
-
-def _error_event(error: ApiError, typed: bool, sent: int) -> bytes:
-    # A typed stream numbers its events from 0: the error is the next one.
-    return sse_typed_error(error, sent) if typed else sse_error(error)
-
-
 def answer_generated(
     generated: Generated, services: Services, request: Request[Any, Any, Any]
 ) -> ASGIApp:
@@ -118,7 +75,5 @@ def answer_stream(
     untyped stream ends with ``[DONE]``, a typed one (OpenAI's Responses API) with its last
     event."""
     return EventStream(
-        sse_body(batches, typed=typed),
-        tail=b"" if typed else DONE,
-        keepalive_s=services.config.server.keepalive_interval_s,
+        batches, typed=typed, keepalive_s=services.config.server.keepalive_interval_s
     )

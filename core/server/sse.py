@@ -1,11 +1,12 @@
-"""Server-sent events: framing, the error event, and the streaming response that sends them with
-keep-alive comments while a stream is idle."""
+"""Server-sent events: framing, the error event, and the streaming response that frames and sends
+batches of payloads, with keep-alive comments while a stream is idle."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Iterable
+import logging
+from collections.abc import AsyncGenerator, Iterable
 from typing import Any, ClassVar, Final
 
 import msgspec
@@ -14,6 +15,7 @@ from litestar.datastructures import Cookie
 from litestar.response.base import ASGIResponse
 from litestar.types import Receive, Send
 
+from turnout.observability.metrics import note_failure, note_stream_cut
 from turnout.server.errors import ApiError
 from turnout.tasks import cancel_and_wait
 
@@ -30,6 +32,7 @@ __all__ = [
 DONE: Final = b"data: [DONE]\n\n"
 KEEPALIVE: Final = b": keep-alive\n\n"
 _encode = msgspec.json.Encoder().encode
+log = logging.getLogger(__name__)
 
 
 def sse_batch(payloads: Iterable[Any]) -> bytes:
@@ -72,22 +75,25 @@ def sse_typed_error(error: ApiError, sequence_number: int) -> bytes:
 
 
 class EventStream(Response[bytes]):
-    """A ``text/event-stream`` response: ``body`` pieces as they come, then ``tail``.
+    """A ``text/event-stream`` response: each batch of payloads as one piece, then the tail
+    (``[DONE]``; nothing for a typed stream, which ends with its last event).
 
-    The body is sent from the request's own task, one ASGI message per piece (a piece carries
-    every event that was ready together). When no piece came for ``keepalive_s`` seconds, a
-    comment line is sent so that proxies keep the connection open. A client that disconnects is
-    noticed by the generation gate, which cancels the request's task: the body is then closed,
-    which aborts the request on its worker.
+    Each batch is framed and sent from the request's own task as one ASGI message (a piece
+    carries every event that was ready together), with no generator in between. An error of
+    ``batches`` after the stream started becomes an error event, before the tail. When no piece
+    went out for ``keepalive_s`` seconds, a comment line is sent so that proxies keep the
+    connection open. A client that disconnects is noticed by the generation gate, which
+    cancels the request's task: ``batches`` is then closed at once (which aborts the request on
+    its worker).
     """
 
-    __slots__ = ("_body", "_keepalive_s", "_tail")
+    __slots__ = ("_batches", "_keepalive_s", "_typed")
 
     def __init__(
         self,
-        body: AsyncIterator[bytes],
+        batches: AsyncGenerator[list[Any], None],
         *,
-        tail: bytes = b"",
+        typed: bool = False,
         keepalive_s: float = 0.0,
         headers: dict[str, str] | None = None,
     ) -> None:
@@ -96,8 +102,8 @@ class EventStream(Response[bytes]):
             media_type="text/event-stream",
             headers={"cache-control": "no-cache", "x-accel-buffering": "no", **(headers or {})},
         )
-        self._body = body
-        self._tail = tail
+        self._batches = batches
+        self._typed = typed
         self._keepalive_s = keepalive_s
 
     def to_asgi_response(
@@ -113,8 +119,8 @@ class EventStream(Response[bytes]):
         """The ASGI side of the response (called by Litestar)."""
         merged = {**headers, **self.headers} if headers else dict(self.headers)
         return _EventStreamAsgi(
-            self._body,
-            self._tail,
+            self._batches,
+            self._typed,
             self._keepalive_s,
             headers=merged,
             cookies=[*self.cookies, *(cookies or ())],
@@ -125,37 +131,76 @@ class EventStream(Response[bytes]):
 
 
 class _EventStreamAsgi(ASGIResponse):
-    __slots__ = ("_body", "_keepalive_s", "_tail")
+    __slots__ = ("_batches", "_keepalive_s", "_typed")
 
     _should_set_content_length: ClassVar[bool] = False
 
     def __init__(
-        self, body: AsyncIterator[bytes], tail: bytes, keepalive_s: float, **kwargs: Any
+        self,
+        batches: AsyncGenerator[list[Any], None],
+        typed: bool,
+        keepalive_s: float,
+        **kwargs: Any,
     ) -> None:
         super().__init__(content_length=0, **kwargs)
-        self._body = body
-        self._tail = tail
+        self._batches = batches
+        self._typed = typed
         self._keepalive_s = keepalive_s
 
     async def send_body(self, send: Send, receive: Receive) -> None:
-        body = self._body
+        # The one loop of a stream step: take a batch, frame it, send it (no await in between
+        # but the send, and the keep-alive's only when a comment is being sent right then).
+        batches = self._batches
+        typed = self._typed
+        frame = sse_typed_batch if typed else sse_batch
+        next_batch = batches.__anext__
         idle = _KeepAlive(send, self._keepalive_s) if self._keepalive_s > 0 else None
+        sent = 0  # events so far: a typed stream numbers them, its error event is the next one
+        tail = b"" if typed else DONE
         try:
-            async for piece in body:
+            while True:
+                try:
+                    payloads = await next_batch()
+                except StopAsyncIteration:
+                    break
+                except Exception as exc:  # a stream must end cleanly whatever broke
+                    error = _stream_failure(exc)
+                    piece = sse_typed_error(error, sent) if typed else sse_error(error)
+                    failed = True
+                else:
+                    sent += len(payloads)
+                    piece = frame(payloads)
+                    failed = False
                 if idle is not None:
-                    await idle.before_send()
+                    pending = idle.before_send()
+                    if pending is not None:
+                        await pending
                 await send({"type": "http.response.body", "body": piece, "more_body": True})
                 if idle is not None:
                     idle.sent()
+                if failed:
+                    break
             if idle is not None:
-                await idle.before_send()
-            await send({"type": "http.response.body", "body": self._tail, "more_body": False})
+                pending = idle.before_send()
+                if pending is not None:
+                    await pending
+            await send({"type": "http.response.body", "body": tail, "more_body": False})
         finally:
             if idle is not None:
                 await idle.stop()
-            aclose = getattr(body, "aclose", None)
-            if aclose is not None:
-                await aclose()
+            await batches.aclose()
+
+
+def _stream_failure(exc: Exception) -> ApiError:
+    """The error to tell the client when a stream fails after it started (noted on the
+    request's record: logged and counted as a cut stream, not as a 200)."""
+    if isinstance(exc, ApiError):
+        note_stream_cut(exc.status)
+        return exc
+    log.exception("stream failed", exc_info=exc)
+    note_failure(exc)
+    note_stream_cut(500)
+    return ApiError(500, f"internal error: {type(exc).__name__}")
 
 
 class _KeepAlive:
@@ -179,12 +224,12 @@ class _KeepAlive:
             self._last + interval, self._check
         )
 
-    async def before_send(self) -> None:
-        """Called before each piece: wait for a keep-alive comment still being sent."""
+    def before_send(self) -> asyncio.Task[None] | None:
+        """Called before each piece: the keep-alive comment still being sent, which the piece
+        must wait for (None nearly always)."""
         self._busy = True
         task = self._task
-        if task is not None and not task.done():
-            await task
+        return task if task is not None and not task.done() else None
 
     def sent(self) -> None:
         """Called after each piece."""

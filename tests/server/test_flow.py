@@ -3,7 +3,6 @@ session closed however the request ends, and the all-or-none dispatch."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ from turnout.generation.models import ModelRuntime
 from turnout.generation.requests import CompletionRequest
 from turnout.routing.types import RoutingRequest
 from turnout.server.errors import ApiError
-from turnout.server.respond import sse_body
 from turnout.wire import pb
 
 from .outputs import EOS, TOKENIZER
@@ -130,23 +128,6 @@ async def test_a_prompt_that_finds_no_worker_closes_the_sessions_already_open() 
         await generate(completions.ENDPOINT, request(False), context(), backend)
     assert len(backend.sessions) == 2
     assert all(session.closed for session in backend.sessions)
-
-
-async def test_closing_the_sse_body_closes_its_source_at_once() -> None:
-    """The HTTP side closes its body when the client leaves: that reaches the flow at once."""
-    closed = []
-
-    async def source() -> AsyncGenerator[list[Any], None]:
-        try:
-            while True:
-                yield [{"x": 1}]
-        finally:
-            closed.append(True)
-
-    body = sse_body(source())
-    assert await anext(body) == b'data: {"x":1}\n\n'
-    await body.aclose()  # type: ignore[attr-defined]
-    assert closed == [True]
 
 
 async def test_the_meter_is_fed_by_the_one_walk_over_the_responses() -> None:
