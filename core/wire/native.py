@@ -79,6 +79,7 @@ class NativeCall:
         "_got_headers",
         "_held",
         "_load",
+        "_loop",
         "_max_message",
         "_messages",
         "_metadata",
@@ -113,7 +114,8 @@ class NativeCall:
         self._response_type = response_type
         raw = request.SerializeToString()
         self._body = b"\x00" + len(raw).to_bytes(4, "big") + raw
-        loop = asyncio.get_running_loop()
+        # Kept: on Python 3.11 every asyncio.get_running_loop() is a getpid() system call.
+        loop = self._loop = asyncio.get_running_loop()
         self._deadline_at = None if timeout is None else loop.time() + timeout
         self._max_message = channel.settings.max_message_bytes
         self._messages: deque[bytes] = deque()
@@ -170,27 +172,28 @@ class NativeCall:
             self._cut = False
             await asyncio.sleep(0)
         messages = self._messages
-        if messages or await self._wait():
-            taken: Iterable[bytes] = messages
-            if self._queued > BATCH_BYTES:
-                taken = self._take_slice()
-            parse = self._response_type.FromString
-            try:
-                batch = [parse(data) for data in taken]
-            except DecodeError as exc:
-                return self._parse_until_malformed(taken, exc)
-            if taken is messages:
-                messages.clear()
-                self._queued = 0
-            if self._held and not messages:
-                self._give_back()
-            load = self._load
-            if load is not None:
-                self._pace_at = (
-                    asyncio.get_running_loop().time() + self._pace_s if load.is_busy() else 0.0
-                )
-            return batch
-        return []
+        while not messages:  # ``_wait`` inline: no coroutine of its own per stream step
+            waiting = self._waiting()
+            if waiting is None:
+                return []
+            await waiting
+        taken: Iterable[bytes] = messages
+        if self._queued > BATCH_BYTES:
+            taken = self._take_slice()
+        parse = self._response_type.FromString
+        try:
+            batch = [parse(data) for data in taken]
+        except DecodeError as exc:
+            return self._parse_until_malformed(taken, exc)
+        if taken is messages:
+            messages.clear()
+            self._queued = 0
+        if self._held and not messages:
+            self._give_back()
+        load = self._load
+        if load is not None:
+            self._pace_at = self._loop.time() + self._pace_s if load.is_busy() else 0.0
+        return batch
 
     def _take_slice(self) -> list[bytes]:
         """Messages from the head of the queue: at most ``BATCH_BYTES`` of them, at least one."""
@@ -246,21 +249,25 @@ class NativeCall:
 
     async def _wait(self) -> bool:
         """Wait until a message is queued (True) or the call ended with OK (False)."""
-        while True:
-            if self._messages:
-                return True
-            if self._error is not None:
-                raise self._error
-            if self._ended:
+        while not self._messages:
+            waiting = self._waiting()
+            if waiting is None:
                 return False
-            if self._connecting is not None:
-                await self._connecting
-                continue
-            waiter = self._waiter = asyncio.get_running_loop().create_future()
-            try:
-                await waiter
-            finally:
-                self._waiter = None
+            await waiting
+        return True
+
+    def _waiting(self) -> asyncio.Future[Any] | None:
+        """While no message is queued: what to wait for (the connection being made, or a
+        waiter that ``_wake`` completes); None once the call ended with OK. Raises the call's
+        error."""
+        if self._error is not None:
+            raise self._error
+        if self._ended:
+            return None
+        if self._connecting is not None:
+            return self._connecting
+        waiter = self._waiter = self._loop.create_future()
+        return waiter
 
     def cancel(self) -> None:
         """Stop now: the stream is reset and ``read()`` returns None."""
@@ -278,7 +285,7 @@ class NativeCall:
         if self.done():
             return
         self._cancel_timer()
-        self._timer = asyncio.get_running_loop().call_later(_RELEASE_GRACE_S, self.cancel)
+        self._timer = self._loop.call_later(_RELEASE_GRACE_S, self.cancel)
 
     def done(self) -> bool:
         """True once the call ended (worker status, failure or cancel)."""
@@ -292,7 +299,7 @@ class NativeCall:
         if connection is not None:
             self._open(connection)
         else:
-            self._connecting = asyncio.get_running_loop().create_task(self._connect_and_open())
+            self._connecting = self._loop.create_task(self._connect_and_open())
 
     async def _connect_and_open(self) -> None:
         try:
@@ -313,7 +320,7 @@ class NativeCall:
             self._connecting = None
 
     def _open(self, connection: Http2Connection) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         deadline_at = self._deadline_at
         remaining = None if deadline_at is None else deadline_at - loop.time()
         try:
@@ -487,7 +494,7 @@ class NativeCall:
         keep the loop's turns short, so that new requests are not kept waiting behind them)."""
         if self._pace_timer is not None or self._waiter is None:
             return
-        loop = asyncio.get_running_loop()
+        loop = self._loop
         if loop.time() < self._pace_at:
             self._pace_timer = loop.call_at(self._pace_at, self._wake)
         else:
@@ -499,8 +506,10 @@ class NativeCall:
             timer.cancel()
             self._pace_timer = None
         waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        if waiter is not None:
+            self._waiter = None  # the reader is no longer waiting (``_wake_paced``)
+            if not waiter.done():
+                waiter.set_result(None)
 
 
 class NativeChannel:
