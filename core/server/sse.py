@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Iterable
+from collections.abc import AsyncGenerator, Iterable, Sequence
 from typing import Any, ClassVar, Final
 
 import msgspec
@@ -35,8 +35,10 @@ _encode = msgspec.json.Encoder().encode
 log = logging.getLogger(__name__)
 
 
-def sse_batch(payloads: Iterable[Any]) -> bytes:
+def sse_batch(payloads: Sequence[Any]) -> bytes:
     """Several ``data:`` events as one piece of the body (one write)."""
+    if len(payloads) == 1:  # the usual stream step: one event, no list to build and join
+        return b"data: " + _encode(payloads[0]) + b"\n\n"
     return b"".join([b"data: " + _encode(payload) + b"\n\n" for payload in payloads])
 
 
