@@ -14,8 +14,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 from urllib.parse import urlsplit
 
+from turnout.deadlines import Deadlines
 from turnout.routing.types import Candidate, Policy, RoutingRequest
-from turnout.server.deadlines import Deadlines
 from turnout.workers.connection import ResponseStream
 from turnout.workers.dp import DpRank, Slot, candidate_ids
 from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError

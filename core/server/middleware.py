@@ -36,11 +36,11 @@ from litestar.types import (
 )
 
 from turnout.config import Config, ServerConfig
+from turnout.deadlines import Deadlines
 from turnout.observability.logs import RequestRecord, current_record, log_access, request_scope
 from turnout.observability.metrics import Metrics, route_label
 from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of
 from turnout.server.connections import connection_of
-from turnout.server.deadlines import Deadlines
 from turnout.server.errors import ApiError
 from turnout.server.limits import (
     AdmissionGate,

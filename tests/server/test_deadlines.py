@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from turnout.server.deadlines import Deadlines
+from turnout.deadlines import Deadlines
 
 
 async def test_a_block_past_its_deadline_raises_timeout_error() -> None:
