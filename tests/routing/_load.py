@@ -20,6 +20,9 @@ class LoadResult:
     completions: int = 0
     #: Other answers by status (0: no answer at all: transport error or client timeout).
     failures: Counter[int] = field(default_factory=Counter)
+    #: The transport errors and timeouts behind the failures with status 0, as
+    #: ``ExceptionType: message``, so that a rare one names its cause in the test log.
+    transport_errors: Counter[str] = field(default_factory=Counter)
     #: Seconds from sending each request to its complete answer.
     waits: list[float] = field(default_factory=list)
 
@@ -36,7 +39,9 @@ class LoadResult:
     def summary(self) -> str:
         """One line for the test log."""
         return (
-            f"{self.completions} completions, failures {dict(self.failures)}, waits "
+            f"{self.completions} completions, failures {dict(self.failures)}"
+            + (f" ({dict(self.transport_errors)})" if self.transport_errors else "")
+            + ", waits "
             f"p50 {self.percentile(0.5):.2f}s p99 {self.percentile(0.99):.2f}s "
             f"worst {self.worst_wait_s:.2f}s over {len(self.waits)} requests"
         )
@@ -58,8 +63,9 @@ async def closed_loop(
                 try:
                     response = await client.post(url, json=body)
                     status = response.status_code
-                except httpx.HTTPError:
+                except httpx.HTTPError as exc:
                     status = 0
+                    result.transport_errors[f"{type(exc).__name__}: {exc}"] += 1
                 result.waits.append(time.monotonic() - start)
                 if status == 200:
                     result.completions += 1
