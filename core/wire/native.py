@@ -492,8 +492,9 @@ class NativeCall:
         """Wake the reader for new messages, but not before ``_pace_at``: while the loop is
         busy, a stream takes its messages in fewer, larger batches (fewer steps per stream
         keep the loop's turns short, so that new requests are not kept waiting behind them)."""
-        if self._pace_timer is not None or self._waiter is None:
-            return
+        waiter = self._waiter
+        if self._pace_timer is not None or waiter is None or waiter.done():
+            return  # a wake is due already, or no reader waits (one cancelled leaves its waiter)
         loop = self._loop
         if loop.time() < self._pace_at:
             self._pace_timer = loop.call_at(self._pace_at, self._wake)
