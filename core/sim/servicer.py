@@ -326,7 +326,9 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                     outcome = stream.outcome
                 finally:
                     await rank.release_slot()
-        except asyncio.CancelledError:
+        except (asyncio.CancelledError, GeneratorExit):
+            # The caller went away: gRPC cancels the handler, or closes this generator at a
+            # yield when the stream is gone by the time a message is sent (an abort's last one).
             outcome = "cancelled"
             raise
         finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -196,3 +197,23 @@ async def test_echo_of_a_raw_prompt(client: WorkerClient) -> None:
     out = await fold(client.generate(gen))
     assert out.text(skip_special=True) == "Plain completion prompt"
     assert decode(out.tokens[0][-1:]) == "<|im_end|>"
+
+
+async def test_a_stream_its_caller_closes_at_a_yield_is_recorded_as_cancelled(
+    sim: SimWorker,
+) -> None:
+    # gRPC closes a handler's generator at its yield when the caller is gone by the time the
+    # next message is sent (a router that aborts a request and then exits at once).
+    context = cast("grpc.aio.ServicerContext[Any, Any]", _CallWithoutMetadata())
+    stream = sim.servicer.Generate(request("Hi", request_id="gone", max_new_tokens=500), context)
+    await anext(stream)
+    await stream.aclose()
+    assert sim.records.outcomes["gone"] == "cancelled"
+    assert sim.running == 0
+
+
+class _CallWithoutMetadata:
+    """What the servicer reads of a call's context on the happy path."""
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return ()
