@@ -127,9 +127,18 @@ def run_router(
     protocol = (
         {"http": guarded_protocol(ConnectionLimits.from_server(cfg.server))} if guarded else {}
     )
+    # Keep-alive as `turnout serve` has it (server.idle_timeout_s, 75 s), not uvicorn's 5 s: a
+    # server that drops idle connections exactly when httpx's pool expires them (also 5 s)
+    # races a client reusing one, and the client's request meets a reset.
     server = uvicorn.Server(
         uvicorn.Config(
-            app, host="127.0.0.1", port=http_port, log_level="warning", lifespan="on", **protocol
+            app,
+            host="127.0.0.1",
+            port=http_port,
+            log_level="warning",
+            lifespan="on",
+            timeout_keep_alive=cfg.server.idle_timeout_s or 24 * 3600,
+            **protocol,
         )
     )
     loop_box: list[asyncio.AbstractEventLoop] = []
