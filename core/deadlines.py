@@ -28,11 +28,14 @@ _SLACK_S = 0.001
 class Deadline:
     """One ``with`` block of a task under a deadline (see :meth:`Deadlines.at`)."""
 
-    __slots__ = ("_board", "_cancelling", "_expired", "_task", "when")
+    __slots__ = ("_board", "_cancelling", "_expired", "_loop", "_task", "when")
 
-    def __init__(self, board: Deadlines, when: float) -> None:
+    def __init__(
+        self, board: Deadlines, when: float, loop: asyncio.AbstractEventLoop | None = None
+    ) -> None:
         self._board = board
         self.when = when
+        self._loop = loop
         self._expired = False
 
     def expired(self) -> bool:
@@ -40,13 +43,15 @@ class Deadline:
         return self._expired
 
     def __enter__(self) -> Deadline:
-        task = asyncio.current_task()
+        # One loop look-up at most: on Python 3.11 each is a getpid() system call.
+        loop = self._loop or asyncio.get_running_loop()
+        task = asyncio.current_task(loop)
         if task is None:
             raise RuntimeError("a deadline is for a task")
         self._task = task
         self._cancelling = task.cancelling()
         if self.when != math.inf:
-            self._board._add(self)
+            self._board._add(self, loop)
         return self
 
     def __exit__(
@@ -79,18 +84,19 @@ class Deadlines:
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0
 
-    def at(self, when: float) -> Deadline:
-        """A ``with`` block that times out at loop time ``when``."""
-        return Deadline(self, when)
+    def at(self, when: float, loop: asyncio.AbstractEventLoop | None = None) -> Deadline:
+        """A ``with`` block that times out at loop time ``when``; ``loop``: the running loop,
+        when the caller has it at hand (the block is entered in a task of that loop)."""
+        return Deadline(self, when, loop)
 
     def after(self, delay: float | None) -> Deadline:
         """A ``with`` block that times out ``delay`` s from now (None: never)."""
         if delay is None:
             return Deadline(self, math.inf)
-        return Deadline(self, asyncio.get_running_loop().time() + delay)
-
-    def _add(self, deadline: Deadline) -> None:
         loop = asyncio.get_running_loop()
+        return Deadline(self, loop.time() + delay, loop)
+
+    def _add(self, deadline: Deadline, loop: asyncio.AbstractEventLoop) -> None:
         if loop is not self._loop:  # first use, or the app now serves on another loop
             self._loop, self._timer = loop, None
             self._pending.clear()

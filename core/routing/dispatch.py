@@ -14,7 +14,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 from urllib.parse import urlsplit
 
-from turnout.deadlines import Deadlines
+from turnout.deadlines import Deadline, Deadlines
 from turnout.routing.types import Candidate, Policy, RoutingRequest
 from turnout.workers.connection import ResponseStream
 from turnout.workers.dp import DpRank, Slot, candidate_ids
@@ -42,10 +42,10 @@ ChangedHook = Callable[[Sequence[str]], None]
 #: gRPC metadata of a call (the W3C trace context).
 Metadata = Sequence[tuple[str, str]]
 T = TypeVar("T")
-#: One attempt on a worker: (worker, the request's remaining seconds, when (loop time) the
-#: wait for the first answer ends, metadata) -> what the worker answered; raises what the
-#: worker's call raised.
-_Start = Callable[[Worker, float | None, float, Metadata], Awaitable[T]]
+#: One attempt on a worker: (worker, the request's remaining seconds, the deadline of the wait
+#: for the first answer, metadata) -> what the worker answered; raises what the worker's call
+#: raised.
+_Start = Callable[[Worker, float | None, Deadline, Metadata], Awaitable[T]]
 
 
 @dataclass(slots=True)
@@ -228,11 +228,11 @@ class Dispatcher:
             return await self._pd.open(model, routing, request, deadline_at)
 
         async def first_batch(
-            worker: Worker, remaining: float | None, wait_until: float, metadata: Metadata
+            worker: Worker, remaining: float | None, first_wait: Deadline, metadata: Metadata
         ) -> tuple[ResponseStream, list[Any]]:
             stream = worker.connection.generate(request, remaining, metadata)
             try:
-                with self._first_responses.at(wait_until):
+                with first_wait:
                     first = await stream.next_batch()
                 if not first:
                     raise _Unanswered(
@@ -271,9 +271,9 @@ class Dispatcher:
         """
 
         async def answer(
-            worker: Worker, remaining: float | None, wait_until: float, metadata: Metadata
+            worker: Worker, remaining: float | None, first_wait: Deadline, metadata: Metadata
         ) -> Any:
-            with self._first_responses.at(wait_until):
+            with first_wait:
                 return await worker.connection.embed(request, remaining, metadata)
 
         won = await self._attempt(model, routing, request, timeout, "Embed", answer)
@@ -328,8 +328,9 @@ class Dispatcher:
                 span = tracing.start_span(_span_name(rpc), attributes, client=True)
                 metadata = tracing.worker_metadata(span)
             wait_until = inf if wait is None else loop.time() + wait
+            first_wait = self._first_responses.at(wait_until, loop)
             try:
-                result = await start(worker, remaining, wait_until, metadata)
+                result = await start(worker, remaining, first_wait, metadata)
             except asyncio.CancelledError:
                 slot.release()
                 if span is not None:

@@ -58,14 +58,15 @@ def answer_error(error: ApiError) -> Response[bytes]:
     )
 
 
-def answer_generated(
-    generated: Generated, services: Services, request: Request[Any, Any, Any]
-) -> ASGIApp:
-    """The response of a generation request: one JSON body, or an SSE stream."""
+def answer_generated(generated: Generated, services: Services, scope: Scope) -> ASGIApp:
+    """The response of a generation request (``scope``: its ASGI scope): one JSON body, or an
+    SSE stream."""
     if isinstance(generated, Folded):
         return JsonAnswer(_encode(generated.body))
     stream = answer_stream(generated.payloads, services, typed=generated.typed_events)
-    return stream.to_asgi_response(None, request)
+    # Litestar's conversion takes a request object, built only here: a one-shot answer
+    # does without it.
+    return stream.to_asgi_response(None, Request(scope))
 
 
 def answer_stream(

@@ -85,9 +85,11 @@ class LoopLoad:
         self.busy = False
 
 
-def loop_load() -> LoopLoad:
-    """The ``LoopLoad`` of the running loop (one per loop)."""
-    loop = asyncio.get_running_loop()
+def loop_load(loop: asyncio.AbstractEventLoop | None = None) -> LoopLoad:
+    """The ``LoopLoad`` of the running loop (one per loop); ``loop``: the running loop, when
+    the caller has it at hand."""
+    if loop is None:
+        loop = asyncio.get_running_loop()
     load = _by_loop.get(loop)
     if load is None:
         load = _by_loop[loop] = LoopLoad(loop)

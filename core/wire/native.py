@@ -138,7 +138,7 @@ class NativeCall:
         #: Pacing of the reads while the loop is busy (``ClientSettings.busy_read_interval_s``):
         #: the reader is woken for new messages no sooner than ``_pace_at``.
         self._pace_s = channel.settings.busy_read_interval_s
-        self._load = loop_load() if self._pace_s > 0 else None
+        self._load = loop_load(loop) if self._pace_s > 0 else None
         self._pace_at = 0.0
         self._pace_timer: asyncio.TimerHandle | None = None
 
