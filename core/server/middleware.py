@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -279,13 +280,14 @@ class _BodyDeadline:
     """The app's ``receive`` while the request body arrives: a 408 when the whole body has not
     come within ``limit_s`` of the request's start (a client trickling its body)."""
 
-    __slots__ = ("_deadline_at", "_deadlines", "_limit_s", "_receive", "done", "expired")
+    __slots__ = ("_deadline_at", "_deadlines", "_limit_s", "_loop", "_receive", "done", "expired")
 
     def __init__(self, receive: Receive, limit_s: float, deadlines: Deadlines) -> None:
         self._receive = receive
         self._limit_s = limit_s
         self._deadlines = deadlines
-        self._deadline_at = asyncio.get_running_loop().time() + limit_s
+        self._loop = asyncio.get_running_loop()
+        self._deadline_at = self._loop.time() + limit_s
         self.done = False
         self.expired = False
 
@@ -293,7 +295,7 @@ class _BodyDeadline:
         if self.done:
             return await self._receive()
         try:
-            with self._deadlines.at(self._deadline_at):
+            with self._deadlines.at(self._deadline_at, self._loop):
                 message = await self._receive()
         except TimeoutError:
             self.expired = True
@@ -440,7 +442,8 @@ class _Gate:
         The response's progress is in ``record`` (noted by the ops middleware's send)."""
         if record is None:
             raise RuntimeError("the gate runs inside the ops middleware")
-        task = asyncio.current_task()
+        loop = asyncio.get_running_loop()  # once: on Python 3.11 each look-up is a getpid()
+        task = asyncio.current_task(loop)
         assert task is not None
         gone = False
 
@@ -451,7 +454,7 @@ class _Gate:
                 task.cancel()
 
         timeout = self.ops.server.request_timeout_s
-        deadline = self.ops.deadlines.after(timeout if timeout > 0 else None)
+        deadline = self.ops.deadlines.at(loop.time() + timeout if timeout > 0 else math.inf, loop)
         handler = scope.get("route_handler")
         app = handler.opt.get(ENDPOINT_APP, self.app) if handler is not None else self.app
         watch.on_disconnect.append(client_left)
