@@ -10,7 +10,7 @@
    session is a pair: the same request on a prefill and a decode worker, read from decode
    (:mod:`turnout.routing.pd`; one pair per choice when ``n > 1``).
 4. **events** — each session's responses become batches of events, prompt after prompt
-   (:func:`~turnout.generation.pipeline.stream_events`).
+   (:class:`~turnout.generation.pipeline.SessionEvents`).
 5. **render** — the endpoint's :class:`Renderer` turns each batch into stream payloads, or
    folds it into one answer: streaming and one-shot answers read the very same events.
 
@@ -20,7 +20,7 @@ The HTTP side decodes the body, runs :func:`generate` and sends what it returns.
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -29,7 +29,7 @@ from turnout.generation.context import RequestContext
 from turnout.generation.events import Event
 from turnout.generation.models import ModelRuntime, ModelTable
 from turnout.generation.output import make_processors
-from turnout.generation.pipeline import GenerateSession, Opener, stream_events
+from turnout.generation.pipeline import GenerateSession, Opener, SessionEvents
 from turnout.generation.plan import Plan
 from turnout.generation.spans import RequestSpans, traced_prepare
 from turnout.generation.worker_request import worker_requests, worker_streaming
@@ -133,11 +133,28 @@ class Folded:
     body: Any
 
 
+class PayloadStream(Protocol):
+    """A streamed answer's lists of payloads (each to be sent in one piece), as an async
+    iterator that is closed once the sender is done with it (also when it stopped early)."""
+
+    def __aiter__(self) -> AsyncIterator[list[Any]]:
+        """The iterator itself."""
+        ...
+
+    def __anext__(self) -> Awaitable[list[Any]]:
+        """The next list of payloads (``StopAsyncIteration`` at the end)."""
+        ...
+
+    async def aclose(self) -> None:
+        """Stop: close every worker session still open (which aborts its request)."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Streamed:
     """A streamed answer: lists of payloads, each list to be sent in one piece."""
 
-    payloads: AsyncGenerator[list[Any], None]
+    payloads: PayloadStream
     #: The payloads are typed events (see :attr:`Endpoint.typed_events`).
     typed_events: bool = False
 
@@ -157,8 +174,8 @@ async def generate(
     work = build(plan, ctx)
     renderer = endpoint.renderer(request, plan, ctx)
     sessions = await dispatch(backend.open_stream, plan, work.requests, ctx)
-    streams = [
-        stream_events(
+    sources = [
+        SessionEvents(
             session,
             choices,
             worker_streams=work.worker_streams,
@@ -171,11 +188,11 @@ async def generate(
         spans = RequestSpans(tracing, ctx)
         renderer = spans.renderer(renderer)
         if plan.stream:
-            return Streamed(spans.payloads(_streamed(renderer, streams, sessions)))
-        return Folded(await spans.folded(_folded(renderer, streams, sessions)))
+            return Streamed(spans.payloads(_Payloads(renderer, sources, sessions)))
+        return Folded(await spans.folded(_folded(renderer, sources, sessions)))
     if plan.stream:
-        return Streamed(_streamed(renderer, streams, sessions), endpoint.typed_events)
-    return Folded(await _folded(renderer, streams, sessions))
+        return Streamed(_Payloads(renderer, sources, sessions), endpoint.typed_events)
+    return Folded(await _folded(renderer, sources, sessions))
 
 
 async def prepare(
@@ -249,51 +266,90 @@ async def dispatch(
     return sessions
 
 
-EventStreams = list[AsyncGenerator[list[Event], None]]
+class _Payloads:
+    """A streamed answer's payloads per batch of events, prompt after prompt; every session
+    is closed at the end, also those of prompts not reached (the client left, or an earlier
+    prompt failed).
 
+    A stream step is this one coroutine: it awaits the worker session's next batch and turns
+    it into events and payloads with plain calls (no generator per layer in between).
+    """
 
-async def _streamed(
-    renderer: Renderer, streams: EventStreams, sessions: list[GenerateSession]
-) -> AsyncGenerator[list[Any], None]:
-    """Payloads per batch of events, prompt after prompt; every session is closed at the end,
-    also those of prompts not reached (the client left, or an earlier prompt failed)."""
-    try:
-        for prompt_index, events in enumerate(streams):
-            opening = renderer.opening(prompt_index)
-            async for batch in events:
-                payloads = renderer.stream(batch)
-                if opening:
+    __slots__ = ("_done", "_opening", "_prompt", "_renderer", "_sessions", "_sources")
+
+    def __init__(
+        self, renderer: Renderer, sources: list[SessionEvents], sessions: list[GenerateSession]
+    ) -> None:
+        self._renderer = renderer
+        self._sources = sources
+        self._sessions = sessions
+        #: The prompt being read, and its opening payloads while they were not sent.
+        self._prompt = 0
+        self._opening: list[Any] | None = None
+        self._done = False
+
+    def __aiter__(self) -> _Payloads:
+        return self
+
+    async def __anext__(self) -> list[Any]:
+        if self._done:
+            raise StopAsyncIteration
+        renderer = self._renderer
+        sources = self._sources
+        try:
+            while self._prompt < len(sources):
+                source = sources[self._prompt]
+                opening = self._opening
+                if opening is None:
+                    opening = self._opening = renderer.opening(self._prompt)
+                events = source.take(await source.session.next_batch())
+                payloads = renderer.stream(events) if events else []
+                if opening and events:
                     payloads = opening + payloads
-                    opening = []
+                    self._opening = []
+                if source.ended:
+                    await source.aclose()
+                    self._prompt += 1
+                    self._opening = None
                 if payloads:
-                    yield payloads
-        await renderer.complete()
-        closing = renderer.closing()
+                    return payloads
+            self._done = True
+            await renderer.complete()
+            closing = renderer.closing()
+        except BaseException:
+            await self.aclose()
+            raise
+        await self.aclose()
         if closing:
-            yield closing
-    finally:
-        await _close(sessions, streams)
+            return closing
+        raise StopAsyncIteration
+
+    async def aclose(self) -> None:
+        """Close every event source and session (idempotent)."""
+        self._done = True
+        await _close(self._sessions, self._sources)
 
 
 async def _folded(
-    renderer: Renderer, streams: EventStreams, sessions: list[GenerateSession]
+    renderer: Renderer, sources: list[SessionEvents], sessions: list[GenerateSession]
 ) -> Any:
     try:
-        for events in streams:
-            async for batch in events:
-                renderer.fold(batch)
+        for source in sources:
+            while not source.ended:
+                events = source.take(await source.session.next_batch())
+                if events:
+                    renderer.fold(events)
+            await source.aclose()
     finally:
-        await _close(sessions, streams)
+        await _close(sessions, sources)
     await renderer.complete()
     return renderer.answer()
 
 
-async def _close(
-    sessions: list[GenerateSession], streams: Sequence[AsyncGenerator[list[Event], None]] = ()
-) -> None:
-    """Close the event streams (a stream left mid-way ends its processing), then every session
+async def _close(sessions: list[GenerateSession], sources: Sequence[SessionEvents] = ()) -> None:
+    """Close the event sources (a stream left mid-way books its tokens), then every session
     (idempotent: a finished stream closed its own)."""
-    for events in streams:
-        await events.aclose()
+    for source in sources:
+        await source.aclose()
     for session in sessions:
         await session.aclose()

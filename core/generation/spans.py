@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
     from turnout.generation.context import RequestContext
-    from turnout.generation.flow import Renderer
+    from turnout.generation.flow import PayloadStream, Renderer
     from turnout.generation.plan import Plan
     from turnout.observability.otel import Tracing
 
@@ -109,9 +109,7 @@ class RequestSpans:
                 self._input_tokens += event.prompt_tokens
                 self._output_tokens += event.completion_tokens
 
-    async def payloads(
-        self, payloads: AsyncGenerator[list[Any], None]
-    ) -> AsyncGenerator[list[Any], None]:
+    async def payloads(self, payloads: PayloadStream) -> AsyncGenerator[list[Any], None]:
         """A streamed answer's payloads, ending the spans when the stream ends."""
         try:
             async for item in payloads:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
 from typing import Any
 
 import msgspec
 from litestar import Request, Response
 from litestar.types import ASGIApp, Receive, Scope, Send
 
-from turnout.generation.flow import Folded, Generated
+from turnout.generation.flow import Folded, Generated, PayloadStream
 from turnout.server.context import Services
 from turnout.server.errors import ApiError
 from turnout.server.sse import EventStream
@@ -70,7 +69,7 @@ def answer_generated(generated: Generated, services: Services, scope: Scope) -> 
 
 
 def answer_stream(
-    batches: AsyncGenerator[list[Any], None], services: Services, *, typed: bool = False
+    batches: PayloadStream, services: Services, *, typed: bool = False
 ) -> EventStream:
     """An SSE response: one piece per batch of payloads, keep-alive comments while idle; an
     untyped stream ends with ``[DONE]``, a typed one (OpenAI's Responses API) with its last

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Iterable, Sequence
-from typing import Any, ClassVar, Final
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
 from litestar import Request, Response
@@ -18,6 +18,9 @@ from litestar.types import Receive, Send
 from turnout.observability.metrics import note_failure, note_stream_cut
 from turnout.server.errors import ApiError
 from turnout.tasks import cancel_and_wait
+
+if TYPE_CHECKING:
+    from turnout.generation.flow import PayloadStream
 
 __all__ = [
     "DONE",
@@ -93,7 +96,7 @@ class EventStream(Response[bytes]):
 
     def __init__(
         self,
-        batches: AsyncGenerator[list[Any], None],
+        batches: PayloadStream,
         *,
         typed: bool = False,
         keepalive_s: float = 0.0,
@@ -139,7 +142,7 @@ class _EventStreamAsgi(ASGIResponse):
 
     def __init__(
         self,
-        batches: AsyncGenerator[list[Any], None],
+        batches: PayloadStream,
         typed: bool,
         keepalive_s: float,
         **kwargs: Any,

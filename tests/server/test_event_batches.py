@@ -1,17 +1,19 @@
-"""``stream_events`` reads the worker in batches: however messages are grouped, the answer is the
+"""``SessionEvents`` reads the worker in batches: however messages are grouped, the answer is the
 same as reading them one by one; runs of one choice are pushed as one step."""
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import AsyncGenerator
 
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from turnout.generation.chat_render import ChatRenderer
+from turnout.generation.choice import ChoiceProcessor
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, Usage
-from turnout.generation.pipeline import stream_events
+from turnout.generation.pipeline import SessionEvents
 from turnout.server.errors import ApiError
 from turnout.wire import pb
 
@@ -32,6 +34,20 @@ class ScriptedSession:
 
     async def aclose(self) -> None:
         self.closed = True
+
+
+async def stream_events(
+    session: ScriptedSession, processors: list[ChoiceProcessor]
+) -> AsyncGenerator[list[Event], None]:
+    """The session's non-empty event batches, read as the flow reads them; closed at the end."""
+    source = SessionEvents(session, processors)
+    try:
+        while not source.ended:
+            events = source.take(await session.next_batch())
+            if events:
+                yield events
+    finally:
+        await source.aclose()
 
 
 def messages(outputs: list[list[int]], sizes: list[int]) -> list[pb.GenerateResponse]:
