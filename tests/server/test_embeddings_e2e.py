@@ -235,22 +235,44 @@ def test_all_workers_failing_is_an_error_answer(matryoshka: Router) -> None:
 
 
 def test_a_client_that_leaves_aborts_the_calls(matryoshka: Router) -> None:
+    # Only this request's calls count: an earlier request's calls and aborts may still land on
+    # the workers after its answer (test_all_workers_failing's cancelled calls are aborted in
+    # the background), so a count of everything the workers saw can overshoot 4 and never be 4.
+    prefix = "client-leaves-"
     for sim in matryoshka.sims:
         sim.records.clear()
         sim.knobs.update({"hang": True})
+
+    def calls() -> set[tuple[int, str]]:
+        return {
+            (worker, request.request_id)
+            for worker, sim in enumerate(matryoshka.sims)
+            for request in sim.records.embed_requests
+            if request.request_id.startswith(prefix)
+        }
+
+    def aborted() -> list[tuple[int, str]]:
+        return [
+            (worker, request_id)
+            for worker, sim in enumerate(matryoshka.sims)
+            for request_id in sim.records.aborted
+            if request_id.startswith(prefix)
+        ]
+
     try:
         body = json.dumps({"model": MODEL, "input": ["a", "b", "c", "d"]}).encode()
         head = (
             "POST /v1/embeddings HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n"
+            f"X-Request-Id: {prefix}1\r\nContent-Length: {len(body)}\r\n\r\n"
         )
         with socket.create_connection(("127.0.0.1", matryoshka.port), timeout=10) as sock:
             sock.sendall(head.encode() + body)
             # Leave once every input's call waits on a worker.
-            matryoshka.wait_until(
-                lambda: sum(len(sim.records.embed_requests) for sim in matryoshka.sims) == 4
-            )
-        matryoshka.wait_until(lambda: sum(len(sim.records.aborted) for sim in matryoshka.sims) == 4)
+            matryoshka.wait_until(lambda: len(calls()) == 4)
+        sent = calls()
+        # Each call is aborted, once, on the worker that has it.
+        matryoshka.wait_until(lambda: sent <= set(aborted()))
+        assert sorted(aborted()) == sorted(sent)
     finally:
         for sim in matryoshka.sims:
             sim.knobs.update({"hang": False})
