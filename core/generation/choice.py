@@ -158,10 +158,6 @@ class ChoiceProcessor:
             return None
         if self._reader is not None:
             return self._push_read(token_ids, logprobs)
-        if self._keep_token_ids:
-            # The worker's ids (a protobuf container) become Python ints once, for the decoder
-            # and for the delta (each conversion costs about 40 ns per token).
-            token_ids = list(token_ids)
         visible = token_ids
         if token_ids and token_ids[-1] in self._hidden_stop_ids:
             visible = token_ids[:-1]  # EOS / stop token: ends the output, not part of its text
@@ -185,7 +181,8 @@ class ChoiceProcessor:
         if logprobs is not None and self._token_piece is not None:
             delta.logprobs = self._logprobs(logprobs, len(token_ids))
         if self._keep_token_ids:
-            # A list of this push's own (made above, or a slice of it).
+            # The stream driver hands each push a list of its own (a slice of the worker's
+            # ids), which the delta keeps; the decoder copies what it needs.
             delta.token_ids = token_ids if isinstance(token_ids, list) else list(token_ids)
         self._route(text, delta)
         if self.matched_stop is not None:
