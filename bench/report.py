@@ -203,13 +203,57 @@ def _ratio_table(title: str, table: dict[str, dict[str, Any]]) -> list[str]:
     return lines
 
 
+def _spread_cells(s: dict[str, Any], fmt: str) -> str:
+    rounds = " ".join(_cell(v, fmt) for v in s["values"])
+    return "".join(f"{_cell(s[k], fmt):>9}" for k in ("median", "min", "max")) + f"  {rounds}"
+
+
+def _spread_table(title: str, table: dict[str, dict[str, dict[str, Any]]]) -> list[str]:
+    """One row per (scenario, metric) with a figure: median, min, max and each round's value."""
+    lines = ["", title]
+    lines.append(f"{'scenario':<{_NAME}}{'ratio':<22}{'median':>9}{'min':>9}{'max':>9}  rounds")
+    for scenario, metrics in table.items():
+        for metric, s in metrics.items():
+            if s["median"] is not None:
+                lines.append(f"{scenario:<{_NAME}}{metric:<22}" + _spread_cells(s, "{:.3f}"))
+    return lines
+
+
+def _added_delay_rounds(table: dict[str, dict[str, dict[str, dict[str, Any]]]]) -> list[str]:
+    title = "inter-token delay added to the same round's direct, ms (median, min, max; rounds)"
+    lines = ["", title]
+    for scenario, targets in table.items():
+        for target, quantiles in targets.items():
+            for q, s in quantiles.items():
+                name = f"{target} {q}"
+                lines.append(f"{scenario:<{_NAME}}{name:<22}" + _spread_cells(s, "{:+.2f}"))
+    return lines
+
+
+def _check_line(check: dict[str, Any]) -> str:
+    verdict = {True: "met", False: "MISSED", None: "n/a"}[check["met"]]
+    sign = "<=" if check["at_most"] else ">="
+    fmt = "{:+.2f}" if check.get("unit") == "ms" else "{:.3f}"
+    if check.get("unit") == "ms":
+        value, limit = f"{_cell(check['value'], fmt)} ms", f"{check['limit']} ms"
+    else:
+        value, limit = f"turnout/smg = {_cell(check['value'], fmt)}", check["limit"]
+    if "rounds" in check:
+        each = " ".join(_cell(v, fmt) for v in check["rounds"])
+        value += f" (median of {len(check['rounds'])} rounds: {each})"
+    return f"target {check['target']}: {value} (want {sign} {limit}) {verdict}"
+
+
 def render_results(result: dict[str, Any]) -> str:
     """Text tables: one row per (scenario, target); the paced and routing figures; the
     same-run ratios (turnout/smg, turnout-pN/turnout, turnout/turnout-summed,
-    turnout-pd/turnout) and the targets."""
+    turnout-pd/turnout) and the targets. With several rounds, the figures are medians and each
+    ratio comes with its spread over the rounds."""
     results: dict[str, dict[str, Any]] = result["results"]
     rows = [(s, t, data) for s, targets in results.items() for t, data in targets.items()]
-    lines = _table(rows, _COLUMNS)
+    rounds = len(result.get("rounds") or ())
+    lines = [f"figures: median of {rounds} interleaved rounds (errors: summed)"] if rounds else []
+    lines += _table(rows, _COLUMNS)
     paced = [row for row in rows if "memory" in row[2] or row[2].get("itl_added_ms")]
     paced += [row for row in rows if row[1] == "direct" and row[0] in {r[0] for r in paced}]
     if paced:
@@ -242,12 +286,20 @@ def render_results(result: dict[str, Any]) -> str:
     if routed:
         lines += ["", "routing quality: share of a prefix group's requests on its usual worker"]
         lines += _table(routed, _ROUTING_COLUMNS)
+    spreads = result.get("ratio_rounds") or {}
     for name, table in (result.get("ratios") or {}).items():
         if table and (
             name in ("turnout/smg", "turnout/turnout-summed", "turnout-pd/turnout")
             or name.startswith(("turnout-p", "turnout-traced/"))
         ):
-            lines += _ratio_table(f"{name} (same run; < 1 is better for latency and CPU)", table)
+            if name in spreads:
+                title = f"{name} over {rounds} rounds, each round's pair back to back "
+                lines += _spread_table(title + "(< 1 is better for latency and CPU)", spreads[name])
+            else:
+                title = f"{name} (same run; < 1 is better for latency and CPU)"
+                lines += _ratio_table(title, table)
+    if result.get("itl_added_rounds"):
+        lines += _added_delay_rounds(result["itl_added_rounds"])
     tracing = result.get("tracing")
     if tracing:
         lines.append(
@@ -257,15 +309,7 @@ def render_results(result: dict[str, Any]) -> str:
     checks = result.get("targets") or []
     if checks:
         lines.append("")
-        for check in checks:
-            verdict = {True: "met", False: "MISSED", None: "n/a"}[check["met"]]
-            sign = "<=" if check["at_most"] else ">="
-            if check.get("unit") == "ms":
-                value = f"{_cell(check['value'], '{:+.2f}')} ms"
-                limit = f"{check['limit']} ms"
-            else:
-                value, limit = f"turnout/smg = {_cell(check['value'], '{:.3f}')}", check["limit"]
-            lines.append(f"target {check['target']}: {value} (want {sign} {limit}) {verdict}")
+        lines += [_check_line(check) for check in checks]
     return "\n".join(lines)
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import datetime
 import importlib.util
 import json
@@ -53,12 +54,11 @@ from bench.analysis import (  # noqa: E402
 from bench.otlp_sink import SpanSink  # noqa: E402
 from bench.profiling import find_py_spy, parse_collapsed, start_py_spy  # noqa: E402
 from bench.report import (  # noqa: E402
-    check_targets,
-    ratios,
     render_profile,
     render_results,
     render_soak,
 )
+from bench.rounds import fold, round_order  # noqa: E402
 from bench.scenarios import (  # noqa: E402
     DEFAULT_SCENARIOS,
     PD_ROLES,
@@ -84,6 +84,9 @@ from bench.services import (  # noqa: E402
 
 SCHEMA = "turnout-bench/1"
 ROUTERS = ("turnout", "smg")
+#: Warm-up of the rounds after the first (at most ``--warmup``): the routers are warm by then,
+#: only the new load generator's connections are not.
+LATER_ROUND_WARMUP = 1.0
 #: Seconds the load generators get to set up (tokenize their prompts) before the window is set.
 LOADGEN_SETUP_TIMEOUT = 120.0
 
@@ -131,6 +134,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="comma list of turnout, smg (default: both, smg only when installed; soak: turnout)",
     )
     parser.add_argument("--no-direct", action="store_true", help="skip the direct baseline")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="measure every scenario's targets this many times, interleaved (routers stay up); "
+        "ratios and verdicts use the median over the rounds",
+    )
     parser.add_argument(
         "--tracing",
         action="store_true",
@@ -206,6 +216,7 @@ def _check_args(args: argparse.Namespace) -> str | None:
         "prefix_groups",
         "dp_size",
         "dp_max_running",
+        "rounds",
     )
     for name in positive:
         if getattr(args, name) <= 0:
@@ -214,6 +225,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return "--warmup, --loadgen-processes and --dp-delay-ms must be >= 0"
     if not args.process_counts or min(args.process_counts) < 1:
         return "--process-counts must list serving process counts >= 1"
+    if args.rounds > 1 and (args.profile or args.soak):
+        return "--rounds interleaves the targets of the comparison: not with --profile or --soak"
     if args.tracing and (args.profile or args.soak):
         return "--tracing compares turnout with tracing off and on: not with --profile or --soak"
     if args.tracing and importlib.util.find_spec("opentelemetry.sdk") is None:
@@ -469,9 +482,15 @@ def measure(
     *,
     router: Router | None,
     sims: list[Any],
+    warmup: float | None = None,
+    label: str = "",
 ) -> dict[str, Any]:
-    """One measured run of ``scenario`` against ``target`` with CPU and memory accounting."""
+    """One measured run of ``scenario`` against ``target`` with CPU and memory accounting
+    (``warmup``: seconds instead of ``--warmup``, the scenario's ramp still included;
+    ``label``: printed after the target's name, e.g. the round)."""
     plan = load_plan(SCENARIOS[scenario], args)
+    if warmup is not None:
+        plan = dataclasses.replace(plan, warmup=max(warmup, plan.ramp))
     sim_pids = [sim.proc.pid for sim in sims]
     watched = {f"sim{i}": pid for i, pid in enumerate(sim_pids)}
     if router is not None:
@@ -517,7 +536,8 @@ def measure(
         if plan.progress_every > 0:
             summary["memory"] = _memory(window.rss, idle, router, plan.concurrency)
     print(
-        f"  {scenario:<18}{name:<11}{summary['requests_per_s'] or 0:>9.1f} req/s "
+        f"  {scenario:<18}{name:<11}{label + ' ' if label else ''}"
+        f"{summary['requests_per_s'] or 0:>9.1f} req/s "
         f"{summary['errors']:>5} errors"
         + (
             f"  router {summary['router_cpu']['ms_per_request'] or 0:.3f} ms CPU/req"
@@ -608,31 +628,44 @@ def compare_env(
     names: list[str],
     log_dir: Path,
     sink: SpanSink | None = None,
-) -> tuple[dict[str, dict[str, Any]], dict[str, str]]:
-    """Every scenario of ``env`` against direct and the routers, in turn (``sink``: where the
-    traced target's spans go; the spans it received during that target's run are recorded)."""
+) -> tuple[list[dict[str, dict[str, Any]]], dict[str, str]]:
+    """Every scenario of ``env`` against direct and the routers, ``args.rounds`` times, the
+    targets interleaved (``rounds.round_order``) while routers and workers stay up. Returns
+    one result table per round (``sink``: where the traced target's spans go; the spans it
+    received during that target's run are recorded)."""
     urls, pd_flags = _env_workers(env, sims)
     routers = _start_routers(router_specs(env, args, names), urls, log_dir, env, pd_flags)
-    results: dict[str, dict[str, Any]] = {}
+    targets = ([] if args.no_direct else ["direct"]) + list(routers)
+    per_round: list[dict[str, dict[str, Any]]] = [{} for _ in range(args.rounds)]
     try:
         for scenario in scenarios:
-            results[scenario] = {}
-            if not args.no_direct:
-                results[scenario]["direct"] = measure(
-                    args, "direct", "direct:" + ",".join(urls), scenario, router=None, sims=sims
-                )
-            for target, router in routers.items():
-                spans_before = sink.spans if sink is not None else 0
-                results[scenario][target] = measure(
-                    args, target, router.url, scenario, router=router, sims=sims
-                )
-                if sink is not None and target == TRACED:
-                    # Warmup included; spans still in the router's queue are not.
-                    results[scenario][target]["spans_received"] = sink.spans - spans_before
+            for index, results in enumerate(per_round):
+                label = f"r{index + 1}" if args.rounds > 1 else ""
+                # later rounds start with warm routers: a short warm-up for the new connections
+                warmup = args.warmup if index == 0 else min(args.warmup, LATER_ROUND_WARMUP)
+                measured: dict[str, dict[str, Any]] = {}
+                for target in round_order(targets, index):
+                    router = routers.get(target)
+                    url = router.url if router is not None else "direct:" + ",".join(urls)
+                    spans_before = sink.spans if sink is not None else 0
+                    measured[target] = measure(
+                        args,
+                        target,
+                        url,
+                        scenario,
+                        router=router,
+                        sims=sims,
+                        warmup=warmup,
+                        label=label,
+                    )
+                    if sink is not None and target == TRACED:
+                        # Warmup included; spans still in the router's queue are not.
+                        measured[target]["spans_received"] = sink.spans - spans_before
+                results[scenario] = {target: measured[target] for target in targets}
     finally:
         for router in routers.values():
             router.stop()
-    return results, {target: r.version for target, r in routers.items()}
+    return per_round, {target: r.version for target, r in routers.items()}
 
 
 def _env_workers(env: str, sims: list[Any]) -> tuple[list[str], list[str]]:
@@ -677,29 +710,31 @@ def compare(
 ) -> dict[str, Any]:
     """The default mode: every scenario against direct and the routers, environment by
     environment (each with its own workers and routers)."""
-    results: dict[str, dict[str, Any]] = {}
+    per_round: list[dict[str, dict[str, Any]]] = [{} for _ in range(args.rounds)]
     versions: dict[str, str] = {}
     with contextlib.ExitStack() as stack:
         sink = stack.enter_context(SpanSink()) if args.tracing else None
         args.tracing_endpoint = sink.endpoint if sink is not None else None
         for env, scenarios in by_env(args.scenarios):
             with _sims(args, env, sim_dir) as sims:
-                env_results, env_versions = compare_env(
+                env_rounds, env_versions = compare_env(
                     args, env, scenarios, sims=sims, names=names, log_dir=log_dir, sink=sink
                 )
-            results.update(env_results)
+            for results, env_results in zip(per_round, env_rounds, strict=True):
+                results.update(env_results)
             versions.update(env_versions)
         spans = sink.spans if sink is not None else None
-    _with_paced_delay(results, args)
-    out: dict[str, Any] = {"results": results, "versions": versions}
-    if spans is not None:
-        out["tracing"] = {"sampling_ratio": 1.0, "spans_received": spans}
+    for results in per_round:
+        _with_paced_delay(results, args)
     pairs = [("turnout", "smg"), ("turnout", "direct"), ("smg", "direct")]
     pairs += [(TRACED, "turnout"), (TRACED, "smg")]
     pairs += [(f"turnout-p{n}", "turnout") for n in args.process_counts if n != 1]
     pairs += [("turnout", "turnout-summed"), ("turnout-pd", "turnout")]
-    out["ratios"] = {f"{a}/{b}": ratios(results, a, b) for a, b in pairs}
-    out["targets"] = check_targets(out["ratios"]["turnout/smg"], results, args.concurrency)
+    figures = fold(per_round, pairs, args.concurrency)
+    out: dict[str, Any] = {"results": figures.pop("results"), "versions": versions}
+    if spans is not None:
+        out["tracing"] = {"sampling_ratio": 1.0, "spans_received": spans}
+    out.update(figures)
     return out
 
 
@@ -891,6 +926,7 @@ def _config(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
         "max_tokens",
         "policy",
         "loadgen_processes",
+        "rounds",
     ]
     envs = {SCENARIOS[s].env for s in args.scenarios}
     if "paced" in envs:

@@ -94,6 +94,34 @@ def test_smoke_run_against_smg(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_rounds_interleave_the_targets_with_routers_kept_up(tmp_path: Path) -> None:
+    proc, out = _run(
+        tmp_path,
+        *("--duration", "1", "--warmup", "0.3", "--concurrency", "2", "--workers", "1"),
+        *("--scenarios", "chat", "--routers", "turnout", "--max-tokens", "16"),
+        *("--prompt-tokens", "50", "--rounds", "2"),
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    measured = [
+        line.split()[1:3] for line in proc.stdout.splitlines() if line.startswith("  chat ")
+    ]
+    assert measured == [["direct", "r1"], ["turnout", "r1"], ["turnout", "r2"], ["direct", "r2"]]
+    assert proc.stdout.count("ready at") == 1  # turnout started once for both rounds
+    result = json.loads(out.read_text())
+    assert result["config"]["rounds"] == 2
+    assert len(result["rounds"]) == 2
+    for one in result["rounds"]:
+        _check_measurement(one["chat"]["turnout"], max_tokens=16, router=True)
+    spread = result["ratio_rounds"]["turnout/direct"]["chat"]["requests_per_s"]
+    assert len(spread["values"]) == 2
+    assert spread["min"] <= spread["median"] <= spread["max"]
+    assert result["ratios"]["turnout/direct"]["chat"]["requests_per_s"] == spread["median"]
+    _check_measurement(result["results"]["chat"]["turnout"], max_tokens=16, router=True)
+    assert "median of 2 interleaved rounds" in proc.stdout
+
+
+@pytest.mark.slow
 def test_new_scenarios_end_to_end(tmp_path: Path) -> None:
     """Paced streams over two load generators, parsers, and two serving processes: every
     figure the report needs is there (values are not checked: the machine may be busy)."""
