@@ -159,8 +159,8 @@ def fold(
     (``"A/B"`` per pair) and ``targets`` (checked on ``turnout/smg``). One round: its figures as
     they are. Several: per-target medians, the median of each paired ratio, targets judged on
     those medians, and beside them every round's results (``rounds``), the ratios' spreads
-    (``ratio_rounds``), the added inter-token delays' spreads (``itl_added_rounds``) and each
-    check's value per round."""
+    (``ratio_rounds``), the added inter-token delays' spreads (``itl_added_rounds``, paced
+    scenarios only) and each check's value per round."""
     tables = [{f"{a}/{b}": ratios(results, a, b) for a, b in pairs} for results in per_round]
     if len(per_round) == 1:
         results = per_round[0]
@@ -175,11 +175,14 @@ def fold(
         check_targets(t.get("turnout/smg", {}), r, concurrency)
         for t, r in zip(tables, per_round, strict=True)
     ]
-    return {
+    out: dict[str, Any] = {
         "results": results,
         "ratios": medians,
         "targets": with_check_spreads(checks, each),
         "rounds": list(per_round),
         "ratio_rounds": spreads,
-        "itl_added_rounds": added_delay_spreads(per_round),
     }
+    added = added_delay_spreads(per_round)
+    if added:
+        out["itl_added_rounds"] = added
+    return out

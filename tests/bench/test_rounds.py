@@ -106,6 +106,7 @@ def test_verdict_uses_the_median_of_the_paired_ratios() -> None:
     assert (check["rounds"], check["min"], check["max"]) == ([1.3, 0.95, 0.9], 0.9, 1.3)
     assert figures["results"]["chat"]["turnout"]["router_cpu"]["ms_per_request"] == 0.95
     assert figures["rounds"] == per_round
+    assert "itl_added_rounds" not in figures  # no paced scenario
     missed = fold([_round(1.3, 1.0), _round(1.1, 1.0), _round(0.7, 1.0)], PAIRS, 32)
     assert missed["targets"][0]["met"] is False
 
