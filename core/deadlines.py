@@ -10,7 +10,9 @@ waits for the earliest of the rest. A request's deadline then costs a dict inser
 :meth:`Deadlines.at` behaves like ``asyncio.timeout_at`` (a ``with`` rather than ``async with``
 block: entering and leaving it never wait): when the deadline passes inside the block, the task
 is cancelled and the block raises :class:`TimeoutError`, unless somebody else cancelled the task
-too (then the cancellation goes on).
+too (then the cancellation goes on). :meth:`Deadlines.watch` puts anything :class:`Expiring`
+(a gRPC call's deadline) on the same timer: its ``expire()`` runs once its ``when`` has passed,
+unless :meth:`Deadlines.forget` took it off before.
 """
 
 from __future__ import annotations
@@ -18,11 +20,23 @@ from __future__ import annotations
 import asyncio
 import math
 from types import TracebackType
+from typing import Protocol
 
-__all__ = ["Deadline", "Deadlines"]
+__all__ = ["Deadline", "Deadlines", "Expiring"]
 
 #: A deadline this close is due when the timer runs (loop timers may run a little early).
 _SLACK_S = 0.001
+
+
+class Expiring(Protocol):
+    """What a :class:`Deadlines` board watches: a loop time, and what to do once it passed."""
+
+    @property
+    def when(self) -> float:
+        """The loop time at which ``expire`` is due."""
+
+    def expire(self) -> None:
+        """The time has come (called once, by the board's timer)."""
 
 
 class Deadline:
@@ -51,7 +65,7 @@ class Deadline:
         self._task = task
         self._cancelling = task.cancelling()
         if self.when != math.inf:
-            self._board._add(self, loop)
+            self._board.watch(self, loop)
         return self
 
     def __exit__(
@@ -60,7 +74,7 @@ class Deadline:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
-        self._board._pending.pop(self, None)
+        self._board.forget(self)
         if (
             self._expired
             and self._task.uncancel() <= self._cancelling
@@ -68,7 +82,8 @@ class Deadline:
         ):
             raise TimeoutError from exc
 
-    def _fire(self) -> None:
+    def expire(self) -> None:
+        """The deadline passed inside the block: cancel the task."""
         self._expired = True
         self._task.cancel()
 
@@ -79,7 +94,7 @@ class Deadlines:
     __slots__ = ("_due", "_loop", "_pending", "_timer")
 
     def __init__(self) -> None:
-        self._pending: dict[Deadline, None] = {}
+        self._pending: dict[Expiring, None] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._due = 0.0
@@ -96,13 +111,19 @@ class Deadlines:
         loop = asyncio.get_running_loop()
         return Deadline(self, loop.time() + delay, loop)
 
-    def _add(self, deadline: Deadline, loop: asyncio.AbstractEventLoop) -> None:
+    def watch(self, item: Expiring, loop: asyncio.AbstractEventLoop) -> None:
+        """Call ``item.expire()`` once loop time ``item.when`` has passed (``loop``: the
+        running loop), unless :meth:`forget` takes it off first."""
         if loop is not self._loop:  # first use, or the app now serves on another loop
             self._loop, self._timer = loop, None
             self._pending.clear()
-        self._pending[deadline] = None
-        if self._timer is None or deadline.when < self._due:
-            self._schedule(deadline.when)
+        self._pending[item] = None
+        if self._timer is None or item.when < self._due:
+            self._schedule(item.when)
+
+    def forget(self, item: Expiring) -> None:
+        """Take ``item`` off the board (nothing happens if it is not on it)."""
+        self._pending.pop(item, None)
 
     def _schedule(self, when: float) -> None:
         if self._timer is not None:
@@ -115,9 +136,11 @@ class Deadlines:
         self._timer = None
         assert self._loop is not None
         now = self._loop.time() + _SLACK_S
-        due = [deadline for deadline in self._pending if deadline.when <= now]
-        for deadline in due:
-            del self._pending[deadline]
-            deadline._fire()
-        if self._pending:
-            self._schedule(min(deadline.when for deadline in self._pending))
+        pending = self._pending
+        due = [item for item in pending if item.when <= now]
+        for item in due:
+            if item in pending:  # an earlier item's ``expire`` may have taken it off
+                del pending[item]
+                item.expire()
+        if pending:
+            self._schedule(min(item.when for item in pending))

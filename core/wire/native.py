@@ -21,6 +21,7 @@ import grpc
 from google.protobuf.message import DecodeError
 
 from turnout import __version__
+from turnout.deadlines import Deadlines
 from turnout.wire.errors import ClientClosed, MalformedResponse, StreamRefused, WorkerCallError
 from turnout.wire.header_codec import Headers
 from turnout.wire.http2 import ConnectionSettings, ErrorCode, Http2Connection
@@ -133,6 +134,7 @@ class NativeCall:
         self._got_headers = False
         self._connection: Http2Connection | None = None
         self._stream_id = 0
+        #: The grace period of a released call (the deadline is on the channel's board).
         self._timer: asyncio.TimerHandle | None = None
         self._waiter: asyncio.Future[None] | None = None
         #: Pacing of the reads while the loop is busy (``ClientSettings.busy_read_interval_s``):
@@ -334,10 +336,15 @@ class NativeCall:
             return
         self._connection = connection
         if deadline_at is not None:
-            self._timer = loop.call_at(deadline_at, self._expire)
+            self._channel.deadlines.watch(self, loop)
 
-    def _expire(self) -> None:
-        self._timer = None
+    @property
+    def when(self) -> float:
+        """The call's deadline (loop time), for the channel's ``Deadlines`` board."""
+        return math.inf if self._deadline_at is None else self._deadline_at
+
+    def expire(self) -> None:
+        """The deadline passed (called by the channel's ``Deadlines`` board)."""
         self._fail(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded")
 
     # -- StreamHandler -------------------------------------------------------------------------
@@ -484,6 +491,9 @@ class NativeCall:
             connection.reset_stream(self._stream_id, error_code)
 
     def _cancel_timer(self) -> None:
+        """Stop watching the deadline, and the grace period of a released call."""
+        if self._deadline_at is not None:
+            self._channel.deadlines.forget(self)
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
@@ -531,6 +541,9 @@ class NativeChannel:
         self._retry_at = 0.0
         self._last_error: WorkerCallError | None = None
         self._closed = False
+        #: The deadlines of the calls in progress, on one loop timer (a timer per call costs
+        #: more, and nearly every call ends long before its deadline).
+        self.deadlines = Deadlines()
         # Shared by every connection to the worker: a keep-alive interval doubled after the
         # worker's ENHANCE_YOUR_CALM ("too many pings") stays doubled across reconnects.
         self._connection_settings = ConnectionSettings(

@@ -93,3 +93,42 @@ async def test_a_cancellation_from_elsewhere_before_the_deadline_is_not_a_timeou
     with pytest.raises(asyncio.CancelledError):
         await task
     assert not board._pending
+
+
+class _Item:
+    """Something with a deadline on the board that records when it expired."""
+
+    def __init__(self, when: float, log: list[str], name: str) -> None:
+        self.when = when
+        self.log = log
+        self.name = name
+        self.then: list[_Item] = []
+
+    def expire(self) -> None:
+        self.log.append(self.name)
+        for other in self.then:
+            other.board.forget(other)
+
+    board: Deadlines
+
+
+async def test_watched_items_expire_once_unless_forgotten() -> None:
+    board = Deadlines()
+    loop = asyncio.get_running_loop()
+    log: list[str] = []
+    now = loop.time()
+    first, second, kept, gone = (
+        _Item(now + 0.05, log, "first"),
+        _Item(now + 0.05, log, "second"),
+        _Item(now + 0.1, log, "kept"),
+        _Item(now + 0.05, log, "gone"),
+    )
+    for item in (first, second, kept, gone):
+        item.board = board
+        board.watch(item, loop)
+    board.forget(gone)
+    # Whichever of the two due together expires first takes the other off: it must not fire.
+    first.then, second.then = [second], [first]
+    await asyncio.sleep(0.3)
+    assert log in (["first", "kept"], ["second", "kept"])
+    assert not board._pending

@@ -784,6 +784,41 @@ async def test_deadline_exceeded_against_a_server_that_never_answers() -> None:
         ]
 
 
+async def test_a_later_deadline_still_fires_after_an_earlier_call_ended() -> None:
+    async with ScriptedServer() as server, channel_for(server) as channel:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        early = start_call(channel, timeout=0.2)  # the board's timer is due at its deadline
+        late = start_call(channel, timeout=0.6)
+        (await server.next_request()).reply(*ANSWER_BYTES)
+        assert await early.read() == ANSWER[0]
+        while await early.read() is not None:
+            pass
+        await server.next_request()  # the late call's request: never answered
+        with pytest.raises(WorkerCallError) as caught:
+            async with asyncio.timeout(5):
+                await late.read()
+        assert caught.value.code == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert loop.time() - started >= 0.55
+        assert not channel.deadlines._pending
+
+
+async def test_calls_leave_the_deadline_board_however_they_end() -> None:
+    async with ScriptedServer() as server, channel_for(server) as channel:
+        answered = start_call(channel, timeout=30)
+        cancelled = start_call(channel, timeout=30)
+        released = start_call(channel, timeout=30)
+        requests = [await server.next_request() for _ in range(3)]
+        assert len(channel.deadlines._pending) == 3
+        requests[0].reply(*ANSWER_BYTES)
+        while await answered.read() is not None:
+            pass
+        cancelled.cancel()
+        released.release()  # its deadline gives way to the release grace
+        assert not channel.deadlines._pending
+        released.cancel()
+
+
 async def test_cancel_resets_the_stream() -> None:
     async with ScriptedServer() as server, channel_for(server) as channel:
         call, request = await answered_once(server, channel, 0)
