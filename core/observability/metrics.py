@@ -11,6 +11,7 @@ aggregates all of them (several uvicorn worker processes).
 from __future__ import annotations
 
 import os
+from bisect import bisect_left
 from collections.abc import Callable, Iterable
 from typing import Any, Generic, TypeVar
 
@@ -78,26 +79,95 @@ def route_label(path: str) -> str:
 #: The status label of a request that ended this way, whatever status was sent.
 _OUTCOME_STATUS = {"timeout": "504", "client_gone": "499"}
 
-M = TypeVar("M", bound=MetricWrapperBase)
+H = TypeVar("H")
 
 
-class Children(Generic[M]):
-    """The labelled children of one metric, each looked up once: prometheus_client's
+class Children(Generic[H]):
+    """The labelled children of one metric, each looked up once and wrapped in a handle
+    (``make``: :class:`Tally`, :class:`Level` or :class:`Buckets`): prometheus_client's
     ``labels`` checks and locks on every call, and the hot path needs several per request.
     Holds as many children as the metric itself (label values are bounded sets)."""
 
-    __slots__ = ("_cache", "_metric")
+    __slots__ = ("_cache", "_make", "_metric")
 
-    def __init__(self, metric: M) -> None:
+    def __init__(self, metric: MetricWrapperBase, make: Callable[[Any], H]) -> None:
         self._metric = metric
-        self._cache: dict[tuple[str, ...], M] = {}
+        self._make = make
+        self._cache: dict[tuple[str, ...], H] = {}
 
-    def __call__(self, *values: str) -> M:
-        """The child of these label values."""
-        child = self._cache.get(values)
-        if child is None:
-            child = self._cache[values] = self._metric.labels(*values)
-        return child
+    def __call__(self, *values: str) -> H:
+        """The handle of the child of these label values."""
+        handle = self._cache.get(values)
+        if handle is None:
+            handle = self._cache[values] = self._make(self._metric.labels(*values))
+        return handle
+
+
+class Tally:
+    """Adds to one labelled counter child straight through its value.
+
+    prometheus_client's ``Counter.inc`` checks, on every call, that the metric has its labels
+    and that the amount is not negative; a child taken from :class:`Children` has its labels,
+    and the hot path only adds counts. The value object (``values.ValueClass``: a float under a
+    lock, or a memory-mapped file in multiprocess mode) is the one the child reports.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, child: Counter) -> None:
+        self._value = child._value
+
+    def inc(self, amount: float = 1) -> None:
+        """Add ``amount`` (not negative)."""
+        self._value.inc(amount)
+
+
+class Level:
+    """Raises and lowers one labelled gauge child straight through its value (see
+    :class:`Tally`; ``Gauge.inc`` and ``dec`` also check the gauge's multiprocess mode)."""
+
+    __slots__ = ("_value",)
+
+    def __init__(self, child: Gauge) -> None:
+        self._value = child._value
+
+    def inc(self) -> None:
+        """One more."""
+        self._value.inc(1)
+
+    def dec(self) -> None:
+        """One fewer."""
+        self._value.inc(-1)
+
+
+class Buckets:
+    """Observes into one labelled histogram child straight through its values: the sum, and
+    the first bucket whose upper bound is not below the amount (found by bisection rather than
+    ``Histogram.observe``'s walk over the bounds)."""
+
+    __slots__ = ("_bounds", "_buckets", "_sum")
+
+    def __init__(self, child: Histogram) -> None:
+        self._bounds = child._upper_bounds
+        self._buckets = child._buckets
+        self._sum = child._sum
+
+    def observe(self, amount: float) -> None:
+        """One observation of ``amount`` (a finite number)."""
+        self._sum.inc(amount)
+        self._buckets[bisect_left(self._bounds, amount)].inc(1)
+
+
+class _ModelMeters:
+    """What a :class:`RequestMeter` observes for one model, resolved once per model."""
+
+    __slots__ = ("generation", "itl", "prompt", "ttft")
+
+    def __init__(self, metrics: Metrics, model: str) -> None:
+        self.ttft = Buckets(metrics.ttft.labels(model))
+        self.itl = Buckets(metrics.itl.labels(model))
+        self.prompt = Tally(metrics.prompt_tokens.labels(model))
+        self.generation = Tally(metrics.generation_tokens.labels(model))
 
 
 def multiprocess_mode() -> bool:
@@ -203,14 +273,13 @@ class Metrics:
         self.workers = WorkerCollector()
         registry.register(self.workers)
         # Children of the metrics observed on every request.
-        self.requests_of = Children(self.requests)
-        self.request_duration_of = Children(self.request_duration)
-        self.in_flight_of = Children(self.in_flight)
-        self.ttft_of = Children(self.ttft)
-        self.itl_of = Children(self.itl)
-        self.prompt_tokens_of = Children(self.prompt_tokens)
-        self.generation_tokens_of = Children(self.generation_tokens)
-        self.routed_of = Children(self.routed)
+        self.requests_of = Children(self.requests, Tally)
+        self.request_duration_of = Children(self.request_duration, Buckets)
+        self.in_flight_of = Children(self.in_flight, Level)
+        self.routed_of = Children(self.routed, Tally)
+        #: Per (route, model, status): the request count and the duration histogram.
+        self._answered: dict[tuple[str, str, str], tuple[Tally, Buckets]] = {}
+        self._model_meters: dict[str, _ModelMeters] = {}
 
     # -- per request ---------------------------------------------------------------------------
 
@@ -219,8 +288,16 @@ class Metrics:
         route = route_label(record.path)
         model = record.model or ""
         status = _OUTCOME_STATUS.get(record.outcome) or str(record.status)
-        self.requests_of(route, model, status).inc()
-        self.request_duration_of(route, model).observe(duration_s)
+        key = (route, model, status)
+        answered = self._answered.get(key)
+        if answered is None:
+            answered = self._answered[key] = (
+                self.requests_of(route, model, status),
+                self.request_duration_of(route, model),
+            )
+        count, durations = answered
+        count.inc()
+        durations.observe(duration_s)
         if record.parser_error is not None:
             kind, name = record.parser_error
             self.parser_errors.labels(model, kind, name).inc()
@@ -235,7 +312,10 @@ class Metrics:
     def meter(self, model: str, record: RequestRecord | None) -> RequestMeter:
         """Per-request observation of a worker stream, with the model's children bound once
         (``record``: the request whose log line gets its time to first token and tokens)."""
-        return RequestMeter(self, model, record)
+        meters = self._model_meters.get(model)
+        if meters is None:
+            meters = self._model_meters[model] = _ModelMeters(self, model)
+        return RequestMeter(meters, record)
 
     # -- scraping ------------------------------------------------------------------------------
 
@@ -264,13 +344,10 @@ class RequestMeter:
     looked up once per request.
     """
 
-    __slots__ = ("_done", "_generation", "_itl", "_last", "_prompt", "_record", "_ttft", "_used")
+    __slots__ = ("_done", "_last", "_meters", "_record", "_used")
 
-    def __init__(self, metrics: Metrics, model: str, record: RequestRecord | None) -> None:
-        self._ttft = metrics.ttft_of(model)
-        self._itl = metrics.itl_of(model)
-        self._prompt = metrics.prompt_tokens_of(model)
-        self._generation = metrics.generation_tokens_of(model)
+    def __init__(self, meters: _ModelMeters, record: RequestRecord | None) -> None:
+        self._meters = meters
         self._record = record
         self._last: float | None = None
         self._used = 0
@@ -289,9 +366,9 @@ class RequestMeter:
             if record is not None:
                 ttft = at - record.started
                 record.ttft_s = ttft
-                self._ttft.observe(ttft)
+                self._meters.ttft.observe(ttft)
         elif streamed:
-            self._itl.observe((at - last) / streamed)
+            self._meters.itl.observe((at - last) / streamed)
         self._last = at
         self._used += streamed
 
@@ -306,8 +383,9 @@ class RequestMeter:
             return
         self._done = True
         self._used = prompt_tokens + generated
-        self._prompt.inc(prompt_tokens)
-        self._generation.inc(generated)
+        meters = self._meters
+        meters.prompt.inc(prompt_tokens)
+        meters.generation.inc(generated)
         record = self._record
         if record is not None:
             record.prompt_tokens += prompt_tokens
