@@ -18,7 +18,7 @@ from typing import Final
 
 import hpack
 
-__all__ = ["HeaderDecoder", "HeaderEncoder", "Headers"]
+__all__ = ["HeaderDecoder", "HeaderEncoder", "Headers", "encode_fields"]
 
 Headers = tuple[tuple[str, str], ...]
 
@@ -73,6 +73,12 @@ def encode_field(name: str, value: str) -> bytes:
     return b"\x00" + _string(name) + _string(value)  # literal without indexing, new name
 
 
+def encode_fields(headers: Sequence[tuple[str, str]]) -> bytes:
+    """Fields encoded once, to be sent in many blocks (``HeaderEncoder.encode``'s
+    ``encoded``): the encoding of a field never depends on the blocks before it."""
+    return b"".join(encode_field(name, value) for name, value in headers)
+
+
 class HeaderEncoder:
     """Encodes request header blocks for one connection."""
 
@@ -82,19 +88,20 @@ class HeaderEncoder:
         self._fields: dict[tuple[str, str], bytes] = {}
         self._first = True
 
-    def encode(self, headers: Sequence[tuple[str, str]]) -> bytes:
-        """The header block of ``headers`` (names must be lower-case)."""
+    def encode(self, headers: Sequence[tuple[str, str]], encoded: bytes = b"") -> bytes:
+        """The header block of ``encoded`` (fields from :func:`encode_fields`), then
+        ``headers`` (names must be lower-case)."""
         fields = self._fields
-        parts = [_SIZE_UPDATE_TO_ZERO] if self._first else []
+        parts = [_SIZE_UPDATE_TO_ZERO, encoded] if self._first else [encoded]
         self._first = False
         for field in headers:
-            encoded = fields.get(field)
-            if encoded is None:
-                encoded = encode_field(*field)
+            known = fields.get(field)
+            if known is None:
+                known = encode_field(*field)
                 if len(fields) >= _MAX_CACHED:
                     fields.clear()  # varying values (timeouts): keep the cache bounded
-                fields[field] = encoded
-            parts.append(encoded)
+                fields[field] = known
+            parts.append(known)
         return b"".join(parts)
 
 

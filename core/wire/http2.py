@@ -286,18 +286,23 @@ class Http2Connection(asyncio.Protocol):
     # -- sending -------------------------------------------------------------------------------
 
     def open_stream(
-        self, handler: StreamHandler, headers: list[tuple[str, str]], body: bytes
+        self,
+        handler: StreamHandler,
+        headers: list[tuple[str, str]],
+        body: bytes,
+        encoded: bytes = b"",
     ) -> int:
-        """Send a request (header block, then ``body`` ending the stream); returns its id."""
+        """Send a request (header block, then ``body`` ending the stream); returns its id.
+        ``encoded``: header fields already encoded (``header_codec.encode_fields``), sent
+        before ``headers``."""
         transport = self._transport
         if transport is None or not self.usable:
             raise ConnectionError(self._closed_reason or "connection not usable")
         stream_id = self._next_stream_id
         self._next_stream_id += 2
         self._streams[stream_id] = handler
-        self._stream_send_windows[stream_id] = self._peer_initial_window
         self._stream_recv_uncredited[stream_id] = 0
-        block = self._encoder.encode(headers)
+        block = self._encoder.encode(headers, encoded)
         limit = self._peer_max_frame
         first, rest = block[:limit], block[limit:]
         out = self._out  # written below, at once: no end-of-turn callback needed
@@ -305,8 +310,17 @@ class Http2Connection(asyncio.Protocol):
         while rest:
             piece, rest = rest[:limit], rest[limit:]
             out += _frame_parts(CONTINUATION, 0 if rest else END_HEADERS, stream_id, piece)
-        self._outgoing[stream_id] = _Outgoing(body, end=True)
-        self._flush(stream_id, out)
+        size = len(body)
+        window = self._peer_initial_window
+        if size <= self._send_window and size <= window and size <= self._peer_max_frame:
+            # The whole body fits in one DATA frame now (as nearly every request does).
+            self._send_window -= size
+            self._stream_send_windows[stream_id] = window - size
+            out += _frame_parts(DATA, END_STREAM, stream_id, body)
+        else:
+            self._stream_send_windows[stream_id] = window
+            self._outgoing[stream_id] = _Outgoing(body, end=True)
+            self._flush(stream_id, out)
         self._write_out()  # a request goes out at once (see the module doc)
         return stream_id
 

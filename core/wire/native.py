@@ -23,9 +23,9 @@ from google.protobuf.message import DecodeError
 from turnout import __version__
 from turnout.deadlines import Deadlines
 from turnout.wire.errors import ClientClosed, MalformedResponse, StreamRefused, WorkerCallError
-from turnout.wire.header_codec import Headers
+from turnout.wire.header_codec import Headers, encode_fields
 from turnout.wire.http2 import ConnectionSettings, ErrorCode, Http2Connection
-from turnout.wire.loop_load import loop_load
+from turnout.wire.loop_load import LoopLoad, loop_load
 from turnout.wire.transport import ClientSettings, Message, MessageType, Metadata
 
 __all__ = ["NativeCall", "NativeChannel"]
@@ -140,7 +140,7 @@ class NativeCall:
         #: Pacing of the reads while the loop is busy (``ClientSettings.busy_read_interval_s``):
         #: the reader is woken for new messages no sooner than ``_pace_at``.
         self._pace_s = channel.settings.busy_read_interval_s
-        self._load = loop_load(loop) if self._pace_s > 0 else None
+        self._load = channel.loop_load(loop) if self._pace_s > 0 else None
         self._pace_at = 0.0
         self._pace_timer: asyncio.TimerHandle | None = None
 
@@ -326,10 +326,12 @@ class NativeCall:
         deadline_at = self._deadline_at
         remaining = None if deadline_at is None else deadline_at - loop.time()
         try:
+            channel = self._channel
             self._stream_id = connection.open_stream(
                 self,
-                self._channel.request_headers(self._path, remaining, self._metadata),
+                channel.call_headers(remaining, self._metadata),
                 self._body,
+                channel.path_headers(self._path),
             )
         except ConnectionError as exc:
             self._fail(grpc.StatusCode.UNAVAILABLE, str(exc))
@@ -537,6 +539,9 @@ class NativeChannel:
         self._scheme = "https" if tls else "http"
         self._connections: list[Http2Connection] = []
         self._connecting: asyncio.Task[Http2Connection] | None = None
+        #: The encoded headers of each method path (all but the deadline and the metadata).
+        self._path_headers: dict[str, bytes] = {}
+        self._load: tuple[asyncio.AbstractEventLoop, LoopLoad] | None = None
         self._backoff = _INITIAL_BACKOFF_S
         self._retry_at = 0.0
         self._last_error: WorkerCallError | None = None
@@ -587,11 +592,22 @@ class NativeChannel:
                 return connection
         return None
 
-    def request_headers(
-        self, path: str, timeout: float | None, metadata: Metadata = ()
-    ) -> list[tuple[str, str]]:
-        """The HTTP/2 request headers of a gRPC call, ``metadata`` last."""
-        headers = [
+    def path_headers(self, path: str) -> bytes:
+        """The encoded headers that every call of ``path`` sends (encoded once)."""
+        encoded = self._path_headers.get(path)
+        if encoded is None:
+            encoded = self._path_headers[path] = encode_fields(self._fixed_headers(path))
+        return encoded
+
+    def call_headers(self, timeout: float | None, metadata: Metadata = ()) -> list[tuple[str, str]]:
+        """The headers of one call after its path's: its deadline, then ``metadata``."""
+        headers = [] if timeout is None else [("grpc-timeout", _timeout_header(timeout))]
+        if metadata:
+            headers.extend(metadata)
+        return headers
+
+    def _fixed_headers(self, path: str) -> list[tuple[str, str]]:
+        return [
             (":method", "POST"),
             (":scheme", self._scheme),
             (":path", path),
@@ -600,11 +616,13 @@ class NativeChannel:
             ("content-type", "application/grpc"),
             ("user-agent", _USER_AGENT),
         ]
-        if timeout is not None:
-            headers.append(("grpc-timeout", _timeout_header(timeout)))
-        if metadata:
-            headers.extend(metadata)
-        return headers
+
+    def loop_load(self, loop: asyncio.AbstractEventLoop) -> LoopLoad:
+        """The ``LoopLoad`` of ``loop`` (the running loop), looked up once per loop."""
+        cached = self._load
+        if cached is None or cached[0] is not loop:
+            cached = self._load = (loop, loop_load(loop))
+        return cached[1]
 
     async def connection(self) -> Http2Connection:
         """A connection that takes new streams, connecting if there is none."""

@@ -6,7 +6,13 @@ import hpack
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from turnout.wire.header_codec import HeaderDecoder, HeaderEncoder, changes_table, encode_field
+from turnout.wire.header_codec import (
+    HeaderDecoder,
+    HeaderEncoder,
+    changes_table,
+    encode_field,
+    encode_fields,
+)
 
 names = st.sampled_from(
     [":method", ":scheme", ":path", ":authority", "content-type", "user-agent", "te", "x-é"]
@@ -105,3 +111,12 @@ def test_literals_without_indexing_keep_blocks_cacheable() -> None:
     assert not changes_table(trailers)
     assert changes_table(bytes.fromhex("400b677270632d7374617475730130"))  # adds grpc-status
     assert changes_table(b"\x20")  # table size update
+
+
+def test_fields_encoded_once_go_first_in_every_block() -> None:
+    fixed = [(":method", "POST"), (":path", "/svc/Generate"), ("te", "trailers")]
+    encoder, decoder = HeaderEncoder(), HeaderDecoder()
+    encoded = encode_fields(fixed)
+    for timeout in ("5m", "7m"):
+        block = encoder.encode([("grpc-timeout", timeout)], encoded)
+        assert decoder.decode(block) == (*fixed, ("grpc-timeout", timeout))

@@ -729,6 +729,33 @@ async def test_small_send_window_holds_the_request_until_granted() -> None:
         assert await read_all(stream) == ANSWER
 
 
+@pytest.mark.parametrize("over", [0, 1])
+async def test_a_request_the_size_of_the_window_goes_out_whole(over: int) -> None:
+    request_message = gen_request(prompt_tokens=3_000)
+    size = 5 + request_message.ByteSize()
+    async with (
+        ScriptedServer(
+            routes(HealthCheck=answering(HEALTHY), Generate=answered_by_the_test),
+            settings={INITIAL_WINDOW_SIZE: size - over},
+            auto_window=False,
+        ) as server,
+        client_for(server) as client,
+    ):
+        await client.health_check()  # the connection is up and the SETTINGS applied
+        await server.next_request()
+        stream = client.generate(request_message)
+        request = await server.next_request()
+        await wait_until(lambda: len(request.body) >= size - over)
+        await asyncio.sleep(0.05)
+        assert len(request.body) == size - over
+        assert request.complete.is_set() == (not over)
+        request.conn.grant(request.stream_id, size)
+        await asyncio.wait_for(request.complete.wait(), 3)
+        assert [pb.GenerateRequest.FromString(m) for m in request.messages()] == [request_message]
+        request.reply(*ANSWER_BYTES)
+        assert await read_all(stream) == ANSWER
+
+
 async def test_max_concurrent_streams_opens_a_second_connection() -> None:
     both_arrived = asyncio.Event()
     generates: list[Request] = []
