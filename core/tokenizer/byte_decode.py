@@ -14,6 +14,7 @@ and without special tokens); otherwise ``None``, and the tokenizer's own decode 
 
 from __future__ import annotations
 
+import codecs
 import json
 import random
 from collections.abc import Sequence
@@ -23,6 +24,7 @@ from tokenizers import Tokenizer
 
 from turnout.tokenizer.token_bytes import byte_level_bytes
 
+_Utf8Decoder = codecs.getincrementaldecoder("utf-8")
 #: Random id sequences checked against the tokenizer (each with and without special tokens).
 _PROBES = 64
 _PROBE_LENGTH = 48
@@ -53,6 +55,62 @@ class ByteDecoder:
         except IndexError:  # an id beyond the vocabulary: the tokenizer's decode skips it
             return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return data.decode("utf-8", "replace")
+
+    def stream(
+        self, skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True
+    ) -> ByteLevelDetokenizer:
+        """A streaming decoder of one output (see :class:`ByteLevelDetokenizer`)."""
+        table = self._skipping if skip_special_tokens else self._table
+        return ByteLevelDetokenizer(table, skip_special_tokens, spaces_between_special_tokens)
+
+
+class ByteLevelDetokenizer:
+    """Streaming decoder of one output of a byte-level vocabulary: the bytes of each chunk's
+    tokens go through one incremental UTF-8 decoder, which holds an incomplete character until
+    its last byte comes and replaces invalid bytes as the one-shot decode does. So the deltas
+    add up to ``ByteDecoder.decode`` of all the ids (``finish()`` included), each chunk is
+    decoded once, and no window of earlier ids is kept.
+
+    The interface of :class:`~turnout.tokenizer.detokenizer.IncrementalDetokenizer`
+    (``spaces_between_special_tokens`` has no effect either).
+    """
+
+    __slots__ = ("_table", "_utf8", "skip_special_tokens", "spaces_between_special_tokens")
+
+    def __init__(
+        self, table: list[bytes], skip_special_tokens: bool, spaces_between_special_tokens: bool
+    ) -> None:
+        self._table = table
+        self._utf8 = _Utf8Decoder("replace")
+        self.skip_special_tokens = skip_special_tokens
+        self.spaces_between_special_tokens = spaces_between_special_tokens
+
+    def push(self, token_ids: Sequence[int]) -> str:
+        """Add the next chunk of generated ids; return the text they complete (may be ``""``)."""
+        table = self._table
+        try:
+            if len(token_ids) > 1:
+                data = b"".join(itemgetter(*token_ids)(table))
+            elif token_ids:
+                data = table[token_ids[0]]
+            else:
+                return ""
+        except IndexError:  # ids beyond the vocabulary show nothing, as in the one-shot decode
+            size = len(table)
+            data = b"".join([table[i] for i in token_ids if i < size])
+        return self._utf8.decode(data)
+
+    def finish(self) -> str:
+        """Release what is still held (an incomplete character shows as U+FFFD, as in decode)."""
+        return self._utf8.decode(b"", True)
+
+    def fork(self) -> ByteLevelDetokenizer:
+        """An independent copy in the same state (to replay ids without changing this one)."""
+        twin = ByteLevelDetokenizer(
+            self._table, self.skip_special_tokens, self.spaces_between_special_tokens
+        )
+        twin._utf8.setstate(self._utf8.getstate())
+        return twin
 
 
 def byte_decoder(backend: Tokenizer) -> ByteDecoder | None:

@@ -15,8 +15,10 @@ decoding all its ids at once. Works for byte-level BPE and SentencePiece/Metaspa
   the text of a trailing run of byte tokens is held until a regular token ends the run.
 
 Cost: two decodes per chunk over the chunk plus the previous one (one for the first chunk, so
-a one-shot answer's output is decoded once): ``Tokenizer.decode`` (Rust), or for byte-level
-vocabularies the faster exact decode of :mod:`turnout.tokenizer.byte_decode`.
+a one-shot answer's output is decoded once) with ``Tokenizer.decode`` (Rust). A byte-level
+vocabulary needs no window: its models stream through
+:class:`~turnout.tokenizer.byte_decode.ByteLevelDetokenizer`, one incremental UTF-8 decode per
+chunk.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any
 
 from tokenizers import AddedToken, Tokenizer
 
-from turnout.tokenizer.byte_decode import byte_decoder
+from turnout.tokenizer.byte_decode import ByteLevelDetokenizer, byte_decoder
 from turnout.tokenizer.chat_template import ChatTemplate, Message
 from turnout.tokenizer.content_format import ContentFormat
 from turnout.tokenizer.detokenizer import IncrementalDetokenizer, byte_fallback_ids
@@ -202,14 +202,16 @@ class ModelTokenizer:
 
     def incremental_detokenizer(
         self, skip_special_tokens: bool = True, spaces_between_special_tokens: bool = True
-    ) -> IncrementalDetokenizer:
-        """A fresh streaming decoder for one output choice."""
+    ) -> IncrementalDetokenizer | ByteLevelDetokenizer:
+        """A fresh streaming decoder for one output choice (for a byte-level vocabulary, one
+        that decodes each chunk once, in Python)."""
+        if self._fast_decoder is not None:
+            return self._fast_decoder.stream(skip_special_tokens, spaces_between_special_tokens)
         return IncrementalDetokenizer(
             self.backend,
             skip_special_tokens=skip_special_tokens,
             spaces_between_special_tokens=spaces_between_special_tokens,
             byte_ids=self._byte_ids,
-            decode=None if self._fast_decoder is None else self._fast_decoder.decode,
         )
 
     # -- chat templates -------------------------------------------------------------------------
