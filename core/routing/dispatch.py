@@ -518,7 +518,7 @@ class GenerateSession(ClosingSession):
     async def __anext__(self) -> Any:
         pending = self._pending
         if not pending:
-            pending.extend(await self._receive())
+            pending.extend(await self.next_batch())
             if not pending:
                 raise StopAsyncIteration
         return pending.popleft()
@@ -531,13 +531,12 @@ class GenerateSession(ClosingSession):
             batch = list(pending)
             pending.clear()
             return batch
-        return await self._receive()
-
-    async def _receive(self) -> list[Any]:
         if self._done:
             return []
+        # The worker's read is awaited here, not in a helper coroutine: one coroutine fewer
+        # per stream step.
         try:
-            batch: list[Any] = await self._stream.next_batch()
+            batch = await self._stream.next_batch()
         except asyncio.CancelledError:
             # Cancelled while waiting on the worker (client gone, request timeout): that says
             # nothing good about the worker, so it is not booked as a success.
