@@ -24,7 +24,7 @@ from tokenizers import Tokenizer
 
 from turnout.tokenizer.token_bytes import byte_level_bytes
 
-_Utf8Decoder = codecs.getincrementaldecoder("utf-8")
+_utf8_decode = codecs.utf_8_decode
 #: Random id sequences checked against the tokenizer (each with and without special tokens).
 _PROBES = 64
 _PROBE_LENGTH = 48
@@ -75,13 +75,15 @@ class ByteLevelDetokenizer:
     (``spaces_between_special_tokens`` has no effect either).
     """
 
-    __slots__ = ("_table", "_utf8", "skip_special_tokens", "spaces_between_special_tokens")
+    __slots__ = ("_held", "_table", "skip_special_tokens", "spaces_between_special_tokens")
 
     def __init__(
         self, table: list[bytes], skip_special_tokens: bool, spaces_between_special_tokens: bool
     ) -> None:
         self._table = table
-        self._utf8 = _Utf8Decoder("replace")
+        #: The bytes of an incomplete character at the end (what ``codecs``' incremental
+        #: decoder keeps; decoding here directly saves a Python call per chunk).
+        self._held = b""
         self.skip_special_tokens = skip_special_tokens
         self.spaces_between_special_tokens = spaces_between_special_tokens
 
@@ -98,18 +100,24 @@ class ByteLevelDetokenizer:
         except IndexError:  # ids beyond the vocabulary show nothing, as in the one-shot decode
             size = len(table)
             data = b"".join([table[i] for i in token_ids if i < size])
-        return self._utf8.decode(data)
+        if self._held:
+            data = self._held + data
+        text, used = _utf8_decode(data, "replace", False)
+        self._held = data[used:]
+        return text
 
     def finish(self) -> str:
         """Release what is still held (an incomplete character shows as U+FFFD, as in decode)."""
-        return self._utf8.decode(b"", True)
+        text, _ = _utf8_decode(self._held, "replace", True)
+        self._held = b""
+        return text
 
     def fork(self) -> ByteLevelDetokenizer:
         """An independent copy in the same state (to replay ids without changing this one)."""
         twin = ByteLevelDetokenizer(
             self._table, self.skip_special_tokens, self.spaces_between_special_tokens
         )
-        twin._utf8.setstate(self._utf8.getstate())
+        twin._held = self._held
         return twin
 
 
