@@ -353,8 +353,19 @@ class NativeCall:
 
     def on_headers(self, headers: Headers, end_stream: bool) -> None:
         """Response headers, then trailers carrying the gRPC status."""
+        channel = self._channel
+        got_headers = self._got_headers
+        # The connection hands over the very same tuple for a block it decoded before: a
+        # worker's usual headers and OK trailers are checked once, then recognised.
+        if got_headers:
+            if end_stream and headers is channel.ok_trailers and not self._partial:
+                self._finish()
+                return
+        elif not end_stream and headers is channel.good_headers:
+            self._got_headers = True
+            return
         fields = dict(headers)
-        if not self._got_headers:
+        if not got_headers:
             self._got_headers = True
             status = fields.get(":status", "")
             if status != "200":
@@ -365,6 +376,7 @@ class NativeCall:
                 self._fail_malformed("worker answered without a gRPC body", grpc.StatusCode.UNKNOWN)
                 return
         if not end_stream:
+            channel.good_headers = headers
             return
         raw_status = fields.get("grpc-status")
         if raw_status is None or not raw_status.isdigit():
@@ -375,6 +387,8 @@ class NativeCall:
             if self._partial:
                 self._fail_malformed("worker ended the call mid-message")
                 return
+            if got_headers:
+                channel.ok_trailers = headers
             self._finish()
         else:
             self._fail(code, unquote(fields.get("grpc-message", "")))
@@ -542,6 +556,10 @@ class NativeChannel:
         #: The encoded headers of each method path (all but the deadline and the metadata).
         self._path_headers: dict[str, bytes] = {}
         self._load: tuple[asyncio.AbstractEventLoop, LoopLoad] | None = None
+        #: The last response headers found to open a gRPC answer, and the last trailers found
+        #: to end a call with OK (see ``NativeCall.on_headers``).
+        self.good_headers: Headers | None = None
+        self.ok_trailers: Headers | None = None
         self._backoff = _INITIAL_BACKOFF_S
         self._retry_at = 0.0
         self._last_error: WorkerCallError | None = None

@@ -407,6 +407,38 @@ async def test_ok_trailers_after_truncated_message() -> None:
         assert err.http_status == 502
 
 
+async def test_known_headers_and_trailers_are_still_checked_per_call() -> None:
+    """Once a worker's usual headers and OK trailers are recognised by identity, a call that
+    ends mid-message or with an error status under them still fails."""
+    endings = iter(["ok", "ok", "ok", "truncated", "ok", "error"])
+
+    async def handler(request: Request) -> None:
+        ending = next(endings)
+        request.send_headers()
+        if ending == "truncated":
+            request.send_data(grpc_message(ANSWER_BYTES[0])[:-2])
+        else:
+            request.send_data(grpc_message(ANSWER_BYTES[0]))
+        if ending == "error":
+            request.send_trailers(grpc.StatusCode.UNAVAILABLE.value[0], "overloaded")
+        else:
+            request.send_trailers()
+
+    async with ScriptedServer(handler) as server, client_for(server) as client:
+        for _ in range(3):  # by the third call the blocks are indexed and decoded from cache
+            assert await read_all(client.generate(gen_request())) == ANSWER[:1]
+        channel = client._channel
+        assert isinstance(channel, NativeChannel)
+        assert channel.good_headers is not None
+        assert channel.ok_trailers is not None
+        got, err = await read_until_error(client.generate(gen_request()))
+        assert (got, type(err)) == ([], MalformedResponse)
+        assert await read_all(client.generate(gen_request())) == ANSWER[:1]
+        got, err = await read_until_error(client.generate(gen_request()))
+        assert got == ANSWER[:1]
+        assert err.code == grpc.StatusCode.UNAVAILABLE
+
+
 async def test_compressed_message_is_internal() -> None:
     async def handler(request: Request) -> None:
         request.send_headers()
