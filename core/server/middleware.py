@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import math
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -362,13 +362,14 @@ class _Gate:
         else:
             await self._route(path, scope, receive, send, None)
 
-    async def _route(
+    def _route(
         self, path: str, scope: HTTPScope, receive: Receive, send: Send, tenant: Tenant | None
-    ) -> None:
+    ) -> Awaitable[None]:
+        # A plain function handing back what to await: no coroutine of its own, which every
+        # step of a stream would pass through.
         if path in GENERATION_PATHS and scope["method"] == "POST":
-            await self._generation(scope, receive, send, tenant)
-        else:
-            await self.app(scope, receive, send)
+            return self._generation(scope, receive, send, tenant)
+        return self.app(scope, receive, send)
 
     async def _generation(
         self, scope: HTTPScope, receive: Receive, send: Send, tenant: Tenant | None
