@@ -45,6 +45,8 @@ class WorkerRegistry:
         self._clock = clock
         self._workers: dict[str, Worker] = {}
         self._by_model: dict[str, list[Worker]] = {}
+        #: ``models()`` (sorted), kept until a worker joins or leaves a model's list.
+        self._model_ids: tuple[str, ...] | None = None
         #: Per role, the workers of each model (a worker is in its model's list of its role).
         self._pools: dict[Role, dict[str, list[Worker]]] = {role: {} for role in Role}
         self._regular = self._pools[Role.REGULAR]
@@ -71,6 +73,13 @@ class WorkerRegistry:
 
     def models(self, ready_only: bool = False) -> list[str]:
         """Model ids served by registered (or, with ``ready_only``, routable) workers."""
+        if not ready_only:  # asked per request: sorted once per change of the lists
+            ids = self._model_ids
+            if ids is None:
+                ids = self._model_ids = tuple(
+                    sorted(model for model, workers in self._by_model.items() if workers)
+                )
+            return list(ids)
         return sorted(
             model
             for model, workers in self._by_model.items()
@@ -312,6 +321,7 @@ class WorkerRegistry:
 
     def _index(self, worker: Worker) -> None:
         """Put ``worker`` in the lists of its model and role (and out of any other)."""
+        self._model_ids = None
         model = worker.model_id
         for other, workers in self._by_model.items():
             if worker in workers and other != model:
@@ -337,6 +347,7 @@ class WorkerRegistry:
             self._notify(model)
 
     def _unindex(self, worker: Worker, model: str) -> None:
+        self._model_ids = None
         workers = self._by_model.get(model, [])
         if worker in workers:
             workers.remove(worker)

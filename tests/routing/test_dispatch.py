@@ -532,3 +532,17 @@ async def test_worker_answering_unhealthy_leaves_rotation_despite_traffic(
     finally:
         stop.set()
         await load
+
+
+async def test_served_models_follow_workers_joining_and_leaving(workers, registry_for) -> None:
+    alpha, beta = await workers(2, model="alpha")
+    beta.model = "beta"
+    registry = await registry_for([alpha])
+    assert registry.models() == ["alpha"]
+    registry.models().append("not served")  # each caller gets a list of its own
+    assert registry.models() == ["alpha"]
+    joined = await registry.add(WorkerSpec(url=beta.url), wait_s=5)
+    assert joined.model_id == "beta"
+    assert registry.models() == ["alpha", "beta"]
+    await registry.remove(registry.all()[0].id, drain_timeout_s=1)
+    assert registry.models() == ["beta"]
