@@ -30,6 +30,13 @@ _PROBES = 64
 _PROBE_LENGTH = 48
 
 
+def _joined(table: list[bytes], ids: Sequence[int]) -> bytes:
+    """The bytes of ``ids`` spelled by ``table`` (``IndexError`` for an id beyond it)."""
+    if len(ids) > 1:
+        return b"".join(itemgetter(*ids)(table))
+    return table[ids[0]] if ids else b""
+
+
 class ByteDecoder:
     """``decode(ids, skip_special_tokens)`` of one byte-level tokenizer (see the module)."""
 
@@ -46,12 +53,7 @@ class ByteDecoder:
         """The text of ``ids`` (token ids: not negative), as ``Tokenizer.decode`` gives it."""
         table = self._skipping if skip_special_tokens else self._table
         try:
-            if len(ids) > 1:
-                data = b"".join(itemgetter(*ids)(table))
-            elif ids:
-                data = table[ids[0]]
-            else:
-                return ""
+            data = _joined(table, ids)
         except IndexError:  # an id beyond the vocabulary: the tokenizer's decode skips it
             return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
         return data.decode("utf-8", "replace")
@@ -91,12 +93,7 @@ class ByteLevelDetokenizer:
         """Add the next chunk of generated ids; return the text they complete (may be ``""``)."""
         table = self._table
         try:
-            if len(token_ids) > 1:
-                data = b"".join(itemgetter(*token_ids)(table))
-            elif token_ids:
-                data = table[token_ids[0]]
-            else:
-                return ""
+            data = _joined(table, token_ids)
         except IndexError:  # ids beyond the vocabulary show nothing, as in the one-shot decode
             size = len(table)
             data = b"".join([table[i] for i in token_ids if i < size])
