@@ -23,14 +23,11 @@ chunk.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from tokenizers import Tokenizer
 
 _REPLACEMENT = "\ufffd"
-
-#: ``decode(ids, skip_special_tokens)``, as ``Tokenizer.decode`` gives it.
-Decode = Callable[[list[int], bool], str]
 
 
 def byte_fallback_ids(tokenizer: Tokenizer) -> frozenset[int]:
@@ -49,7 +46,6 @@ class IncrementalDetokenizer:
 
     __slots__ = (
         "_byte_ids",
-        "_decode_ids",
         "_emitted",
         "_ids",
         "_prefix_chars",
@@ -66,12 +62,9 @@ class IncrementalDetokenizer:
         skip_special_tokens: bool = True,
         spaces_between_special_tokens: bool = True,
         byte_ids: frozenset[int] | None = None,
-        decode: Decode | None = None,
     ) -> None:
-        """``byte_ids``: the tokenizer's :func:`byte_fallback_ids` (computed when not given);
-        ``decode``: an exact replacement of ``tokenizer.decode`` (a faster one)."""
+        """``byte_ids``: the tokenizer's :func:`byte_fallback_ids` (computed when not given)."""
         self._tokenizer = tokenizer
-        self._decode_ids: Decode = tokenizer.decode if decode is None else decode
         self._byte_ids = byte_fallback_ids(tokenizer) if byte_ids is None else byte_ids
         self.skip_special_tokens = skip_special_tokens
         self.spaces_between_special_tokens = spaces_between_special_tokens
@@ -81,7 +74,7 @@ class IncrementalDetokenizer:
         self._emitted = 0  # chars released beyond _prefix_chars from ids[_read:]
 
     def _decode(self, ids: list[int]) -> str:
-        return self._decode_ids(ids, self.skip_special_tokens)
+        return self._tokenizer.decode(ids, self.skip_special_tokens)
 
     def push(self, token_ids: Sequence[int]) -> str:
         """Add the next chunk of generated ids; return the text they complete (may be ``""``)."""
@@ -131,7 +124,6 @@ class IncrementalDetokenizer:
         """An independent copy in the same state (to replay ids without changing this one)."""
         twin = IncrementalDetokenizer.__new__(IncrementalDetokenizer)
         twin._tokenizer = self._tokenizer
-        twin._decode_ids = self._decode_ids
         twin._byte_ids = self._byte_ids
         twin.skip_special_tokens = self.skip_special_tokens
         twin.spaces_between_special_tokens = self.spaces_between_special_tokens

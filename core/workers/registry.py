@@ -83,7 +83,7 @@ class WorkerRegistry:
         return sorted(
             model
             for model, workers in self._by_model.items()
-            if workers and (not ready_only or any(w.routable for w in workers))
+            if workers and any(w.routable for w in workers)
         )
 
     def workers_for(self, model: str) -> list[Worker]:
