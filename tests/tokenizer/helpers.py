@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Protocol
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
 
@@ -83,3 +86,30 @@ def train_metaspace_unigram() -> Tokenizer:
     )
     tok.train_from_iterator(_corpus()[:600], trainer)
     return tok
+
+
+class StreamingDecoder(Protocol):
+    """What the streaming-decode tests drive (both detokenizers)."""
+
+    def push(self, token_ids: Sequence[int]) -> str: ...
+
+    def finish(self) -> str: ...
+
+
+def stream(detok: StreamingDecoder, ids: list[int], cuts: list[int]) -> list[str]:
+    """The deltas of ``ids`` pushed in chunks cut at ``cuts`` (taken modulo), then the finish."""
+    bounds = sorted({0, len(ids), *(cut % (len(ids) + 1) for cut in cuts)})
+    deltas = [detok.push(ids[a:b]) for a, b in itertools.pairwise(bounds)]
+    return [*deltas, detok.finish()]
+
+
+def assert_never_half_a_character(detok: StreamingDecoder, ids: list[int], full: str) -> None:
+    """Pushed one token at a time, the text shown so far is always a prefix of ``full`` (the
+    one-shot decode) with no U+FFFD that ``full`` lacks, and the finish completes it."""
+    shown = ""
+    for token_id in ids:
+        shown += detok.push([token_id])
+        assert full.startswith(shown)
+        if "\ufffd" not in full:
+            assert "\ufffd" not in shown
+    assert shown + detok.finish() == full

@@ -14,7 +14,7 @@ from turnout.demo_model import path as demo_path
 from turnout.tokenizer import ModelTokenizer
 from turnout.tokenizer.byte_decode import ByteDecoder, ByteLevelDetokenizer, byte_decoder
 
-from .helpers import PIECES, SPECIALS
+from .helpers import PIECES, SPECIALS, assert_never_half_a_character, stream
 from .test_detokenizer import _tokenizer
 
 BYTE_LEVEL = ["demo", "deepseek", "byte_level_bpe"]
@@ -88,12 +88,6 @@ def test_output_of_a_byte_level_model_is_decoded_in_python(deepseek_dir: Path) -
         assert "".join(itertools.chain(deltas, [detok.finish()])) == tok.decode(ids, True)
 
 
-def _streamed(detok: ByteLevelDetokenizer, ids: list[int], cuts: list[int]) -> list[str]:
-    bounds = sorted({0, len(ids), *(cut % (len(ids) + 1) for cut in cuts)})
-    deltas = [detok.push(ids[a:b]) for a, b in itertools.pairwise(bounds)]
-    return [*deltas, detok.finish()]
-
-
 @pytest.mark.parametrize("kind", BYTE_LEVEL)
 @settings(max_examples=150, deadline=None)
 @given(data=st.data(), skip=st.booleans())
@@ -106,7 +100,7 @@ def test_streamed_deltas_add_up_to_the_one_shot_decode(
     size = tok.get_vocab_size(with_added_tokens=True)
     ids = data.draw(st.lists(st.integers(0, size - 1), max_size=40))
     cuts = data.draw(st.lists(st.integers(0, 60), max_size=12))
-    deltas = _streamed(fast(kind).stream(skip), ids, cuts)
+    deltas = stream(fast(kind).stream(skip), ids, cuts)
     assert "".join(deltas) == tok.decode(ids, skip_special_tokens=skip)
 
 
@@ -119,14 +113,7 @@ def test_a_streamed_delta_never_shows_half_a_character(kind: str, text: str) -> 
     tok = backend(kind)
     ids = tok.encode(text, add_special_tokens=False).ids
     full = tok.decode(ids, skip_special_tokens=True)
-    detok = fast(kind).stream()
-    shown = ""
-    for token_id in ids:
-        shown += detok.push([token_id])
-        assert full.startswith(shown)
-        if "\ufffd" not in full:
-            assert "\ufffd" not in shown
-    assert shown + detok.finish() == full
+    assert_never_half_a_character(fast(kind).stream(), ids, full)
 
 
 def test_a_fork_replays_without_changing_the_original() -> None:
@@ -137,8 +124,8 @@ def test_a_fork_replays_without_changing_the_original() -> None:
     detok = fast("demo").stream()
     head = detok.push(ids[:split])
     twin = detok.fork()
-    assert "".join(_streamed(twin, ids[split:], [])) == tok.decode(ids)[len(head) :]
-    assert head + "".join(_streamed(detok, ids[split:], [1])) == tok.decode(ids)
+    assert "".join(stream(twin, ids[split:], [])) == tok.decode(ids)[len(head) :]
+    assert head + "".join(stream(detok, ids[split:], [1])) == tok.decode(ids)
 
 
 def test_streamed_ids_beyond_the_vocabulary_show_nothing() -> None:

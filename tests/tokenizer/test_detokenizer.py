@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 from pathlib import Path
 
@@ -14,6 +13,8 @@ from tokenizers import Tokenizer
 from tests.tokenizer.helpers import (
     PIECES,
     SPECIALS,
+    assert_never_half_a_character,
+    stream,
     train_byte_level_bpe,
     train_metaspace_unigram,
     train_sentencepiece_bpe,
@@ -42,13 +43,6 @@ def _tokenizer(name: str) -> Tokenizer:
 KINDS = ["deepseek", "byte_level_bpe", "sentencepiece_bpe", "metaspace_unigram"]
 
 texts = st.lists(st.sampled_from([*PIECES, *SPECIALS]), max_size=40).map("".join)
-
-
-def stream(detok: IncrementalDetokenizer, ids: list[int], cuts: list[int]) -> list[str]:
-    bounds = sorted({0, len(ids), *(cut % (len(ids) + 1) for cut in cuts)})
-    deltas = [detok.push(ids[a:b]) for a, b in itertools.pairwise(bounds)]
-    deltas.append(detok.finish())
-    return deltas
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -83,14 +77,7 @@ def test_no_replacement_character_the_full_decode_lacks(kind: str, text: str) ->
     tok = _tokenizer(kind)
     ids = tok.encode(text, add_special_tokens=False).ids
     full = tok.decode(ids, skip_special_tokens=True)
-    detok = IncrementalDetokenizer(tok)
-    shown = ""
-    for token_id in ids:
-        shown += detok.push([token_id])
-        assert full.startswith(shown)
-        if "\ufffd" not in full:
-            assert "\ufffd" not in shown
-    assert shown + detok.finish() == full
+    assert_never_half_a_character(IncrementalDetokenizer(tok), ids, full)
 
 
 def test_split_emoji_is_held_until_complete(deepseek_dir: Path) -> None:
