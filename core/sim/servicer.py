@@ -305,7 +305,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 await rank.acquire_slot()
                 try:
                     if self.role != "decode":  # a decode server starts from the sent KV
-                        await self._pause(state, knobs.ttft_ms / 1000)
+                        await state.sleep(knobs.ttft_ms / 1000)
                     if faulty and knobs.hang:
                         await state.aborted.wait()
                     if self.role == "prefill" and not state.aborted.is_set():
@@ -423,14 +423,6 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         knobs.fault_budget -= 1
         return True
 
-    @staticmethod
-    async def _pause(state: Running, seconds: float) -> None:
-        """Sleep, but wake up early when the request is aborted."""
-        if seconds <= 0 or state.aborted.is_set():
-            return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(state.aborted.wait(), seconds)
-
     # -- unary RPCs ----------------------------------------------------------------------------
 
     async def Abort(
@@ -442,7 +434,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         state = self._running.get(rid)
         if state is None:
             return pb.AbortResponse(success=False, message=f"Request {rid} not found")
-        state.aborted.set()
+        state.abort()
         return pb.AbortResponse(success=True, message=f"Request {rid} aborted")
 
     async def HealthCheck(
@@ -711,7 +703,7 @@ class _Emitter:
             self.servicer.records.generated[rid] = sum(sent)
             if not all(done):
                 per_token = knobs.delay_ms + knobs.delay_jitter_ms * random.random()
-                await self.servicer._pause(self.state, per_token * step / 1000)
+                await self.state.sleep(per_token * step / 1000)
         if self.state.aborted.is_set() and not all(done):
             self.outcome = "abort"
             for index, plan in enumerate(self.plans):

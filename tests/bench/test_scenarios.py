@@ -440,8 +440,9 @@ async def test_load_spreads_tasks_and_prompts_across_processes() -> None:
 
 
 def test_worker_counters_and_jitter_knob(monkeypatch: pytest.MonkeyPatch) -> None:
-    from turnout.sim import SimServicer, SimWorker, get_counters
+    from turnout.sim import SimWorker, get_counters
     from turnout.sim import servicer as sim_servicer
+    from turnout.sim.ranks import Running
     from turnout.wire import WorkerClient
     from turnout.wire.sampling import build_generate_request, build_sampling_params
 
@@ -450,7 +451,7 @@ def test_worker_counters_and_jitter_knob(monkeypatch: pytest.MonkeyPatch) -> Non
     async def pause(_state: Any, seconds: float) -> None:
         pauses.append(seconds)
 
-    monkeypatch.setattr(SimServicer, "_pause", staticmethod(pause))
+    monkeypatch.setattr(Running, "sleep", pause)
     monkeypatch.setattr(sim_servicer.random, "random", lambda: 0.5)
 
     async def scenario() -> dict[str, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from turnout import demo_model
 from turnout.sim import ModelFiles, Script, ScriptError, SimKnobs, SimModel
 from turnout.sim.model import InvalidRequest
+from turnout.sim.ranks import Rank, Running
 from turnout.sim.schema_instance import SchemaError, instance_for
 from turnout.sim.servicer import SimRecords
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
@@ -154,3 +156,19 @@ def test_records_stay_bounded_and_keep_the_newest() -> None:
     records.trim()
     assert [r.request_id for r in records.requests] == ["r17", "r18", "r19"]
     assert list(records.generated.items()) == [("r17", 17), ("r18", 18), ("r19", 19)]
+
+
+async def test_a_paced_call_sleeps_its_time_unless_aborted() -> None:
+    loop = asyncio.get_running_loop()
+    state = Running("r1", 0, Rank(0, lambda: 0))
+    started = loop.time()
+    await state.sleep(0.05)
+    assert loop.time() - started >= 0.04
+    nap = asyncio.ensure_future(state.sleep(30))
+    await asyncio.sleep(0.01)
+    state.abort()
+    await asyncio.wait_for(nap, 1)  # woken at once, not after 30 s
+    assert state.aborted.is_set()
+    started = loop.time()
+    await state.sleep(30)  # aborted: no more naps
+    assert loop.time() - started < 1
