@@ -253,6 +253,12 @@ def render_results(result: dict[str, Any]) -> str:
     rows = [(s, t, data) for s, targets in results.items() for t, data in targets.items()]
     rounds = len(result.get("rounds") or ())
     lines = [f"figures: median of {rounds} interleaved rounds (errors: summed)"] if rounds else []
+    config = result.get("config") or {}
+    if config.get("router_cpus"):
+        lines.append(
+            f"placement: routers on CPU {_cpus(config['router_cpus'])}; workers and load "
+            f"generators on CPU {_cpus(config['other_cpus'])}"
+        )
     lines += _table(rows, _COLUMNS)
     paced = [row for row in rows if "memory" in row[2] or row[2].get("itl_added_ms")]
     paced += [row for row in rows if row[1] == "direct" and row[0] in {r[0] for r in paced}]
@@ -352,3 +358,7 @@ def render_soak(soak: dict[str, Any]) -> str:
             f"slope {rss['slope_mb_per_min']:+.2f} MB/min after warm-up"
         )
     return "\n".join(lines)
+
+
+def _cpus(cpus: list[int]) -> str:
+    return ",".join(str(cpu) for cpu in cpus)

@@ -51,6 +51,7 @@ from bench.analysis import (  # noqa: E402
     split_concurrency,
     summarize,
 )
+from bench.cpus import CpuPlan, parse_cpus, pin_tree, plan_cpus  # noqa: E402
 from bench.otlp_sink import SpanSink  # noqa: E402
 from bench.profiling import find_py_spy, parse_collapsed, start_py_spy  # noqa: E402
 from bench.report import (  # noqa: E402
@@ -156,6 +157,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--turnout-processes", type=int, default=1, help="serving processes of turnout"
     )
     parser.add_argument(
+        "--router-cpus",
+        type=_cpu_list,
+        default=None,
+        metavar="CPUS",
+        help="pin the routers to these CPUs (e.g. 1, or 2-3) and the workers, load generators "
+        "and harness to the others, so that the delay a router adds is not CPU it shares",
+    )
+    parser.add_argument(
         "--loadgen-processes",
         type=int,
         default=0,
@@ -221,6 +230,11 @@ def _check_args(args: argparse.Namespace) -> str | None:
     for name in positive:
         if getattr(args, name) <= 0:
             return f"--{name.replace('_', '-')} must be > 0"
+    if args.router_cpus is not None:
+        try:
+            plan_cpus(args.router_cpus)
+        except ValueError as exc:
+            return f"--router-cpus: {exc}"
     if args.warmup < 0 or args.loadgen_processes < 0 or args.dp_delay_ms < 0:
         return "--warmup, --loadgen-processes and --dp-delay-ms must be >= 0"
     if not args.process_counts or min(args.process_counts) < 1:
@@ -575,6 +589,8 @@ def _start_routers(
     log_dir: Path,
     env: str,
     pd_flags: Sequence[str] = (),
+    *,
+    cpus: CpuPlan | None = None,
 ) -> dict[str, Router]:
     routers: dict[str, Router] = {}
     try:
@@ -604,6 +620,8 @@ def _start_routers(
                     name=log_name,
                 )
             router = routers[spec.target]
+            if cpus is not None:
+                pin_tree(router.pid, cpus.routers)
             print(f"{spec.target} {router.version} ready at {router.url} ({env})", flush=True)
     except BaseException:
         for router in routers.values():
@@ -634,7 +652,9 @@ def compare_env(
     one result table per round (``sink``: where the traced target's spans go; the spans it
     received during that target's run are recorded)."""
     urls, pd_flags = _env_workers(env, sims)
-    routers = _start_routers(router_specs(env, args, names), urls, log_dir, env, pd_flags)
+    routers = _start_routers(
+        router_specs(env, args, names), urls, log_dir, env, pd_flags, cpus=_cpu_plan(args)
+    )
     targets = ([] if args.no_direct else ["direct"]) + list(routers)
     per_round: list[dict[str, dict[str, Any]]] = [{} for _ in range(args.rounds)]
     try:
@@ -753,7 +773,9 @@ def profile(args: argparse.Namespace, log_dir: Path, sim_dir: Path) -> dict[str,
     for env, scenarios in by_env(args.scenarios):
         with _sims(args, env, sim_dir) as sims:
             spec = router_specs(env, args, ["turnout"])[0]
-            router = _start_routers([spec], [sim.url for sim in sims], log_dir, env)[spec.target]
+            router = _start_routers(
+                [spec], [sim.url for sim in sims], log_dir, env, cpus=_cpu_plan(args)
+            )[spec.target]
             version = router.version
             try:
                 for scenario in scenarios:
@@ -845,7 +867,9 @@ def soak(
     with _sims(args, "plain", sim_dir) as sims:
         urls = [sim.url for sim in sims]
         for spec in router_specs("plain", args, names):
-            router = _start_routers([spec], urls, log_dir, "plain")[spec.target]
+            router = _start_routers([spec], urls, log_dir, "plain", cpus=_cpu_plan(args))[
+                spec.target
+            ]
             versions[spec.target] = router.version
             sampler = _RssSampler(spec.target, router.pid)
             try:
@@ -938,7 +962,25 @@ def _config(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
     config = {key: getattr(args, key) for key in keys}
     config["routers"] = names or ["turnout"]
     config["tracing"] = args.tracing
+    plan = _cpu_plan(args)
+    config["router_cpus"] = None if plan is None else sorted(plan.routers)
+    config["other_cpus"] = None if plan is None else sorted(plan.others)
     return config
+
+
+def _cpu_plan(args: argparse.Namespace) -> CpuPlan | None:
+    # Planned once, before the harness pins itself to the other CPUs.
+    plan: CpuPlan | None = getattr(args, "cpu_plan", None)
+    if plan is None and getattr(args, "router_cpus", None) is not None:
+        plan = args.cpu_plan = plan_cpus(args.router_cpus)
+    return plan
+
+
+def _cpu_list(text: str) -> frozenset[int]:
+    try:
+        return parse_cpus(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -966,6 +1008,10 @@ def main(argv: list[str] | None = None) -> int:
         "config": _config(args, names),
     }
     print(f"bench: {mode}; logs in {log_dir}", flush=True)
+    plan = _cpu_plan(args)
+    if plan is not None:
+        os.sched_setaffinity(0, plan.others)  # the sims and load generators inherit it
+        print(f"bench: {plan.describe()}", flush=True)
     try:
         if args.profile:
             result.update(profile(args, log_dir, log_dir))
