@@ -191,12 +191,11 @@ class Http2Connection(asyncio.Protocol):
         self._stream_send_windows: dict[int, int] = {}
         self._outgoing: dict[int, _Outgoing] = {}
         self._recv_uncredited = 0
-        self._stream_recv_uncredited: dict[int, int] = {}
-        # WINDOW_UPDATEs are sent once half a window is to be credited (not per frame).
+        # The connection's WINDOW_UPDATEs are sent once half its window is due (not per frame).
         self._connection_threshold = self.settings.connection_window // 2
-        self._stream_threshold = self.settings.stream_window // 2
         # Keep-alive: a PING when streams wait and the peer has been silent for too long.
-        self._last_receive = 0.0
+        #: Whether anything arrived since the last keep-alive check.
+        self._heard = False
         self._ping_deadline: asyncio.TimerHandle | None = None
         self._keepalive_timer: asyncio.TimerHandle | None = None
 
@@ -229,7 +228,7 @@ class Http2Connection(asyncio.Protocol):
         # uvloop's transports implement asyncio.Transport without subclassing it.
         transport = cast("asyncio.Transport", transport)
         self._transport = transport
-        self._last_receive = self._loop.time()
+        self._heard = True
         ours = self.settings
         payload = b"".join(
             _SETTING.pack(key, value)
@@ -251,33 +250,57 @@ class Http2Connection(asyncio.Protocol):
         self._shut(reason)
 
     def data_received(self, data: bytes) -> None:
-        self._last_receive = self._loop.time()
+        self._heard = True
         buffer = self._buffer
+        view: bytes | bytearray
         if buffer:
             buffer += data
-            view: bytes | bytearray = buffer
+            view = buffer
         else:
             view = data
         size = len(view)
         pos = 0
+        streams = self._streams
+        unpack = _FRAME_HEADER.unpack_from
+        received = 0  # DATA bytes of this pass, credited to the connection window at its end
         try:
             while size - pos >= 9:
-                high, low, kind, flags, stream_id = _FRAME_HEADER.unpack_from(view, pos)
-                length = (high << 16) | low
-                end = pos + 9 + length
-                if end > size:
+                high, low, kind, flags, stream_id = unpack(view, pos)
+                start = pos + 9
+                pos = start + ((high << 16) | low)
+                if pos > size:
+                    pos = start - 9
                     break
+                if kind:  # not DATA (0)
+                    self._on_control(
+                        kind, flags, stream_id & _LAST_STREAM_ID, bytes(view[start:pos])
+                    )
+                    continue
+                # DATA, the frame of every response message: handled here, without a call.
                 stream_id &= _LAST_STREAM_ID
-                if kind == DATA and self._header_stream:
-                    raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
-                if kind == DATA:
-                    self._on_data(stream_id, flags, view[pos + 9 : end])
+                if self._header_stream or not stream_id:
+                    self._bad_data()
+                payload = data[start:pos] if view is data else bytes(buffer[start:pos])
+                received += pos - start
+                if flags & PADDED:
+                    payload = self._unpad(stream_id, payload)
+                handler = streams.get(stream_id)
+                if handler is None:
+                    continue  # reset by us, frames still in flight
+                if flags & END_STREAM:
+                    self._end_stream(stream_id)
+                    handler.on_data(payload, True)
                 else:
-                    self._on_control(kind, flags, stream_id, bytes(view[pos + 9 : end]))
-                pos = end
+                    handler.on_data(payload, False)
         except _ProtocolError as exc:
             self._fail_connection(exc.code, str(exc))
             return
+        if received and self._transport is not None:
+            uncredited = self._recv_uncredited + received
+            if uncredited >= self._connection_threshold:
+                self._outbox().append(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(uncredited)))
+                uncredited = 0
+            self._recv_uncredited = uncredited
         if buffer:
             del buffer[:pos]
         elif pos < size:
@@ -301,7 +324,6 @@ class Http2Connection(asyncio.Protocol):
         stream_id = self._next_stream_id
         self._next_stream_id += 2
         self._streams[stream_id] = handler
-        self._stream_recv_uncredited[stream_id] = 0
         block = self._encoder.encode(headers, encoded)
         limit = self._peer_max_frame
         first, rest = block[:limit], block[limit:]
@@ -393,38 +415,25 @@ class Http2Connection(asyncio.Protocol):
 
     # -- receiving -----------------------------------------------------------------------------
 
-    def _on_data(self, stream_id: int, flags: int, payload: bytes | bytearray) -> None:
-        if stream_id == 0:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
-        flow_size = len(payload)
-        if flow_size and self._transport is not None:
-            uncredited = self._recv_uncredited + flow_size
-            if uncredited >= self._connection_threshold:
-                self._outbox().append(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(uncredited)))
-                uncredited = 0
-            self._recv_uncredited = uncredited
-        if flags & PADDED:
-            payload = _strip_padding(payload)
-            self.consume(stream_id, flow_size - len(payload))  # nobody else holds the padding
-        handler = self._streams.get(stream_id)
-        if handler is None:
-            return  # reset by us, frames still in flight
-        end = bool(flags & END_STREAM)
-        if end:
-            self._end_stream(stream_id)
-        handler.on_data(bytes(payload), end)
+    def _bad_data(self) -> None:
+        """Raises for a DATA frame inside a header block or on stream 0."""
+        if self._header_stream:
+            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
+        raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
+
+    def _unpad(self, stream_id: int, payload: bytes) -> bytes:
+        """A padded DATA frame's data; its padding is credited back at once (nobody else
+        holds it)."""
+        data = _strip_padding(payload)
+        self.consume(stream_id, len(payload) - len(data))
+        return data
 
     def consume(self, stream_id: int, size: int) -> None:
         """The handler of ``stream_id`` is done with ``size`` received bytes: credit them back
-        to the stream's window (in one WINDOW_UPDATE once half the window is due)."""
-        uncredited = self._stream_recv_uncredited.get(stream_id)
-        if uncredited is None or not size:
-            return  # the stream ended: its window no longer matters
-        uncredited += size
-        if uncredited >= self._stream_threshold and self._transport and not self._closed_reason:
-            self._outbox().append(_frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(uncredited)))
-            uncredited = 0
-        self._stream_recv_uncredited[stream_id] = uncredited
+        to the stream's window now, in one WINDOW_UPDATE (a handler gathers its credit into
+        large steps: ``NativeCall`` sends it once half a window is due)."""
+        if size and stream_id in self._streams and self._transport and not self._closed_reason:
+            self._outbox().append(_frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(size)))
 
     def _on_control(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self._header_stream and kind != CONTINUATION:
@@ -571,7 +580,6 @@ class Http2Connection(asyncio.Protocol):
 
     def _forget(self, stream_id: int) -> None:
         self._stream_send_windows.pop(stream_id, None)
-        self._stream_recv_uncredited.pop(stream_id, None)
         self._outgoing.pop(stream_id, None)
 
     def _maybe_finish_goaway(self) -> None:
@@ -611,12 +619,9 @@ class Http2Connection(asyncio.Protocol):
     def _keepalive(self) -> None:
         if self._closed_reason or self._transport is None:
             return
-        silent = self._loop.time() - self._last_receive
-        if (
-            self._streams
-            and silent >= self.settings.keepalive_time_s
-            and self._ping_deadline is None
-        ):
+        # Nothing heard since the last check, a keep-alive interval ago: the peer is silent.
+        heard, self._heard = self._heard, False
+        if self._streams and not heard and self._ping_deadline is None:
             self._outbox().append(_frame(PING, 0, 0, b"turnout\x00"))
             self._ping_deadline = self._loop.call_later(
                 self.settings.keepalive_timeout_s, self._ping_timed_out
@@ -650,7 +655,7 @@ def _frame_parts(
     return _FRAME_HEADER.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id), payload
 
 
-def _strip_padding(payload: bytes | bytearray) -> bytes | bytearray:
+def _strip_padding(payload: bytes) -> bytes:
     if not payload:
         raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "padded frame without pad length")
     pad = payload[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import math
 import ssl
+import struct
 from collections import deque
 from collections.abc import Iterable
 from typing import Any, Final
@@ -55,6 +56,8 @@ _INITIAL_BACKOFF_S: Final = 0.2
 _RELEASE_GRACE_S: Final = 2.0
 #: Most bytes of messages that ``read_batch`` hands over at once.
 BATCH_BYTES: Final = 16 * 1024
+#: The prefix of a gRPC message: compressed flag, length.
+_PREFIX: Final = struct.Struct(">BI")
 
 
 class NativeCall:
@@ -73,6 +76,8 @@ class NativeCall:
         "_channel",
         "_connecting",
         "_connection",
+        "_consumed",
+        "_credit_at",
         "_cut",
         "_deadline_at",
         "_ended",
@@ -88,10 +93,10 @@ class NativeCall:
         "_pace_at",
         "_pace_s",
         "_pace_timer",
+        "_parse",
         "_partial",
         "_path",
         "_queued",
-        "_response_type",
         "_stream_id",
         "_timer",
         "_waiter",
@@ -112,7 +117,7 @@ class NativeCall:
         self._method = method
         self._path = path
         self._metadata = metadata
-        self._response_type = response_type
+        self._parse = response_type.FromString
         raw = request.SerializeToString()
         self._body = b"\x00" + len(raw).to_bytes(4, "big") + raw
         # Kept: on Python 3.11 every asyncio.get_running_loop() is a getpid() system call.
@@ -122,8 +127,12 @@ class NativeCall:
         self._messages: deque[bytes] = deque()
         #: Bytes of a message not complete yet (and of the ones after it in the same frame).
         self._partial = bytearray()
-        #: Received bytes not yet credited back to the stream's flow-control window.
+        #: Received bytes the reader has not taken yet (not to be credited back before it does).
         self._held = 0
+        #: Bytes the reader took and that are not credited back yet: the stream's window is
+        #: credited in steps of half a window (``_credit_at``; set when the stream opens).
+        self._consumed = 0
+        self._credit_at = 0
         #: Bytes of the queued messages (with their 5-byte prefixes).
         self._queued = 0
         #: True when the last batch left messages queued (``read_batch`` yields first).
@@ -156,7 +165,7 @@ class NativeCall:
             if not messages and self._held:
                 self._give_back()
             try:
-                return self._response_type.FromString(data)
+                return self._parse(data)
             except DecodeError as exc:
                 raise self._malformed(exc) from None
         return None
@@ -175,6 +184,11 @@ class NativeCall:
             await asyncio.sleep(0)
         messages = self._messages
         while not messages:  # ``_wait`` inline: no coroutine of its own per stream step
+            if self._error is None and not self._ended and self._connecting is None:
+                # What ``_waiting`` does in this, the usual case (without a call).
+                waiter = self._waiter = self._loop.create_future()
+                await waiter
+                continue
             waiting = self._waiting()
             if waiting is None:
                 return []
@@ -182,9 +196,8 @@ class NativeCall:
         taken: Iterable[bytes] = messages
         if self._queued > BATCH_BYTES:
             taken = self._take_slice()
-        parse = self._response_type.FromString
         try:
-            batch = [parse(data) for data in taken]
+            batch = list(map(self._parse, taken))
         except DecodeError as exc:
             return self._parse_until_malformed(taken, exc)
         if taken is messages:
@@ -214,7 +227,7 @@ class NativeCall:
     def _parse_until_malformed(self, taken: Iterable[bytes], exc: DecodeError) -> list[Any]:
         """The messages of ``taken`` before the first that does not parse; the call fails
         with ``MalformedResponse`` (raised now if no message came before it)."""
-        parse = self._response_type.FromString
+        parse = self._parse
         batch = []
         for data in taken:
             try:
@@ -243,11 +256,16 @@ class NativeCall:
         return error
 
     def _give_back(self) -> None:
-        """Credit every held byte back to the stream's window (the reader took everything)."""
-        held, self._held = self._held, 0
-        connection = self._connection
-        if connection is not None:
-            connection.consume(self._stream_id, held)
+        """The reader took every held byte: count them consumed, and credit what was consumed
+        back to the stream's window once that reaches half a window."""
+        consumed = self._consumed + self._held
+        self._held = 0
+        if consumed >= self._credit_at:
+            connection = self._connection
+            if connection is not None:
+                connection.consume(self._stream_id, consumed)
+            consumed = 0
+        self._consumed = consumed
 
     async def _wait(self) -> bool:
         """Wait until a message is queued (True) or the call ended with OK (False)."""
@@ -337,6 +355,7 @@ class NativeCall:
             self._fail(grpc.StatusCode.UNAVAILABLE, str(exc))
             return
         self._connection = connection
+        self._credit_at = connection.settings.stream_window // 2
         if deadline_at is not None:
             self._channel.deadlines.watch(self, loop)
 
@@ -409,39 +428,40 @@ class NativeCall:
         size = len(view)
         pos = 0
         messages = self._messages
+        limit = self._max_message
         while size - pos >= 5:
-            if view[pos]:
+            compressed, length = _PREFIX.unpack_from(view, pos)
+            if compressed:
                 self._fail_malformed("worker sent a compressed message")
                 return
-            length = int.from_bytes(view[pos + 1 : pos + 5], "big")
-            if length > self._max_message:
+            if length > limit:
                 self._fail(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
-                    f"response of {length} bytes exceeds the limit of {self._max_message}",
+                    f"response of {length} bytes exceeds the limit of {limit}",
                 )
                 return
-            end = pos + 5 + length
-            if end > size:
+            start = pos + 5
+            pos = start + length
+            if pos > size:
+                pos = start - 5
                 break
-            messages.append(bytes(view[pos + 5 : end]) if partial else data[pos + 5 : end])
-            pos = end
+            messages.append(bytes(partial[start:pos]) if partial else data[start:pos])
         self._queued += pos
         if partial:
             del partial[:pos]
         elif pos < size:
-            partial += memoryview(view)[pos:]
+            partial += memoryview(data)[pos:]
         if end_stream:
             self._fail_malformed("worker ended the call without trailers")
             return
         self._held += len(data)
-        if messages:
-            if self._pace_at:
-                self._wake_paced()
-            else:
-                self._wake()
-        else:
+        if not messages:
             # Only part of a message is here: the reader can do nothing before the rest comes.
             self._give_back()
+        elif self._pace_at:
+            self._wake_paced()
+        else:
+            self._wake()
 
     def on_reset(self, error_code: int) -> None:
         """The worker reset the stream."""
