@@ -466,6 +466,7 @@ class GenerateSession(ClosingSession):
     __slots__ = (
         "_dispatcher",
         "_done",
+        "_health",
         "_pending",
         "_route",
         "_routing",
@@ -505,7 +506,9 @@ class GenerateSession(ClosingSession):
         #: What observes this stream for the request (its metrics), set by whoever opened it;
         #: the generation pipeline feeds it as it reads the responses.
         self.meter: Any = None
-        self._check_finished()
+        self._health = self.worker.health
+        if stream.finished:
+            self._finish(None)
 
     @property
     def done(self) -> bool:
@@ -557,14 +560,11 @@ class GenerateSession(ClosingSession):
         if not batch:
             self._finish(None)
             return batch
-        self.worker.health.traffic_ok()
-        self._check_finished()
-        return batch
-
-    def _check_finished(self) -> None:
-        if getattr(self._stream, "finished", False):
+        self._health.traffic_ok()
+        if self._stream.finished:
             # Every choice completed: the worker is done even if nobody reads the stream's end.
             self._finish(None)
+        return batch
 
     async def aclose(self) -> None:
         """Stop: cancel the gRPC call (the worker aborts the request) and release the worker."""

@@ -71,7 +71,7 @@ class GenerateStream:
         "_client",
         "_closed",
         "_completes_left",
-        "_finished",
+        "finished",
         "request_id",
         "responses",
     )
@@ -89,13 +89,10 @@ class GenerateStream:
         #: Number of responses received so far (0: nothing reached the client; a retry is safe).
         self.responses = 0
         self._completes_left = max(n, 1)
-        self._finished = False
+        #: True once the worker ended the stream or completed every choice (read it, do not
+        #: set it; a plain attribute: the dispatcher reads it after every batch).
+        self.finished = False
         self._closed = False
-
-    @property
-    def finished(self) -> bool:
-        """True once the worker ended the stream or completed every choice."""
-        return self._finished
 
     def __aiter__(self) -> Self:
         return self
@@ -130,20 +127,26 @@ class GenerateStream:
         if not batch:
             self._ended()
             return batch
-        for response in batch:
-            self._count(response)
+        self.responses += len(batch)
+        for response in batch:  # ``_count`` inline: no call per message
+            if response.HasField("complete"):
+                self._completed()
         return batch
 
     def _count(self, message: pb.GenerateResponse) -> None:
         self.responses += 1
         if message.HasField("complete"):
-            self._completes_left -= 1
-            if self._completes_left <= 0:
-                self._finished = True
+            self._completed()
+
+    def _completed(self) -> None:
+        """One choice is complete."""
+        self._completes_left -= 1
+        if self._completes_left <= 0:
+            self.finished = True
 
     def _ended(self) -> None:
         if not self._closed:
-            self._finished = self._closed = True
+            self.finished = self._closed = True
 
     def _read_failed(self, exc: BaseException) -> bool:
         """Bookkeeping for a read that raised ``exc``; True when it only means "closed"."""
@@ -159,7 +162,7 @@ class GenerateStream:
             elif isinstance(exc, MalformedResponse):
                 # We gave up on what the worker sent; it may still be generating.
                 self._client._schedule_abort(self.request_id, "malformed response")
-            self._finished = True
+            self.finished = True
         return False
 
     def _interrupted_by_close(self) -> bool:
@@ -189,18 +192,18 @@ class GenerateStream:
     def _abandon(self, reason: str) -> None:
         self._closed = True
         if not self._call.done():
-            if self._finished:
+            if self.finished:
                 # Every answer is in; only the worker's status is still on its way.
                 self._call.release()
             else:
                 self._call.cancel()
-        if not self._finished:
-            self._finished = True
+        if not self.finished:
+            self.finished = True
             self._client._schedule_abort(self.request_id, reason)
 
     def __del__(self) -> None:
         # Safety net for a consumer that neither closed nor exhausted the stream.
-        if not self._finished:
+        if not self.finished:
             # The loop may be gone at interpreter exit: then there is nobody left to tell.
             with contextlib.suppress(Exception):
                 self._abandon("stream garbage-collected")

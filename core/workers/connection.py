@@ -16,6 +16,9 @@ from turnout.workers.errors import WorkerRequestError
 class ResponseStream(Protocol):
     """A started ``Generate`` call, read in batches; ``aclose()`` cancels it."""
 
+    #: True once the worker ended the stream or completed every choice of the request.
+    finished: bool
+
     async def next_batch(self) -> list[Any]:
         """Every response that arrived since the last call (waiting for one if none did); an
         empty list once the stream ended."""

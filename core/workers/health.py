@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import enum
-import time
-from collections.abc import Callable
 
 from turnout.workers.settings import HealthSettings
 
@@ -35,25 +33,15 @@ class HealthTracker:
     restarted one taken back, quickly.
     """
 
-    __slots__ = (
-        "_clock",
-        "_failures",
-        "_last_traffic",
-        "_state",
-        "_successes",
-        "_suspect",
-        "settings",
-    )
+    __slots__ = ("_failures", "_state", "_successes", "_suspect", "_traffic", "settings")
 
-    def __init__(
-        self, settings: HealthSettings, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, settings: HealthSettings) -> None:
         self.settings = settings
-        self._clock = clock
         self._state = HealthState.PENDING
         self._failures = 0
         self._successes = 0
-        self._last_traffic = float("-inf")
+        #: Whether a real request got a response since the last ``probe_started``.
+        self._traffic = False
         self._suspect = False
 
     @property
@@ -79,19 +67,24 @@ class HealthTracker:
         return min(s.interval_s, s.pending_interval_s)
 
     def traffic_ok(self) -> None:
-        """A real request got a response from the worker."""
-        self._last_traffic = self._clock()
+        """A real request got a response from the worker (said for every batch of responses,
+        hence a flag and not a clock reading)."""
+        self._traffic = True
         self._suspect = False
+
+    def probe_started(self) -> None:
+        """A probe goes out now: traffic from now on, until its outcome, shows the worker
+        alive (see ``record_probe``)."""
+        self._traffic = False
 
     def traffic_fault(self) -> None:
         """A real request failed through the worker's fault: probe it soon."""
         self._suspect = True
 
-    def record_probe(
-        self, ok: bool, started_at: float | None = None, *, answered: bool = False
-    ) -> bool:
-        """Count one probe outcome (``started_at``: clock value when it was sent; ``answered``:
-        a failure is the worker's own ``healthy=false``, not a timeout or transport error).
+    def record_probe(self, ok: bool, *, started: bool = False, answered: bool = False) -> bool:
+        """Count one probe outcome (``started``: the probe was announced by ``probe_started``,
+        so traffic since then shows the worker alive; ``answered``: a failure is the worker's
+        own ``healthy=false``, not a timeout or transport error).
 
         Returns True when the state changed.
         """
@@ -105,12 +98,7 @@ class HealthTracker:
                 if self._successes >= self.settings.success_threshold:
                     return self._set(HealthState.HEALTHY)
             return False
-        if (
-            self.settings.traffic_counts_as_liveness
-            and not answered
-            and started_at is not None
-            and self._last_traffic >= started_at
-        ):
+        if self.settings.traffic_counts_as_liveness and not answered and started and self._traffic:
             return False  # it answered real requests meanwhile: slow, not dead
         self._successes = 0
         self._failures += 1

@@ -440,7 +440,7 @@ class WorkerRegistry:
                 changed = health.mark_healthy()
             else:
                 # Probed even while it serves traffic: only a probe can hear healthy=false.
-                started = self._clock()
+                health.probe_started()
                 answered = False
                 try:
                     ok = await worker.connection.health_check(settings.timeout_s)
@@ -450,7 +450,7 @@ class WorkerRegistry:
                     worker.last_error = f"health check: {type(exc).__name__}: {exc}"
                 if answered and not ok:
                     worker.last_error = "health check: the worker answered healthy=false"
-                changed = health.record_probe(ok, started, answered=answered)
+                changed = health.record_probe(ok, started=True, answered=answered)
                 if ok:
                     await self._refresh_adapters(worker, settings.timeout_s)
             self._log_change(worker, changed)

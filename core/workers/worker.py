@@ -97,7 +97,7 @@ class Worker:
         self._id = spec.id or default_worker_id(spec.url)
         self._url = spec.url
         self.connection = connection
-        self.health = HealthTracker(apply_override(health, spec.health), clock)
+        self.health = HealthTracker(apply_override(health, spec.health))
         self.breaker = CircuitBreaker(apply_override(breaker, spec.circuit_breaker), clock)
         #: Labels: discovered model/server info, then the spec's labels on top.
         self.labels: dict[str, str] = dict(spec.labels)

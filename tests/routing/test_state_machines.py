@@ -98,8 +98,7 @@ def test_backoff_exponential_capped_with_jitter() -> None:
 
 
 def test_health_pending_ready_unhealthy_recovery() -> None:
-    clock = Clock()
-    h = HealthTracker(HealthSettings(failure_threshold=3, success_threshold=2), clock)
+    h = HealthTracker(HealthSettings(failure_threshold=3, success_threshold=2))
     assert h.state is HealthState.PENDING
     assert h.next_delay() == 5.0
     assert not h.record_probe(False)
@@ -122,41 +121,45 @@ def test_health_pending_ready_unhealthy_recovery() -> None:
 
 
 def test_health_busy_worker_with_traffic_is_not_pulled() -> None:
-    clock = Clock()
-    h = HealthTracker(HealthSettings(failure_threshold=1), clock)
+    h = HealthTracker(HealthSettings(failure_threshold=1))
     h.record_probe(True)
-    started = clock.now
-    clock.now += 4
+    h.traffic_ok()  # before the probe: says nothing about it
+    h.probe_started()
     h.traffic_ok()  # a response arrived while the (slow) probe ran
-    clock.now += 1
-    assert not h.record_probe(False, started_at=started)
+    assert not h.record_probe(False, started=True)
     assert h.state is HealthState.HEALTHY
     # Without traffic during the probe, the failure counts.
-    started = clock.now
-    assert h.record_probe(False, started_at=started)
+    h.probe_started()
+    assert h.record_probe(False, started=True)
+    assert h.state is HealthState.UNHEALTHY
+
+
+def test_health_traffic_before_the_probe_does_not_excuse_it() -> None:
+    h = HealthTracker(HealthSettings(failure_threshold=1))
+    h.record_probe(True)
+    h.traffic_ok()
+    h.probe_started()
+    assert h.record_probe(False, started=True)
     assert h.state is HealthState.UNHEALTHY
 
 
 def test_health_false_counts_even_with_traffic() -> None:
-    clock = Clock()
-    h = HealthTracker(HealthSettings(failure_threshold=2), clock)
+    h = HealthTracker(HealthSettings(failure_threshold=2))
     h.record_probe(True)
     for _ in range(2):
-        started = clock.now
-        clock.now += 1
+        h.probe_started()
         h.traffic_ok()  # it still answers requests ...
-        h.record_probe(False, started_at=started, answered=True)  # ... but says it is unhealthy
+        h.record_probe(False, started=True, answered=True)  # ... but says it is unhealthy
     assert h.state is HealthState.UNHEALTHY
 
 
 def test_health_liveness_off_and_fault_makes_suspect() -> None:
-    clock = Clock()
-    h = HealthTracker(HealthSettings(traffic_counts_as_liveness=False, failure_threshold=1), clock)
+    h = HealthTracker(HealthSettings(traffic_counts_as_liveness=False, failure_threshold=1))
     h.record_probe(True)
-    started = clock.now
+    h.probe_started()
     h.traffic_ok()
-    assert h.record_probe(False, started_at=started)  # traffic does not excuse it
-    h2 = HealthTracker(HealthSettings(), clock)
+    assert h.record_probe(False, started=True)  # traffic does not excuse it
+    h2 = HealthTracker(HealthSettings())
     h2.record_probe(True)
     assert h2.next_delay() == 60.0
     h2.traffic_ok()
