@@ -37,6 +37,8 @@ CONTENT_TYPE = CONTENT_TYPE_LATEST
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120, 300, 600)
 TTFT_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 1.0)
+#: Inter-token latencies reach the histogram at most this long (s) after they were measured.
+ITL_FLUSH_S = 1.0
 
 #: Paths that get their own ``route`` label; anything else is folded (bounded label values).
 _ROUTES = frozenset(
@@ -145,17 +147,27 @@ class Buckets:
     the first bucket whose upper bound is not below the amount (found by bisection rather than
     ``Histogram.observe``'s walk over the bounds)."""
 
-    __slots__ = ("_bounds", "_buckets", "_sum")
+    __slots__ = ("_buckets", "_sum", "bounds")
 
     def __init__(self, child: Histogram) -> None:
-        self._bounds = child._upper_bounds
+        #: The buckets' upper bounds, the last one infinite.
+        self.bounds: list[float] = child._upper_bounds
         self._buckets = child._buckets
         self._sum = child._sum
 
     def observe(self, amount: float) -> None:
         """One observation of ``amount`` (a finite number)."""
         self._sum.inc(amount)
-        self._buckets[bisect_left(self._bounds, amount)].inc(1)
+        self._buckets[bisect_left(self.bounds, amount)].inc(1)
+
+    def observe_counted(self, counts: list[int], total: float) -> None:
+        """Observations tallied by the caller: ``counts[i]`` of them fell in bucket ``i`` (the
+        first whose bound is not below the amount: ``bisect_left(bounds, amount)``), and
+        ``total`` is their sum."""
+        self._sum.inc(total)
+        for value, count in zip(self._buckets, counts, strict=True):
+            if count:
+                value.inc(count)
 
 
 class _ModelMeters:
@@ -339,12 +351,23 @@ class RequestMeter:
     """Times one worker stream: time to first token, inter-token latency, tokens in and out.
 
     Fed by the generation pipeline's one walk over the worker's responses
-    (:class:`turnout.generation.pipeline.StreamMeter`): per batch of worker messages that
-    brought tokens, one subtraction and one histogram observation; labelled children are
-    looked up once per request.
+    (:class:`turnout.generation.pipeline.StreamMeter`); labelled children are looked up once
+    per request. The inter-token latencies are tallied here, one bucket count per batch of
+    worker messages that brought tokens, and added to the histogram at most
+    ``ITL_FLUSH_S`` later (and when the stream ends): the histogram's values each take a lock
+    per addition, which per batch cost more than the rest of the observation.
     """
 
-    __slots__ = ("_done", "_last", "_meters", "_record", "_used")
+    __slots__ = (
+        "_done",
+        "_flush_at",
+        "_itl",
+        "_itl_sum",
+        "_last",
+        "_meters",
+        "_record",
+        "_used",
+    )
 
     def __init__(self, meters: _ModelMeters, record: RequestRecord | None) -> None:
         self._meters = meters
@@ -352,6 +375,11 @@ class RequestMeter:
         self._last: float | None = None
         self._used = 0
         self._done = False
+        #: Inter-token latencies not in the histogram yet: count per bucket, and their sum.
+        self._itl: list[int] | None = None
+        self._itl_sum = 0.0
+        #: When (``perf_counter``) the tallied latencies go to the histogram next.
+        self._flush_at = 0.0
 
     def arrived(self, streamed: int, at: float) -> None:
         """A batch of worker messages brought tokens at ``at`` (``time.perf_counter()``):
@@ -367,10 +395,28 @@ class RequestMeter:
                 ttft = at - record.started
                 record.ttft_s = ttft
                 self._meters.ttft.observe(ttft)
+            self._flush_at = at + ITL_FLUSH_S
         elif streamed:
-            self._meters.itl.observe((at - last) / streamed)
+            itl = (at - last) / streamed
+            bounds = self._meters.itl.bounds
+            counts = self._itl
+            if counts is None:
+                counts = self._itl = [0] * len(bounds)
+            counts[bisect_left(bounds, itl)] += 1
+            self._itl_sum += itl
+            if at >= self._flush_at:
+                self._flush_itl()
+                self._flush_at = at + ITL_FLUSH_S
         self._last = at
         self._used += streamed
+
+    def _flush_itl(self) -> None:
+        """Add the tallied inter-token latencies to the histogram."""
+        counts = self._itl
+        if counts is not None:
+            self._itl = None
+            self._meters.itl.observe_counted(counts, self._itl_sum)
+            self._itl_sum = 0.0
 
     def usage(self) -> int:
         """Tokens of the stream: prompt plus generated (a tenant's real usage); before the
@@ -383,6 +429,7 @@ class RequestMeter:
             return
         self._done = True
         self._used = prompt_tokens + generated
+        self._flush_itl()
         meters = self._meters
         meters.prompt.inc(prompt_tokens)
         meters.generation.inc(generated)

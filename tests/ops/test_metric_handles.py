@@ -4,16 +4,19 @@ internals shows here."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from turnout.observability.metrics import (
     ITL_BUCKETS,
+    ITL_FLUSH_S,
     LATENCY_BUCKETS,
     TTFT_BUCKETS,
     Buckets,
     Level,
+    Metrics,
     Tally,
 )
 
@@ -69,3 +72,52 @@ def test_level_moves_as_the_gauge_does(ups: list[bool]) -> None:
             by_api.dec()
             handle.dec()
     assert _exposition(fast) == _exposition(public)
+
+
+def _itl_samples(metrics: Metrics) -> dict[tuple[str, str], float]:
+    return {
+        (sample.name, sample.labels.get("le", "")): sample.value
+        for family in metrics.registry.collect()
+        if family.name == "turnout_inter_token_latency_seconds"
+        for sample in family.samples
+        if not sample.name.endswith("_created")
+    }
+
+
+@given(st.lists(st.tuples(st.integers(0, 8), st.floats(0, 2.5)), max_size=40))
+def test_a_meter_tallies_inter_token_latency_as_the_histogram_observes_it(
+    steps: list[tuple[int, float]],
+) -> None:
+    metrics, expected = Metrics(), Metrics()
+    meter = metrics.meter("m", None)
+    by_api = expected.itl.labels("m")
+    at = 100.0
+    meter.arrived(1, at)
+    for streamed, gap in steps:
+        last, at = at, at + gap
+        meter.arrived(streamed, at)
+        if streamed:
+            by_api.observe((at - last) / streamed)
+    meter.finish(0, 0)
+    got, want = _itl_samples(metrics), _itl_samples(expected)
+    key = ("turnout_inter_token_latency_seconds_sum", "")
+    assert got.pop(key) == pytest.approx(want.pop(key))  # added in another order
+    assert got == want
+
+
+def test_inter_token_latencies_reach_the_histogram_within_the_flush_interval() -> None:
+    metrics = Metrics()
+    meter = metrics.meter("m", None)
+
+    def count() -> float | None:
+        name = "turnout_inter_token_latency_seconds_count"
+        return metrics.registry.get_sample_value(name, {"model": "m"})
+
+    meter.arrived(1, 10.0)
+    meter.arrived(4, 10.1)
+    meter.arrived(4, 10.2)
+    meter.arrived(4, 10.0 + ITL_FLUSH_S)
+    assert count() == 3
+    meter.arrived(4, 10.1 + ITL_FLUSH_S)
+    meter.finish(1, 13)
+    assert count() == 4
