@@ -6,13 +6,20 @@ import argparse
 import asyncio
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 
 from turnout import demo_model
 from turnout.sim.model import ScriptError
-from turnout.sim.worker import BOOTSTRAP_PREFIX, DEFAULT_BOOTSTRAP_PORT, READY_PREFIX, SimWorker
+from turnout.sim.worker import (
+    BOOTSTRAP_PREFIX,
+    DEFAULT_BOOTSTRAP_PORT,
+    READY_PREFIX,
+    TRANSPORTS,
+    SimWorker,
+)
 
 __all__ = ["build_parser", "main"]
 
@@ -84,6 +91,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="fail every Generate and Embed with this gRPC status name",
     )
     parser.add_argument("--fail-after-tokens", type=int, default=None)
+    parser.add_argument(
+        "--transport",
+        choices=TRANSPORTS,
+        default="grpcio",
+        help=(
+            "gRPC server: grpcio (grpc.aio) or native (turnout's own HTTP/2 server on "
+            "asyncio/uvloop, a fraction of the CPU per streamed message; default %(default)s)"
+        ),
+    )
     parser.add_argument("--hang", action="store_true", help="Generate and Embed never answer")
     parser.add_argument("--unhealthy", action="store_true", help="HealthCheck answers unhealthy")
     return parser
@@ -131,6 +147,7 @@ async def _serve(args: argparse.Namespace) -> int:
         bootstrap_port=args.bootstrap_port,
         bootstrap_timeout_s=args.bootstrap_timeout_s,
         lora_adapters=args.lora_adapters,
+        transport=args.transport,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -147,6 +164,15 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed (the native transport runs on any loop)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``turnout sim`` / ``python -m turnout.sim``; returns the exit status."""
     args = build_parser().parse_args(argv)
@@ -155,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"turnout sim: error: {problem}", file=sys.stderr)
         return 2
     try:
+        if args.transport == "native":
+            with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+                return runner.run(_serve(args))
         return asyncio.run(_serve(args))
     except (FileNotFoundError, ScriptError, OSError, ValueError) as exc:
         print(f"turnout sim: error: {exc}", file=sys.stderr)

@@ -19,7 +19,7 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Literal, Self
 
 import grpc
 import grpc.aio
@@ -28,6 +28,7 @@ from turnout import demo_model
 from turnout.sim.disagg import BootstrapServer
 from turnout.sim.lora import SimAdapters
 from turnout.sim.model import ModelFiles, Script, SimModel
+from turnout.sim.native_server import NativeServer
 from turnout.sim.servicer import Role, SimKnobs, SimRecords, SimServicer
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
@@ -40,6 +41,11 @@ __all__ = [
     "refuse_connections",
     "set_knobs",
 ]
+
+#: gRPC server implementations: ``grpcio`` (grpc.aio) or ``native`` (turnout.sim.native_server,
+#: far less CPU per streamed message).
+Transport = Literal["grpcio", "native"]
+TRANSPORTS: Final = ("grpcio", "native")
 
 CONTROL_SERVICE: Final = "turnout.sim.Control"
 READY_PREFIX: Final = "turnout-sim listening on "
@@ -72,6 +78,9 @@ class SimWorker:
     ``dp_size`` ranks share the endpoint (SGLang's DP attention). ``role="prefill"`` also listens
     on ``bootstrap_port`` (0: a free one, see ``sim.bootstrap_port``) for decode sims
     (``role="decode"``) to meet it; see :mod:`turnout.sim.disagg`.
+
+    ``transport="native"`` serves the same RPCs with :mod:`turnout.sim.native_server` instead
+    of ``grpc.aio`` (a fraction of the CPU per streamed message).
     """
 
     def __init__(
@@ -87,8 +96,11 @@ class SimWorker:
         role: Role = "regular",
         bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT,
         lora_adapters: Sequence[str] = (),
+        transport: Transport = "grpcio",
         **knob_values: Any,
     ) -> None:
+        if transport not in TRANSPORTS:
+            raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         files = ModelFiles.load(model_dir or demo_model.path(), served_model_name)
         if script is not None and not isinstance(script, Script):
             script = Script.load(script)
@@ -109,7 +121,8 @@ class SimWorker:
         )
         self.host = host
         self.port = port
-        self._server: grpc.aio.Server | None = None
+        self.transport: Transport = transport
+        self._server: grpc.aio.Server | NativeServer | None = None
         self._outage: asyncio.Task[None] | None = None
 
     @property
@@ -169,6 +182,9 @@ class SimWorker:
             return self
         if self.bootstrap is not None:
             await self.bootstrap.start()
+        if self.transport == "native":
+            await self._start_native()
+            return self
         server = grpc.aio.server(options=SERVER_OPTIONS)
         pb_grpc.add_SglangSchedulerServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
         server.add_generic_rpc_handlers((_control_handler(self),))
@@ -187,6 +203,18 @@ class SimWorker:
         await server.start()
         self._server = server
         return self
+
+    async def _start_native(self) -> None:
+        server = NativeServer()
+        pb_grpc.add_SglangSchedulerServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
+        server.add_generic_rpc_handlers((_control_handler(self),))
+        try:
+            self.port = await server.start(self.host, self.port)
+        except OSError as exc:
+            if self.bootstrap is not None:
+                await self.bootstrap.stop()
+            raise OSError(f"cannot listen on {self.host}:{self.port}: {exc}") from exc
+        self._server = server
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop serving; in-flight calls are cancelled after ``grace`` seconds."""

@@ -1,4 +1,5 @@
-"""A simulated worker on a free loopback port and a client connected to it."""
+"""A simulated worker on a free loopback port and a client connected to it (every test that
+uses them runs against both gRPC server transports)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ from turnout.sim import SimWorker
 from turnout.wire import WorkerClient
 
 
-@pytest.fixture
-async def sim() -> AsyncIterator[SimWorker]:
-    async with SimWorker(port=0) as worker:
+@pytest.fixture(params=["grpcio", "native"])
+async def sim(request: pytest.FixtureRequest) -> AsyncIterator[SimWorker]:
+    async with SimWorker(port=0, transport=request.param) as worker:
         yield worker
 
 
