@@ -417,7 +417,8 @@ def create_app(
         debug=False,
     )
     # Outermost, like Litestar's own CORS wrapper: sees every request, unknown paths included.
-    app.asgi_handler = OpsMiddleware(app.asgi_handler, ops)
+    # Of the layers inside it, only tracing's wraps ``send`` for body messages too.
+    app.asgi_handler = OpsMiddleware(app.asgi_handler, ops, direct_body=tracing is None)
     return app
 
 

@@ -14,7 +14,10 @@ protocol (``http=guarded_protocol(limits)`` in uvicorn's settings) and
   (which also ends any wait on that client's socket);
 * sends a response's head and its body in one write (one syscall, one TCP segment) when the
   body follows in the same turn of the loop, as a non-streaming answer's does
-  (:class:`JoinedWrites`).
+  (:class:`JoinedWrites`);
+* offers each request a :class:`DirectBody` (:func:`direct_body_of`): a stream writes its
+  middle pieces through it, framed as uvicorn frames them, without an ASGI message and the
+  ``send`` of every middleware on the way.
 
 The ASGI side (the ops middleware) tells the connection when a request starts and ends, and
 can abort it (:func:`connection_of`). The request body deadline is enforced there too.
@@ -34,7 +37,7 @@ import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from litestar.types import Scope
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
@@ -42,18 +45,26 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 from turnout.config import ServerConfig
 from turnout.server.errors import ApiError
 
+if TYPE_CHECKING:
+    from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
 __all__ = [
     "CONNECTION_KEY",
+    "DIRECT_BODY_KEY",
     "ConnectionLimits",
+    "DirectBody",
     "GuardedProtocol",
     "JoinedWrites",
     "connection_of",
+    "direct_body_of",
 ]
 
 log = logging.getLogger(__name__)
 
 #: Key of the connection in each request's ``scope["state"]``.
 CONNECTION_KEY = "turnout.connection"
+#: Key of the request's :class:`DirectBody` in its ``scope["state"]``.
+DIRECT_BODY_KEY = "turnout.direct_body"
 #: Descriptors kept for workers, listeners, logs, files and connections being closed when
 #: ``max_connections`` is 0: a tenth of the limit, at least this many.
 FD_RESERVE = 64
@@ -120,6 +131,14 @@ def connection_of(scope: Scope) -> GuardedProtocol | None:
     return conn if isinstance(conn, GuardedProtocol) else None
 
 
+def direct_body_of(scope: Scope) -> DirectBody | None:
+    """The request's :class:`DirectBody` (None when the server runs without the guard, or the
+    app does not let body pieces skip its middlewares)."""
+    state = scope.get("state")
+    direct = state.get(DIRECT_BODY_KEY) if isinstance(state, dict) else None
+    return direct if isinstance(direct, DirectBody) else None
+
+
 class _Pool:
     """The connections of one uvicorn server."""
 
@@ -171,6 +190,15 @@ class JoinedWrites:
         else:
             self._transport.write(data)
 
+    def write_body(self, data: bytes) -> None:
+        """Write ``data``, which is no response head (after what is held, if anything)."""
+        held = self._held
+        if held is not None:
+            self._held = None
+            self._transport.write(held + data)
+        else:
+            self._transport.write(data)
+
     def flush(self) -> None:
         """Write what is held, if anything."""
         held = self._held
@@ -210,6 +238,90 @@ class JoinedWrites:
         return getattr(self._transport, name)
 
 
+def _unbound() -> None:
+    return None
+
+
+class DirectBody:
+    """Writes the middle pieces of one chunked response straight to its connection: the bytes
+    uvicorn's ``send`` would write for ``{"body": piece, "more_body": True}``, without that
+    message and the ``send`` of every middleware on its way (none of which looks at a body
+    piece unless the app says so, see the ops middleware).
+
+    Only for what needs no state change and no wait: the head and the end of the body, and
+    any piece while the client is not reading (writes paused), go through ``send``, which
+    keeps uvicorn's bookkeeping (keep-alive, the next request) and its flow control.
+    """
+
+    __slots__ = ("_cycle", "_writes")
+
+    def __init__(self, writes: JoinedWrites) -> None:
+        self._writes = writes
+        self._cycle: Callable[[], RequestResponseCycle | None] = _unbound
+
+    def bind(self, cycle: RequestResponseCycle) -> None:
+        """The uvicorn request whose response this writes (before, :meth:`write` declines)."""
+        # Weakly: the request's scope holds this, and a reference back to it would leave each
+        # request's scope and cycle to the garbage collector instead of freeing them at once.
+        self._cycle = weakref.ref(cycle)
+
+    def write(self, piece: bytes) -> bool:
+        """Write ``piece`` as the next chunk of the response, now; False when it must go
+        through ``send`` instead (head not sent yet or body complete, not chunked, or the
+        client not reading). Like ``send``, writes nothing once the client is gone."""
+        cycle = self._cycle()
+        if cycle is None:
+            return False
+        if cycle.disconnected:
+            return True
+        if (
+            cycle.flow.write_paused
+            or not cycle.response_started
+            or cycle.response_complete
+            or cycle.chunked_encoding is not True
+        ):
+            return False
+        if piece:
+            self._writes.write_body(b"%x\r\n%b\r\n" % (len(piece), piece))
+        return True
+
+
+def _http_protocol() -> type[asyncio.Protocol]:
+    """uvicorn's protocol; the httptools one (uvicorn's choice when httptools is installed)
+    gives each request a :class:`DirectBody`."""
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # pragma: no cover - without the "fast" extra: h11, no direct body
+        return AutoHTTPProtocol
+    if AutoHTTPProtocol is not HttpToolsProtocol:  # pragma: no cover
+        return AutoHTTPProtocol
+
+    class DirectBodyHttpTools(HttpToolsProtocol):
+        def on_headers_complete(self) -> None:
+            scope = self.scope
+            state = scope.get("state")
+            writes: object = self.transport  # what GuardedProtocol gave it
+            direct: DirectBody | None = None
+            if isinstance(writes, JoinedWrites) and isinstance(state, dict):
+                direct = state[DIRECT_BODY_KEY] = DirectBody(writes)
+            super().on_headers_complete()
+            # Bound only to the request it was made for (not to an upgrade), and never for
+            # HEAD, whose body uvicorn does not write.
+            cycle: RequestResponseCycle | None = self.cycle
+            if (
+                direct is not None
+                and cycle is not None
+                and cycle.scope is scope
+                and scope["method"] != "HEAD"
+            ):
+                direct.bind(cycle)
+
+    return DirectBodyHttpTools
+
+
+_PROTOCOL = _http_protocol()
+
+
 class GuardedProtocol(asyncio.Protocol):
     """uvicorn's HTTP protocol for one connection, under the limits (see the module doc)."""
 
@@ -228,7 +340,7 @@ class GuardedProtocol(asyncio.Protocol):
         if pool is None:
             pool = _pools[server_state] = _Pool()
         self._pool = pool
-        self._inner: asyncio.Protocol = AutoHTTPProtocol(  # type: ignore[call-arg]
+        self._inner: asyncio.Protocol = _PROTOCOL(  # type: ignore[call-arg]
             config=config,
             server_state=server_state,
             app_state={**app_state, CONNECTION_KEY: self},

@@ -41,7 +41,7 @@ from turnout.deadlines import Deadlines
 from turnout.observability.logs import RequestRecord, current_record, log_access, request_scope
 from turnout.observability.metrics import Metrics, route_label
 from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of
-from turnout.server.connections import connection_of
+from turnout.server.connections import DIRECT_BODY_KEY, connection_of
 from turnout.server.errors import ApiError
 from turnout.server.limits import (
     AdmissionGate,
@@ -151,11 +151,17 @@ def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None
 
 
 class OpsMiddleware:
-    """Outermost layer: request id, current-request record, metrics, access log."""
+    """Outermost layer: request id, current-request record, metrics, access log.
 
-    def __init__(self, app: ASGIApp, ops: OpsState) -> None:
+    ``direct_body``: no layer inside wraps ``send`` to look at a body piece that is not the
+    last (this one does not either), so a stream may write its pieces past them (the
+    connection's :class:`~turnout.server.connections.DirectBody`); else that is withheld.
+    """
+
+    def __init__(self, app: ASGIApp, ops: OpsState, *, direct_body: bool = False) -> None:
         self.app = app
         self.ops = ops
+        self._direct_body = direct_body
         self._id_headers = [h.lower().encode() for h in ops.server.request_id_headers]
 
     def _client_id(self, headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -176,6 +182,10 @@ class OpsMiddleware:
         if scope["type"] != ScopeType.HTTP:
             await self.app(scope, receive, send)
             return
+        if not self._direct_body:
+            state = scope.get("state")
+            if isinstance(state, dict):
+                state.pop(DIRECT_BODY_KEY, None)
         record = RequestRecord(scope["method"], scope["path"])
         given = self._client_id(scope.get("headers", []))
         if given is not None:

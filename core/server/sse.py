@@ -13,9 +13,10 @@ import msgspec
 from litestar import Request, Response
 from litestar.datastructures import Cookie
 from litestar.response.base import ASGIResponse
-from litestar.types import Receive, Send
+from litestar.types import Receive, Scope, Send
 
 from turnout.observability.metrics import note_failure, note_stream_cut
+from turnout.server.connections import DirectBody, direct_body_of
 from turnout.server.errors import ApiError
 from turnout.tasks import cancel_and_wait
 
@@ -84,7 +85,8 @@ class EventStream(Response[bytes]):
     (``[DONE]``; nothing for a typed stream, which ends with its last event).
 
     Each batch is framed and sent from the request's own task as one ASGI message (a piece
-    carries every event that was ready together), with no generator in between. An error of
+    carries every event that was ready together), with no generator in between; or written
+    straight to the connection when it offers that (:class:`DirectBody`). An error of
     ``batches`` after the stream started becomes an error event, before the tail. When no piece
     went out for ``keepalive_s`` seconds, a comment line is sent so that proxies keep the
     connection open. A client that disconnects is noticed by the generation gate, which
@@ -136,7 +138,7 @@ class EventStream(Response[bytes]):
 
 
 class _EventStreamAsgi(ASGIResponse):
-    __slots__ = ("_batches", "_keepalive_s", "_typed")
+    __slots__ = ("_batches", "_direct", "_keepalive_s", "_typed")
 
     _should_set_content_length: ClassVar[bool] = False
 
@@ -151,6 +153,11 @@ class _EventStreamAsgi(ASGIResponse):
         self._batches = batches
         self._typed = typed
         self._keepalive_s = keepalive_s
+        self._direct: DirectBody | None = None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._direct = direct_body_of(scope)
+        await super().__call__(scope, receive, send)
 
     async def send_body(self, send: Send, receive: Receive) -> None:
         # The one loop of a stream step: take a batch, frame it, send it (no await in between
@@ -159,6 +166,9 @@ class _EventStreamAsgi(ASGIResponse):
         typed = self._typed
         frame = sse_typed_batch if typed else sse_batch
         next_batch = batches.__anext__
+        # A piece the connection takes directly is on its way as send's would be (no wait);
+        # else (the client not reading, say) it goes through send.
+        write = self._direct.write if self._direct is not None else None
         idle = _KeepAlive(send, self._keepalive_s) if self._keepalive_s > 0 else None
         sent = 0  # events so far: a typed stream numbers them, its error event is the next one
         tail = b"" if typed else DONE
@@ -180,7 +190,8 @@ class _EventStreamAsgi(ASGIResponse):
                     pending = idle.before_send()
                     if pending is not None:
                         await pending
-                await send({"type": "http.response.body", "body": piece, "more_body": True})
+                if write is None or not write(piece):
+                    await send({"type": "http.response.body", "body": piece, "more_body": True})
                 if idle is not None:
                     idle.sent()
                 if failed:
