@@ -76,14 +76,12 @@ class NativeCall:
         "_channel",
         "_connecting",
         "_connection",
-        "_consumed",
         "_credit_at",
         "_cut",
         "_deadline_at",
         "_ended",
         "_error",
         "_got_headers",
-        "_held",
         "_load",
         "_loop",
         "_max_message",
@@ -99,6 +97,7 @@ class NativeCall:
         "_queued",
         "_stream_id",
         "_timer",
+        "_uncredited",
         "_waiter",
     )
 
@@ -127,11 +126,11 @@ class NativeCall:
         self._messages: deque[bytes] = deque()
         #: Bytes of a message not complete yet (and of the ones after it in the same frame).
         self._partial = bytearray()
-        #: Received bytes the reader has not taken yet (not to be credited back before it does).
-        self._held = 0
-        #: Bytes the reader took and that are not credited back yet: the stream's window is
-        #: credited in steps of half a window (``_credit_at``; set when the stream opens).
-        self._consumed = 0
+        #: Received bytes not credited back to the stream's window yet. They are credited
+        #: only once the reader took every message (so a reader that stops reading pauses the
+        #: worker after one stream window), and in steps of at least half a window
+        #: (``_credit_at``, set when the stream opens).
+        self._uncredited = 0
         self._credit_at = 0
         #: Bytes of the queued messages (with their 5-byte prefixes).
         self._queued = 0
@@ -162,8 +161,8 @@ class NativeCall:
         if messages or await self._wait():
             data = messages.popleft()
             self._queued -= len(data) + 5
-            if not messages and self._held:
-                self._give_back()
+            if not messages and self._uncredited >= self._credit_at:
+                self._credit()
             try:
                 return self._parse(data)
             except DecodeError as exc:
@@ -203,8 +202,8 @@ class NativeCall:
         if taken is messages:
             messages.clear()
             self._queued = 0
-        if self._held and not messages:
-            self._give_back()
+        if not messages and self._uncredited >= self._credit_at:
+            self._credit()
         load = self._load
         if load is not None:
             self._pace_at = self._loop.time() + self._pace_s if load.is_busy() else 0.0
@@ -255,17 +254,12 @@ class NativeCall:
             self._release(ErrorCode.CANCEL)
         return error
 
-    def _give_back(self) -> None:
-        """The reader took every held byte: count them consumed, and credit what was consumed
-        back to the stream's window once that reaches half a window."""
-        consumed = self._consumed + self._held
-        self._held = 0
-        if consumed >= self._credit_at:
-            connection = self._connection
-            if connection is not None:
-                connection.consume(self._stream_id, consumed)
-            consumed = 0
-        self._consumed = consumed
+    def _credit(self) -> None:
+        """Credit every received byte back to the stream's window (the reader took them)."""
+        uncredited, self._uncredited = self._uncredited, 0
+        connection = self._connection
+        if connection is not None:
+            connection.consume(self._stream_id, uncredited)
 
     async def _wait(self) -> bool:
         """Wait until a message is queued (True) or the call ended with OK (False)."""
@@ -413,7 +407,38 @@ class NativeCall:
             self._fail(code, unquote(fields.get("grpc-message", "")))
 
     def on_data(self, data: bytes, end_stream: bool) -> None:
-        """Split the body into length-prefixed gRPC messages.
+        """Queue the gRPC messages of a DATA frame and wake the reader.
+
+        A frame that holds one whole message (the usual frame) is queued as it is; any other
+        goes through ``_split``.
+        """
+        size = len(data)
+        if (
+            self._partial
+            or end_stream
+            or size < 5
+            or _PREFIX.unpack_from(data) != (0, size - 5)
+            or size - 5 > self._max_message
+        ):
+            if not self._split(data, end_stream):
+                return
+        else:
+            self._messages.append(data[5:])
+            self._queued += size
+            self._uncredited += size
+        waiter = self._waiter
+        if waiter is None:
+            return  # the reader is busy with the previous batch: it takes these next
+        if self._pace_at:
+            self._wake_paced(waiter)
+        else:  # ``_wake`` inline (no pace timer is pending while ``_pace_at`` is 0)
+            self._waiter = None
+            if not waiter.done():
+                waiter.set_result(None)
+
+    def _split(self, data: bytes, end_stream: bool) -> bool:
+        """Split a frame into length-prefixed gRPC messages; True when messages wait for the
+        reader.
 
         A message spread over many DATA frames is gathered in one growing buffer (linear in its
         size); messages that arrive whole are sliced straight out of the frame.
@@ -433,13 +458,13 @@ class NativeCall:
             compressed, length = _PREFIX.unpack_from(view, pos)
             if compressed:
                 self._fail_malformed("worker sent a compressed message")
-                return
+                return False
             if length > limit:
                 self._fail(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"response of {length} bytes exceeds the limit of {limit}",
                 )
-                return
+                return False
             start = pos + 5
             pos = start + length
             if pos > size:
@@ -453,15 +478,14 @@ class NativeCall:
             partial += memoryview(data)[pos:]
         if end_stream:
             self._fail_malformed("worker ended the call without trailers")
-            return
-        self._held += len(data)
-        if not messages:
-            # Only part of a message is here: the reader can do nothing before the rest comes.
-            self._give_back()
-        elif self._pace_at:
-            self._wake_paced()
-        else:
-            self._wake()
+            return False
+        self._uncredited += len(data)
+        if messages:
+            return True
+        # Only part of a message is here: the reader can do nothing before the rest comes.
+        if self._uncredited >= self._credit_at:
+            self._credit()
+        return False
 
     def on_reset(self, error_code: int) -> None:
         """The worker reset the stream."""
@@ -534,18 +558,19 @@ class NativeCall:
             self._timer.cancel()
             self._timer = None
 
-    def _wake_paced(self) -> None:
-        """Wake the reader for new messages, but not before ``_pace_at``: while the loop is
-        busy, a stream takes its messages in fewer, larger batches (fewer steps per stream
-        keep the loop's turns short, so that new requests are not kept waiting behind them)."""
-        waiter = self._waiter
-        if self._pace_timer is not None or waiter is None or waiter.done():
-            return  # a wake is due already, or no reader waits (one cancelled leaves its waiter)
+    def _wake_paced(self, waiter: asyncio.Future[None]) -> None:
+        """Wake the reader (its ``waiter``) for new messages, but not before ``_pace_at``: while
+        the loop is busy, a stream takes its messages in fewer, larger batches (fewer steps per
+        stream keep the loop's turns short, so that new requests are not kept waiting behind
+        them)."""
+        if self._pace_timer is not None or waiter.done():
+            return  # a wake is due already, or the reader was cancelled (it left its waiter)
         loop = self._loop
         if loop.time() < self._pace_at:
             self._pace_timer = loop.call_at(self._pace_at, self._wake)
         else:
-            self._wake()
+            self._waiter = None
+            waiter.set_result(None)
 
     def _wake(self) -> None:
         timer = self._pace_timer
