@@ -190,9 +190,10 @@ class Http2Connection(asyncio.Protocol):
         self._send_window = DEFAULT_WINDOW
         self._stream_send_windows: dict[int, int] = {}
         self._outgoing: dict[int, _Outgoing] = {}
-        self._recv_uncredited = 0
-        # The connection's WINDOW_UPDATEs are sent once half its window is due (not per frame).
+        # The connection's WINDOW_UPDATEs are sent once half its window is due (not per frame):
+        # ``_receivable`` bytes more may arrive before the next one.
         self._connection_threshold = self.settings.connection_window // 2
+        self._receivable = self._connection_threshold
         # Keep-alive: a PING when streams wait and the peer has been silent for too long.
         #: Whether anything arrived since the last keep-alive check.
         self._heard = False
@@ -252,58 +253,48 @@ class Http2Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self._heard = True
         buffer = self._buffer
-        view: bytes | bytearray
         if buffer:
+            # The rest of a frame that came in pieces: parsed once it is whole, the buffer
+            # copied into one bytes object (once per read that completes a frame).
             buffer += data
-            view = buffer
-        else:
-            view = data
-        size = len(view)
+            if len(buffer) < 9 or len(buffer) < 9 + int.from_bytes(buffer[:3], "big"):
+                return
+            data = bytes(buffer)
+            buffer.clear()
+        size = len(data)
         pos = 0
-        streams = self._streams
-        unpack = _FRAME_HEADER.unpack_from
-        received = 0  # DATA bytes of this pass, credited to the connection window at its end
+        received = 0  # DATA bytes of this read, counted against the connection window at its end
         try:
             while size - pos >= 9:
-                high, low, kind, flags, stream_id = unpack(view, pos)
+                high, low, kind, flags, stream_id = _FRAME_HEADER.unpack_from(data, pos)
                 start = pos + 9
                 pos = start + ((high << 16) | low)
                 if pos > size:
                     pos = start - 9
                     break
                 if kind:  # not DATA (0)
-                    self._on_control(
-                        kind, flags, stream_id & _LAST_STREAM_ID, bytes(view[start:pos])
-                    )
+                    self._on_control(kind, flags, stream_id & _LAST_STREAM_ID, data[start:pos])
                     continue
                 # DATA, the frame of every response message: handled here, without a call.
                 stream_id &= _LAST_STREAM_ID
                 if self._header_stream or not stream_id:
                     self._bad_data()
-                payload = data[start:pos] if view is data else bytes(buffer[start:pos])
                 received += pos - start
-                if flags & PADDED:
-                    payload = self._unpad(stream_id, payload)
-                handler = streams.get(stream_id)
-                if handler is None:
-                    continue  # reset by us, frames still in flight
-                if flags & END_STREAM:
-                    self._end_stream(stream_id)
-                    handler.on_data(payload, True)
-                else:
-                    handler.on_data(payload, False)
+                if flags:  # END_STREAM or PADDED (or a flag DATA does not define)
+                    self._on_flagged_data(stream_id, flags, data[start:pos])
+                    continue
+                handler = self._streams.get(stream_id)
+                if handler is not None:  # None: reset by us, frames still in flight
+                    handler.on_data(data[start:pos], False)
         except _ProtocolError as exc:
             self._fail_connection(exc.code, str(exc))
             return
-        if received and self._transport is not None:
-            uncredited = self._recv_uncredited + received
-            if uncredited >= self._connection_threshold:
-                self._outbox().append(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(uncredited)))
-                uncredited = 0
-            self._recv_uncredited = uncredited
-        if buffer:
-            del buffer[:pos]
-        elif pos < size:
+        left = self._receivable - received
+        if left > 0:
+            self._receivable = left
+        else:
+            self._credit_connection(left)
+        if pos < size:
             buffer += data[pos:]
 
     # -- sending -------------------------------------------------------------------------------
@@ -421,12 +412,28 @@ class Http2Connection(asyncio.Protocol):
             raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
         raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
 
-    def _unpad(self, stream_id: int, payload: bytes) -> bytes:
-        """A padded DATA frame's data; its padding is credited back at once (nobody else
-        holds it)."""
-        data = _strip_padding(payload)
-        self.consume(stream_id, len(payload) - len(data))
-        return data
+    def _on_flagged_data(self, stream_id: int, flags: int, payload: bytes) -> None:
+        """A DATA frame with flags: padded (the padding is credited back at once: nobody else
+        holds it), or the last of its stream."""
+        if flags & PADDED:
+            data = _strip_padding(payload)
+            self.consume(stream_id, len(payload) - len(data))
+            payload = data
+        handler = self._streams.get(stream_id)
+        if handler is None:
+            return  # reset by us, frames still in flight
+        end = bool(flags & END_STREAM)
+        if end:
+            self._end_stream(stream_id)
+        handler.on_data(payload, end)
+
+    def _credit_connection(self, left: int) -> None:
+        """Half the connection window (and ``-left`` bytes more) was received since the last
+        WINDOW_UPDATE of the connection: credit it back."""
+        if self._transport is not None:
+            increment = self._connection_threshold - left
+            self._outbox().append(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(increment)))
+        self._receivable = self._connection_threshold
 
     def consume(self, stream_id: int, size: int) -> None:
         """The handler of ``stream_id`` is done with ``size`` received bytes: credit them back
