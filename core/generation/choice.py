@@ -141,11 +141,26 @@ class ChoiceProcessor:
         #: Set when turnout itself matched a stop string: the worker must be told to stop.
         self.matched_stop: str | None = None
         self.done = False
+        #: Nothing inspects the text or reports more than it (no stop strings, parsers, chat
+        #: format, logprobs or token ids): :meth:`push` takes its short path.
+        self._plain = (
+            stops is None
+            and reasoning is None
+            and tool_parser is None
+            and reader is None
+            and token_piece is None
+            and not keep_token_ids
+        )
 
     @property
     def watches_stops(self) -> bool:
         """True when this choice has stop strings to match."""
         return self._stops is not None
+
+    @property
+    def reports_logprobs(self) -> bool:
+        """True when this choice's deltas carry logprobs (it reads the chunks' logprobs)."""
+        return self._token_piece is not None
 
     @property
     def stopped_early(self) -> bool:
@@ -156,6 +171,17 @@ class ChoiceProcessor:
         """Process new token ids (and their logprobs, an ``OutputLogProbs`` message)."""
         if self.done or self.matched_stop is not None:
             return None
+        if self._plain:  # text in, content out: the steps below that apply, inline
+            if token_ids and token_ids[-1] in self._hidden_stop_ids:
+                text = self._decoder.push(token_ids[:-1]) if len(token_ids) > 1 else ""
+            else:
+                text = self._decoder.push(token_ids) if token_ids else ""
+            self.tokens += len(token_ids)
+            if not text:
+                return None
+            self._normal_chars += len(text)
+            # Positional: ChoiceDelta(self.index, text, completion_tokens=...), a third cheaper.
+            return ChoiceDelta(self.index, text, "", (), None, None, self.tokens)
         if self._reader is not None:
             return self._push_read(token_ids, logprobs)
         visible = token_ids
@@ -370,6 +396,9 @@ class ChoiceProcessor:
                 self._add_calls(step_t.calls, delta)
 
     def _add_calls(self, calls: Sequence[ToolCallDelta], delta: ChoiceDelta) -> None:
+        if not calls:
+            return
+        pieces = list(delta.tool_calls)
         for call in calls:
             if self._max_calls is not None and call.index >= self._max_calls:
                 continue
@@ -377,7 +406,9 @@ class ChoiceProcessor:
             if call.name is not None:
                 call_id = self._call_ids.make(call.index, call.name)
                 self.calls = max(self.calls, call.index + 1)
-            delta.tool_calls.append(ToolCallPiece(call.index, call_id, call.name, call.arguments))
+            pieces.append(ToolCallPiece(call.index, call_id, call.name, call.arguments))
+        if pieces:
+            delta.tool_calls = pieces
 
     def _logprobs(self, logprobs: Any, limit: int) -> list[TokenLogprob]:
         """The first ``limit`` tokens' logprobs (an ``OutputLogProbs`` message)."""

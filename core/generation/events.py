@@ -6,6 +6,7 @@ A choice's ``index`` counts across the request's prompts: choice ``i`` of prompt
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 
@@ -37,7 +38,8 @@ class ChoiceDelta:
     index: int
     content: str = ""
     reasoning: str = ""
-    tool_calls: list[ToolCallPiece] = field(default_factory=list)
+    #: A shared empty tuple until a call comes (no list made for each delta of text).
+    tool_calls: Sequence[ToolCallPiece] = ()
     logprobs: list[TokenLogprob] | None = None
     token_ids: list[int] | None = None
     #: The choice's tokens so far, this delta's included (running usage).
