@@ -122,6 +122,7 @@ class _Driver:
     __slots__ = (
         "cached_tokens",
         "completion",
+        "logprobs",
         "mergeable",
         "meter",
         "processors",
@@ -148,6 +149,8 @@ class _Driver:
         self.completion: dict[int, int] = {}
         self.reasoning: dict[int, int] = {}
         self.mergeable = [not p.watches_stops for p in processors]
+        #: Some choice reports logprobs (else the chunks' logprobs are not even looked at).
+        self.logprobs = any(p.reports_logprobs for p in processors)
         #: Tokens the worker sent in stream chunks, and the sum of its completion counts
         #: (what it generated, past a stop turnout matched too).
         self.streamed = 0
@@ -162,6 +165,13 @@ class _Driver:
         """
         at = time.perf_counter() if self.meter is not None else 0.0
         events: list[Event] = []
+        if len(batch) == 1 and self.remaining and batch[0].HasField("chunk"):
+            # The usual step of a paced stream: one message of one choice's tokens.
+            counted = self.streamed
+            self._push(batch[0].chunk, events)
+            if self.meter is not None and self.streamed > counted:
+                self.meter.arrived(self.streamed - counted, at)
+            return events
         run: pb.GenerateResponse | None = None
         merged = False  # ``run`` is a merge of several chunks (not one of the batch's messages)
         run_index = -1
@@ -222,10 +232,14 @@ class _Driver:
         if prompt_tokens > self.prompt_tokens or cached_tokens > self.cached_tokens:
             self.prompt_tokens = max(self.prompt_tokens, prompt_tokens)
             self.cached_tokens = max(self.cached_tokens, cached_tokens)
-        processor = _processor(self.processors, chunk.index)  # a bad index fails here
+        processors = self.processors
+        index = chunk.index  # a bad one fails in _processor()
+        processor = processors[index] if index < len(processors) else _processor(processors, index)
         if processor.done:
             return
-        logprobs = chunk.output_logprobs if chunk.HasField("output_logprobs") else None
+        logprobs = (
+            chunk.output_logprobs if self.logprobs and chunk.HasField("output_logprobs") else None
+        )
         delta = processor.push(token_ids, logprobs)
         if delta is not None:
             events.append(delta)

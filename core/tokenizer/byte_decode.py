@@ -92,8 +92,11 @@ class ByteLevelDetokenizer:
     def push(self, token_ids: Sequence[int]) -> str:
         """Add the next chunk of generated ids; return the text they complete (may be ``""``)."""
         table = self._table
-        try:
-            data = _joined(table, token_ids)
+        try:  # _joined, inline: one call fewer per chunk
+            if len(token_ids) > 1:
+                data = b"".join(itemgetter(*token_ids)(table))
+            else:
+                data = table[token_ids[0]] if token_ids else b""
         except IndexError:  # ids beyond the vocabulary show nothing, as in the one-shot decode
             size = len(table)
             data = b"".join([table[i] for i in token_ids if i < size])
