@@ -48,9 +48,17 @@ class ChatRenderer:
             "created": created,
             "model": model,
         }
+        #: A chunk's fields in order, ``choices`` (and ``usage``) to be set: copying a
+        #: ready dict costs less than building one per chunk.
+        self._template: dict[str, Any] = self._base | {"choices": None}
+        if include_usage or running is not None:
+            self._template["usage"] = None
         self._include_usage = include_usage
         self._running = running
         self._held: dict[int, str] | None = None if stream_reasoning else {}
+        #: A delta of content alone becomes its chunk directly (no running usage to add, no
+        #: reasoning to hold back).
+        self._direct = running is None and stream_reasoning
         # The one-shot answer, per choice.
         self._content: list[list[str]] = [[] for _ in range(n)]
         self._reasoning: list[list[str]] = [[] for _ in range(n)]
@@ -79,8 +87,25 @@ class ChatRenderer:
         """Chunks for one batch of events (possibly none)."""
         chunks: list[dict[str, Any]] = []
         running = self._running
+        direct = self._direct
         for event in events:
             if isinstance(event, ChoiceDelta):
+                if (
+                    direct
+                    and event.content
+                    and not (event.reasoning or event.tool_calls or event.logprobs is not None)
+                ):  # a delta of content alone: what _delta_choice and _chunk make of it
+                    chunk = self._template.copy()
+                    chunk["choices"] = [
+                        {
+                            "index": event.index,
+                            "delta": {"content": event.content},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ]
+                    chunks.append(chunk)
+                    continue
                 if running is not None:
                     running.note(event)
                 self._delta_chunk(event, chunks)
@@ -100,11 +125,10 @@ class ChatRenderer:
         """Nothing is kept."""
 
     def _chunk(self, choice: dict[str, Any]) -> dict[str, Any]:
-        chunk = self._base | {"choices": [choice]}
+        chunk = self._template.copy()
+        chunk["choices"] = [choice]
         if self._running is not None:
             chunk["usage"] = self._running.of(choice["index"])
-        elif self._include_usage:
-            chunk["usage"] = None
         return chunk
 
     def _delta_chunk(self, event: ChoiceDelta, chunks: list[dict[str, Any]]) -> None:
