@@ -55,6 +55,11 @@ class CompletionRenderer:
             "created": created,
             "model": model,
         }
+        #: A chunk's fields in order, ``choices`` (and ``usage``) to be set: copying a ready
+        #: dict costs less than building one per chunk.
+        self._template: dict[str, Any] = self._base | {"choices": None}
+        if include_usage or running is not None:
+            self._template["usage"] = None
         self._n = n
         self._texts = texts
         self._echo = echo
@@ -109,12 +114,12 @@ class CompletionRenderer:
     def _chunk(
         self, index: int, text: str, logprobs: dict[str, Any] | None, finish: str | None
     ) -> dict[str, Any]:
-        choice = {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
-        chunk = self._base | {"choices": [choice]}
+        chunk = self._template.copy()
+        chunk["choices"] = [
+            {"index": index, "text": text, "logprobs": logprobs, "finish_reason": finish}
+        ]
         if self._running is not None:
             chunk["usage"] = self._running.of(index)
-        elif self._include_usage:
-            chunk["usage"] = None
         return chunk
 
     # -- one-shot --------------------------------------------------------------------------------
