@@ -11,8 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from turnout.generation.chat_render import ChatRenderer
+from turnout.generation.choice import ChoiceProcessor
 
-from .outputs import EOS, output_ids, outputs, processor
+from .outputs import EOS, TOKENIZER, output_ids, outputs, processor
 
 CALL = '<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>'
 
@@ -110,3 +111,36 @@ def test_parallel_tool_calls_false_keeps_the_first_call() -> None:
     assert choice["finish_reason"] == "tool_calls"
     _, both = every_cut("Both:\n" + CALL + "\n" + second)
     assert [json.loads(c["function"]["arguments"]) for c in both["tool_calls"]] == [{"a": 1}] * 2
+
+
+def plain_deltas(ids: list[int], cuts: list[int], keep_token_ids: bool) -> list[tuple[str, int]]:
+    """Content and running token count of each delta with content of a parser-less choice,
+    then its end."""
+    choice = ChoiceProcessor(
+        0,
+        decoder=TOKENIZER.incremental_detokenizer(skip_special_tokens=False),
+        hidden_stop_ids=TOKENIZER.eos_token_ids,
+        keep_token_ids=keep_token_ids,
+    )
+    seen: list[tuple[str, int]] = []
+    bounds = sorted({c % (len(ids) + 1) for c in cuts} | {0, len(ids)})
+    for start, end in itertools.pairwise(bounds):
+        delta = choice.push(ids[start:end])
+        if delta is not None and delta.content:
+            seen.append((delta.content, delta.completion_tokens))
+    tail, last = choice.finish("stop", EOS)
+    if tail is not None and tail.content:
+        seen.append((tail.content, tail.completion_tokens))
+    seen.append((last.finish_reason, last.completion_tokens))
+    return seen
+
+
+@settings(max_examples=80, deadline=None)
+@given(outputs(), st.lists(st.integers(0, 400), max_size=12))
+def test_a_plain_choice_s_short_push_gives_the_full_push_s_deltas(
+    text: str, cuts: list[int]
+) -> None:
+    # Kept token ids take the full path (their deltas may carry ids alone); nothing else
+    # differs.
+    ids = output_ids(text)
+    assert plain_deltas(ids, cuts, keep_token_ids=False) == plain_deltas(ids, cuts, True)
