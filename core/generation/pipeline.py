@@ -92,11 +92,22 @@ class SessionEvents:
         """The events of ``batch`` (what ``session.next_batch()`` returned; may be none). An
         empty batch means the worker ended the stream, which before every choice ended is a
         502."""
-        if not batch:
-            raise ApiError(502, "the worker ended the stream before every choice completed")
         driver = self._driver
         try:
-            events = driver.take(batch)
+            if len(batch) == 1 and driver.remaining and batch[0].HasField("chunk"):
+                # The usual step of a paced stream, one message of one choice's tokens: pushed
+                # from here (what driver.take does with it, without its run bookkeeping).
+                meter = driver.meter
+                at = time.perf_counter() if meter is not None else 0.0
+                counted = driver.streamed
+                events: list[Event] = []
+                driver.push(batch[0].chunk, events)
+                if meter is not None and driver.streamed > counted:
+                    meter.arrived(driver.streamed - counted, at)
+            elif batch:
+                events = driver.take(batch)
+            else:
+                raise ApiError(502, "the worker ended the stream before every choice completed")
         except StopRegexTimeout as exc:
             raise bad_request(str(exc), "stop_regex") from None
         if driver.remaining == 0:
@@ -165,13 +176,6 @@ class _Driver:
         """
         at = time.perf_counter() if self.meter is not None else 0.0
         events: list[Event] = []
-        if len(batch) == 1 and self.remaining and batch[0].HasField("chunk"):
-            # The usual step of a paced stream: one message of one choice's tokens.
-            counted = self.streamed
-            self._push(batch[0].chunk, events)
-            if self.meter is not None and self.streamed > counted:
-                self.meter.arrived(self.streamed - counted, at)
-            return events
         run: pb.GenerateResponse | None = None
         merged = False  # ``run`` is a merge of several chunks (not one of the batch's messages)
         run_index = -1
@@ -192,11 +196,11 @@ class _Driver:
                     run.MergeFrom(response)
                     continue
                 if run is not None:
-                    self._push(run.chunk, events)
+                    self.push(run.chunk, events)
                 run, run_index, merged = response, index, False
             elif kind == "complete":
                 if run is not None:
-                    self._push(run.chunk, events)
+                    self.push(run.chunk, events)
                     run = None
                 done = response.complete
                 self.worker_completed += done.completion_tokens
@@ -205,7 +209,7 @@ class _Driver:
                 if self.remaining:
                     self._complete(done, events)
         if run is not None:
-            self._push(run.chunk, events)
+            self.push(run.chunk, events)
         streamed = self.streamed - counted
         if self.meter is not None and (streamed or whole):
             self.meter.arrived(streamed, at)
@@ -221,7 +225,7 @@ class _Driver:
             prompt_index=prompt_index,
         )
 
-    def _push(self, chunk: pb.GenerateStreamChunk, events: list[Event]) -> None:
+    def push(self, chunk: pb.GenerateStreamChunk, events: list[Event]) -> None:
         """One run of chunks of a choice (counted, then processed unless the choice ended)."""
         # A slice is a plain list, made in C: iterating the protobuf container (the
         # detokenizer extends its window with it) costs about 0.3 µs per token.
