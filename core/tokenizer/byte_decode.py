@@ -102,6 +102,10 @@ class ByteLevelDetokenizer:
             data = b"".join([table[i] for i in token_ids if i < size])
         if self._held:
             data = self._held + data
+        elif data[-1:] < b"\x80":
+            # Ends in ASCII (or is empty): no character is left incomplete, and bytes.decode
+            # gives what the incremental decode would, for less than codecs' call.
+            return data.decode("utf-8", "replace")
         text, used = _utf8_decode(data, "replace", False)
         self._held = data[used:]
         return text
