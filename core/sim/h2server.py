@@ -26,55 +26,46 @@ from typing import Final, Protocol, cast
 
 import hpack
 
+from turnout.wire.h2frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    DEFAULT_FRAME_SIZE,
+    DEFAULT_WINDOW,
+    END_HEADERS,
+    END_STREAM,
+    FRAME_HEADER,
+    GOAWAY,
+    HEADERS,
+    INITIAL_WINDOW_SIZE,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
+    MAX_WINDOW,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTING,
+    SETTINGS,
+    STREAM_ID_MASK,
+    U32,
+    WINDOW_UPDATE,
+    ErrorCode,
+    ProtocolError,
+    frame,
+    strip_padding,
+)
 from turnout.wire.header_codec import HeaderDecoder, Headers
 
 __all__ = ["H2ServerConnection", "ServerSettings", "ServerStream", "StreamCall"]
 
-PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-DATA: Final = 0x0
-HEADERS: Final = 0x1
-PRIORITY_FRAME: Final = 0x2
-RST_STREAM: Final = 0x3
-SETTINGS: Final = 0x4
-PUSH_PROMISE: Final = 0x5
-PING: Final = 0x6
-GOAWAY: Final = 0x7
-WINDOW_UPDATE: Final = 0x8
-CONTINUATION: Final = 0x9
-
-END_STREAM: Final = 0x1
-ACK: Final = 0x1
-END_HEADERS: Final = 0x4
-PADDED: Final = 0x8
-PRIORITY: Final = 0x20
-
-HEADER_TABLE_SIZE: Final = 0x1
-MAX_CONCURRENT_STREAMS: Final = 0x3
-INITIAL_WINDOW_SIZE: Final = 0x4
-MAX_FRAME_SIZE: Final = 0x5
-
-NO_ERROR: Final = 0x0
-PROTOCOL_ERROR: Final = 0x1
-FLOW_CONTROL_ERROR: Final = 0x3
-STREAM_CLOSED: Final = 0x5
-FRAME_SIZE_ERROR: Final = 0x6
-REFUSED_STREAM: Final = 0x7
-CANCEL: Final = 0x8
-COMPRESSION_ERROR: Final = 0x9
-
-DEFAULT_WINDOW: Final = 65_535
-DEFAULT_FRAME_SIZE: Final = 16_384
-MAX_WINDOW: Final = 2**31 - 1
 #: The largest frame we accept (announced): fewer frames for a large request.
 OUR_MAX_FRAME: Final = 1024 * 1024
-_STREAM_MASK: Final = 2**31 - 1
 
-_FRAME_HEADER: Final = struct.Struct(">BHBBI")
 #: A DATA frame header followed by a gRPC message prefix (not compressed, length).
 _MESSAGE_HEADER: Final = struct.Struct(">BHBBIBI")
-_SETTING: Final = struct.Struct(">HI")
-_U32: Final = struct.Struct(">I")
 
 
 class ServerSettings:
@@ -194,17 +185,17 @@ class H2ServerConnection(asyncio.Protocol):
             self.peer = f"ipv{6 if ':' in str(peer[0]) else 4}:{peer[0]}:{peer[1]}"
         ours = self.settings
         payload = b"".join(
-            _SETTING.pack(key, value)
+            SETTING.pack(key, value)
             for key, value in (
                 (MAX_CONCURRENT_STREAMS, ours.max_concurrent_streams),
                 (INITIAL_WINDOW_SIZE, ours.stream_window),
                 (MAX_FRAME_SIZE, OUR_MAX_FRAME),
             )
         )
-        out = _frame(SETTINGS, 0, 0, payload)
+        out = frame(SETTINGS, 0, 0, payload)
         increment = ours.connection_window - DEFAULT_WINDOW
         if increment:
-            out += _frame(WINDOW_UPDATE, 0, 0, _U32.pack(increment))
+            out += frame(WINDOW_UPDATE, 0, 0, U32.pack(increment))
         transport.write(out)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -212,7 +203,7 @@ class H2ServerConnection(asyncio.Protocol):
         streams, self.streams = self.streams, {}
         self._blocked.clear()
         for stream in streams.values():
-            self._close_stream(stream, notify=CANCEL)
+            self._close_stream(stream, notify=ErrorCode.CANCEL)
         self._wake_paused()
         if self._on_lost is not None:
             self._on_lost(self)
@@ -237,31 +228,35 @@ class H2ServerConnection(asyncio.Protocol):
             if not self._preface_seen:
                 if size < len(PREFACE):
                     if not PREFACE.startswith(bytes(view)):
-                        raise _ProtocolError(PROTOCOL_ERROR, "not an HTTP/2 client preface")
+                        raise ProtocolError(
+                            ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 client preface"
+                        )
                     if not buffer:
                         buffer += data
                     return
                 if view[: len(PREFACE)] != PREFACE:
-                    raise _ProtocolError(PROTOCOL_ERROR, "not an HTTP/2 client preface")
+                    raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "not an HTTP/2 client preface")
                 self._preface_seen = True
                 pos = len(PREFACE)
             while size - pos >= 9:
-                high, low, kind, flags, stream_id = _FRAME_HEADER.unpack_from(view, pos)
+                high, low, kind, flags, stream_id = FRAME_HEADER.unpack_from(view, pos)
                 length = (high << 16) | low
                 end = pos + 9 + length
                 if length > OUR_MAX_FRAME:
-                    raise _ProtocolError(FRAME_SIZE_ERROR, "frame larger than MAX_FRAME_SIZE")
+                    raise ProtocolError(
+                        ErrorCode.FRAME_SIZE_ERROR, "frame larger than MAX_FRAME_SIZE"
+                    )
                 if end > size:
                     break
-                stream_id &= _STREAM_MASK
+                stream_id &= STREAM_ID_MASK
                 if self._header_stream and kind != CONTINUATION:
-                    raise _ProtocolError(PROTOCOL_ERROR, "header block interrupted")
+                    raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
                 if kind == DATA:
                     self._on_data(stream_id, flags, view[pos + 9 : end])
                 else:
                     self._on_control(kind, flags, stream_id, bytes(view[pos + 9 : end]))
                 pos = end
-        except _ProtocolError as exc:
+        except ProtocolError as exc:
             self._fail_connection(exc.code, str(exc))
             return
         if buffer:
@@ -285,17 +280,17 @@ class H2ServerConnection(asyncio.Protocol):
         flags = END_STREAM if end_stream else 0
         if len(block) <= limit:
             out.append(
-                _FRAME_HEADER.pack(
+                FRAME_HEADER.pack(
                     len(block) >> 16, len(block) & 0xFFFF, HEADERS, flags | END_HEADERS, stream.id
                 )
             )
             out.append(block)
         else:
             first, rest = block[:limit], block[limit:]
-            out.append(_frame(HEADERS, flags, stream.id, first))
+            out.append(frame(HEADERS, flags, stream.id, first))
             while rest:
                 piece, rest = rest[:limit], rest[limit:]
-                out.append(_frame(CONTINUATION, 0 if rest else END_HEADERS, stream.id, piece))
+                out.append(frame(CONTINUATION, 0 if rest else END_HEADERS, stream.id, piece))
         if end_stream:
             self._finish(stream)
 
@@ -323,7 +318,7 @@ class H2ServerConnection(asyncio.Protocol):
             )
             out.append(message)
             return not self._paused
-        stream.pending += _U32.pack(size - 5).rjust(5, b"\x00")
+        stream.pending += U32.pack(size - 5).rjust(5, b"\x00")
         stream.pending += message
         self._blocked[stream.id] = stream
         self._flush(stream)
@@ -338,11 +333,11 @@ class H2ServerConnection(asyncio.Protocol):
             return
         self.send_headers(stream, block, end_stream=True)
 
-    def reset(self, stream: ServerStream, error_code: int = CANCEL) -> None:
+    def reset(self, stream: ServerStream, error_code: int = ErrorCode.CANCEL) -> None:
         """Abandon a stream (RST_STREAM)."""
         if stream.closed:
             return
-        self._outbox().append(_frame(RST_STREAM, 0, stream.id, _U32.pack(error_code)))
+        self._outbox().append(frame(RST_STREAM, 0, stream.id, U32.pack(error_code)))
         self.streams.pop(stream.id, None)
         self._close_stream(stream, notify=None)
         self._maybe_done()
@@ -369,8 +364,8 @@ class H2ServerConnection(asyncio.Protocol):
         if self._goaway_sent or self._transport is None:
             return
         self._goaway_sent = True
-        payload = _U32.pack(self._last_stream_id) + _U32.pack(NO_ERROR)
-        self._outbox().append(_frame(GOAWAY, 0, 0, payload))
+        payload = U32.pack(self._last_stream_id) + U32.pack(ErrorCode.NO_ERROR)
+        self._outbox().append(frame(GOAWAY, 0, 0, payload))
         self._maybe_done()
 
     def abort(self) -> None:
@@ -407,7 +402,7 @@ class H2ServerConnection(asyncio.Protocol):
             room = min(self._send_window, stream.window, self._peer_max_frame, size - sent)
             if room <= 0:
                 break
-            out.append(_frame(DATA, 0, stream.id, bytes(pending[sent : sent + room])))
+            out.append(frame(DATA, 0, stream.id, bytes(pending[sent : sent + room])))
             sent += room
             self._send_window -= room
             stream.window -= room
@@ -431,10 +426,10 @@ class H2ServerConnection(asyncio.Protocol):
 
     def _finish(self, stream: ServerStream) -> None:
         """We ended the stream; if the peer has not ended its half, it need not (RFC 9113
-        §8.1: RST_STREAM NO_ERROR)."""
+        §8.1: RST_STREAM ErrorCode.NO_ERROR)."""
         self.streams.pop(stream.id, None)
         if not stream.ended:
-            self._outbox().append(_frame(RST_STREAM, 0, stream.id, _U32.pack(NO_ERROR)))
+            self._outbox().append(frame(RST_STREAM, 0, stream.id, U32.pack(ErrorCode.NO_ERROR)))
         self._close_stream(stream, notify=None)
         self._maybe_done()
 
@@ -465,22 +460,22 @@ class H2ServerConnection(asyncio.Protocol):
 
     def _on_data(self, stream_id: int, flags: int, payload: bytes | bytearray) -> None:
         if stream_id == 0:
-            raise _ProtocolError(PROTOCOL_ERROR, "DATA on stream 0")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
         flow_size = len(payload)
         if flow_size:
             # Credit on arrival: a request is one message, bounded by ``max_body``.
             uncredited = self._recv_uncredited + flow_size
             if uncredited >= self._threshold:
-                self._outbox().append(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(uncredited)))
+                self._outbox().append(frame(WINDOW_UPDATE, 0, 0, U32.pack(uncredited)))
                 uncredited = 0
             self._recv_uncredited = uncredited
         stream = self.streams.get(stream_id)
         if stream is None or stream.ended or stream.call is not None:
             if stream is None and stream_id > self._last_stream_id:
-                raise _ProtocolError(PROTOCOL_ERROR, "DATA on an idle stream")
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "DATA on an idle stream")
             return  # closed or answered already: frames in flight
         if flags & PADDED:
-            payload = _strip_padding(payload)
+            payload = strip_padding(payload)
         body = stream.body
         body += payload
         if len(body) > self.settings.max_body:
@@ -493,7 +488,7 @@ class H2ServerConnection(asyncio.Protocol):
             self._dispatch(stream)
         elif flow_size:
             # The stream's window too: the body is bounded by ``max_body``, not by the window.
-            self._outbox().append(_frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(flow_size)))
+            self._outbox().append(frame(WINDOW_UPDATE, 0, stream_id, U32.pack(flow_size)))
 
     def _on_control(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if kind == HEADERS:
@@ -508,20 +503,20 @@ class H2ServerConnection(asyncio.Protocol):
             self._on_settings(stream_id, flags, payload)
         elif kind == PING:
             if len(payload) != 8 or stream_id:
-                raise _ProtocolError(PROTOCOL_ERROR, "bad PING")
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad PING")
             if not flags & ACK:
-                self._outbox().append(_frame(PING, ACK, 0, payload))
+                self._outbox().append(frame(PING, ACK, 0, payload))
         elif kind == GOAWAY:
             pass  # the client opens no more streams; those it has run to their end
         elif kind == PUSH_PROMISE:
-            raise _ProtocolError(PROTOCOL_ERROR, "a client cannot push")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "a client cannot push")
         # PRIORITY and unknown frame types are ignored (RFC 9113 §5.3.2, §5.5).
 
     def _on_headers(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id == 0:
-            raise _ProtocolError(PROTOCOL_ERROR, "HEADERS on stream 0")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
         if flags & PADDED:
-            payload = bytes(_strip_padding(payload))
+            payload = strip_padding(payload)
         if flags & PRIORITY:
             payload = payload[5:]
         if flags & END_HEADERS:
@@ -533,10 +528,10 @@ class H2ServerConnection(asyncio.Protocol):
 
     def _on_continuation(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id != self._header_stream or not stream_id:
-            raise _ProtocolError(PROTOCOL_ERROR, "unexpected CONTINUATION")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "unexpected CONTINUATION")
         self._header_block += payload
         if len(self._header_block) > 1024 * 1024:
-            raise _ProtocolError(PROTOCOL_ERROR, "header block too large")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "header block too large")
         if flags & END_HEADERS:
             block, self._header_block = bytes(self._header_block), bytearray()
             self._header_stream = 0
@@ -546,12 +541,14 @@ class H2ServerConnection(asyncio.Protocol):
         try:
             headers = self._decoder.decode(block)  # always: HPACK state is per connection
         except hpack.HPACKError as exc:
-            raise _ProtocolError(COMPRESSION_ERROR, f"bad header block: {exc}") from None
+            raise ProtocolError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from None
         end = bool(flags & END_STREAM)
         stream = self.streams.get(stream_id)
         if stream is not None:  # trailers from the client
             if not end:
-                raise _ProtocolError(PROTOCOL_ERROR, "second header block without END_STREAM")
+                raise ProtocolError(
+                    ErrorCode.PROTOCOL_ERROR, "second header block without END_STREAM"
+                )
             if not stream.ended and stream.call is None:
                 stream.ended = True
                 self._dispatch(stream)
@@ -559,11 +556,13 @@ class H2ServerConnection(asyncio.Protocol):
         if stream_id <= self._last_stream_id:
             return  # a stream closed already
         if not stream_id & 1:
-            raise _ProtocolError(PROTOCOL_ERROR, "a client stream id must be odd")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "a client stream id must be odd")
         self._last_stream_id = stream_id
         stream = ServerStream(stream_id, headers, self._peer_initial_window)
         if self._goaway_sent or len(self.streams) >= self.settings.max_concurrent_streams:
-            self._outbox().append(_frame(RST_STREAM, 0, stream_id, _U32.pack(REFUSED_STREAM)))
+            self._outbox().append(
+                frame(RST_STREAM, 0, stream_id, U32.pack(ErrorCode.REFUSED_STREAM))
+            )
             return
         self.streams[stream_id] = stream
         if end:
@@ -577,38 +576,38 @@ class H2ServerConnection(asyncio.Protocol):
 
     def _on_settings(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id:
-            raise _ProtocolError(PROTOCOL_ERROR, "SETTINGS on a stream")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "SETTINGS on a stream")
         if flags & ACK:
             return
         if len(payload) % 6:
-            raise _ProtocolError(FRAME_SIZE_ERROR, "bad SETTINGS length")
+            raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "bad SETTINGS length")
         for offset in range(0, len(payload), 6):
-            key, value = _SETTING.unpack_from(payload, offset)
+            key, value = SETTING.unpack_from(payload, offset)
             # HEADER_TABLE_SIZE needs nothing: what we encode never uses the dynamic table.
             if key == INITIAL_WINDOW_SIZE:
                 if value > MAX_WINDOW:
-                    raise _ProtocolError(FLOW_CONTROL_ERROR, "window too large")
+                    raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "window too large")
                 delta = value - self._peer_initial_window
                 self._peer_initial_window = value
                 for stream in self.streams.values():
                     stream.window += delta
             elif key == MAX_FRAME_SIZE:
                 if not DEFAULT_FRAME_SIZE <= value <= 16_777_215:
-                    raise _ProtocolError(PROTOCOL_ERROR, "bad MAX_FRAME_SIZE")
+                    raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad MAX_FRAME_SIZE")
                 self._peer_max_frame = value
-        self._outbox().append(_frame(SETTINGS, ACK, 0, b""))
+        self._outbox().append(frame(SETTINGS, ACK, 0, b""))
         self._flush_blocked()
 
     def _on_window_update(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
-            raise _ProtocolError(FRAME_SIZE_ERROR, "bad WINDOW_UPDATE length")
-        increment = _U32.unpack(payload)[0] & MAX_WINDOW
+            raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "bad WINDOW_UPDATE length")
+        increment = U32.unpack(payload)[0] & MAX_WINDOW
         if stream_id == 0:
             if not increment:
-                raise _ProtocolError(PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+                raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
             self._send_window += increment
             if self._send_window > MAX_WINDOW:
-                raise _ProtocolError(FLOW_CONTROL_ERROR, "connection window overflow")
+                raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "connection window overflow")
             if self._blocked:
                 self._flush_blocked()
             return
@@ -616,7 +615,9 @@ class H2ServerConnection(asyncio.Protocol):
         if stream is None:
             return
         if not increment or stream.window + increment > MAX_WINDOW:
-            self.reset(stream, PROTOCOL_ERROR if not increment else FLOW_CONTROL_ERROR)
+            self.reset(
+                stream, ErrorCode.PROTOCOL_ERROR if not increment else ErrorCode.FLOW_CONTROL_ERROR
+            )
             return
         stream.window += increment
         if stream.pending:
@@ -624,21 +625,21 @@ class H2ServerConnection(asyncio.Protocol):
 
     def _on_rst_stream(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
-            raise _ProtocolError(FRAME_SIZE_ERROR, "bad RST_STREAM length")
+            raise ProtocolError(ErrorCode.FRAME_SIZE_ERROR, "bad RST_STREAM length")
         if stream_id == 0:
-            raise _ProtocolError(PROTOCOL_ERROR, "RST_STREAM on stream 0")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "RST_STREAM on stream 0")
         stream = self.streams.pop(stream_id, None)
         if stream is None:
             return
-        self._close_stream(stream, notify=_U32.unpack(payload)[0])
+        self._close_stream(stream, notify=U32.unpack(payload)[0])
         self._maybe_done()
 
     def _fail_connection(self, error_code: int, message: str) -> None:
         transport = self._transport
         if transport is None:
             return
-        payload = _U32.pack(self._last_stream_id) + _U32.pack(error_code) + message.encode()[:256]
-        self._out.append(_frame(GOAWAY, 0, 0, payload))
+        payload = U32.pack(self._last_stream_id) + U32.pack(error_code) + message.encode()[:256]
+        self._out.append(frame(GOAWAY, 0, 0, payload))
         self._write_out()
         transport.close()
 
@@ -649,23 +650,3 @@ class _Answered:
 
 
 _ANSWERED: Final = _Answered()
-
-
-class _ProtocolError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _frame(kind: int, flags: int, stream_id: int, payload: bytes | bytearray) -> bytes:
-    length = len(payload)
-    return _FRAME_HEADER.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id) + payload
-
-
-def _strip_padding(payload: bytes | bytearray) -> bytes | bytearray:
-    if not payload:
-        raise _ProtocolError(PROTOCOL_ERROR, "padded frame without pad length")
-    pad = payload[0]
-    if pad >= len(payload):
-        raise _ProtocolError(PROTOCOL_ERROR, "padding exceeds frame")
-    return payload[1 : len(payload) - pad]

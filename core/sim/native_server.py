@@ -23,7 +23,8 @@ from urllib.parse import quote
 import grpc
 import grpc.aio
 
-from turnout.sim.h2server import CANCEL, H2ServerConnection, ServerSettings, ServerStream
+from turnout.sim.h2server import H2ServerConnection, ServerSettings, ServerStream
+from turnout.wire.h2frames import ErrorCode
 from turnout.wire.header_codec import encode_fields
 
 __all__ = ["NativeContext", "NativeServer"]
@@ -303,7 +304,7 @@ class NativeContext:
                 self._code, self._details = grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded"
                 self._end()
             elif not self._ended_by:
-                self._connection.reset(stream, CANCEL)  # the server is stopping
+                self._connection.reset(stream, ErrorCode.CANCEL)  # the server is stopping
         except Exception as exc:
             _log.exception("gRPC handler of %s failed", self._path)
             if self._code is None or self._code == grpc.StatusCode.OK:

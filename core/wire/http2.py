@@ -23,12 +23,43 @@ comes from the ``hpack`` package (``turnout.wire.header_codec``).
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections.abc import Callable
-from typing import Final, Protocol, cast
+from typing import Protocol, cast
 
 import hpack
 
+from turnout.wire.h2frames import (
+    ACK,
+    CONTINUATION,
+    DATA,
+    DEFAULT_FRAME_SIZE,
+    DEFAULT_WINDOW,
+    ENABLE_PUSH,
+    END_HEADERS,
+    END_STREAM,
+    FRAME_HEADER,
+    GOAWAY,
+    HEADERS,
+    INITIAL_WINDOW_SIZE,
+    MAX_CONCURRENT_STREAMS,
+    MAX_FRAME_SIZE,
+    MAX_WINDOW,
+    PADDED,
+    PING,
+    PREFACE,
+    PRIORITY,
+    PUSH_PROMISE,
+    RST_STREAM,
+    SETTING,
+    SETTINGS,
+    STREAM_ID_MASK,
+    U32,
+    WINDOW_UPDATE,
+    ErrorCode,
+    ProtocolError,
+    frame,
+    strip_padding,
+)
 from turnout.wire.header_codec import HeaderDecoder, HeaderEncoder, Headers
 
 __all__ = [
@@ -37,56 +68,6 @@ __all__ = [
     "Http2Connection",
     "StreamHandler",
 ]
-
-PREFACE: Final = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-# Frame types
-DATA: Final = 0x0
-HEADERS: Final = 0x1
-RST_STREAM: Final = 0x3
-SETTINGS: Final = 0x4
-PUSH_PROMISE: Final = 0x5
-PING: Final = 0x6
-GOAWAY: Final = 0x7
-WINDOW_UPDATE: Final = 0x8
-CONTINUATION: Final = 0x9
-
-# Flags
-END_STREAM: Final = 0x1
-ACK: Final = 0x1
-END_HEADERS: Final = 0x4
-PADDED: Final = 0x8
-PRIORITY: Final = 0x20
-
-# Settings identifiers
-HEADER_TABLE_SIZE: Final = 0x1
-ENABLE_PUSH: Final = 0x2
-MAX_CONCURRENT_STREAMS: Final = 0x3
-INITIAL_WINDOW_SIZE: Final = 0x4
-MAX_FRAME_SIZE: Final = 0x5
-
-DEFAULT_WINDOW: Final = 65_535
-DEFAULT_FRAME_SIZE: Final = 16_384
-MAX_WINDOW: Final = 2**31 - 1
-_LAST_STREAM_ID: Final = 2**31 - 1
-
-_FRAME_HEADER: Final = struct.Struct(">BHBBI")  # 24-bit length split as byte + short
-_SETTING: Final = struct.Struct(">HI")
-_U32: Final = struct.Struct(">I")
-
-
-class ErrorCode:
-    """HTTP/2 error codes (RFC 9113 §7) that the gRPC layer tells apart."""
-
-    NO_ERROR: Final = 0x0
-    PROTOCOL_ERROR: Final = 0x1
-    INTERNAL_ERROR: Final = 0x2
-    FLOW_CONTROL_ERROR: Final = 0x3
-    REFUSED_STREAM: Final = 0x7
-    CANCEL: Final = 0x8
-    COMPRESSION_ERROR: Final = 0x9
-    ENHANCE_YOUR_CALM: Final = 0xB
-    INADEQUATE_SECURITY: Final = 0xC
 
 
 class StreamHandler(Protocol):
@@ -209,7 +190,7 @@ class Http2Connection(asyncio.Protocol):
             self._transport is not None
             and not self._closed_reason
             and not self._goaway
-            and self._next_stream_id < _LAST_STREAM_ID
+            and self._next_stream_id < STREAM_ID_MASK
             and len(self._streams) < self._peer_max_streams
         )
 
@@ -232,17 +213,17 @@ class Http2Connection(asyncio.Protocol):
         self._heard = True
         ours = self.settings
         payload = b"".join(
-            _SETTING.pack(key, value)
+            SETTING.pack(key, value)
             for key, value in (
                 (ENABLE_PUSH, 0),
                 (INITIAL_WINDOW_SIZE, ours.stream_window),
                 (MAX_FRAME_SIZE, ours.max_frame_size),
             )
         )
-        preface = PREFACE + _frame(SETTINGS, 0, 0, payload)
+        preface = PREFACE + frame(SETTINGS, 0, 0, payload)
         increment = ours.connection_window - DEFAULT_WINDOW
         if increment:
-            preface += _frame(WINDOW_UPDATE, 0, 0, _U32.pack(increment))
+            preface += frame(WINDOW_UPDATE, 0, 0, U32.pack(increment))
         transport.write(preface)
         self._schedule_keepalive()
 
@@ -266,17 +247,17 @@ class Http2Connection(asyncio.Protocol):
         received = 0  # DATA bytes of this read, counted against the connection window at its end
         try:
             while size - pos >= 9:
-                high, low, kind, flags, stream_id = _FRAME_HEADER.unpack_from(data, pos)
+                high, low, kind, flags, stream_id = FRAME_HEADER.unpack_from(data, pos)
                 start = pos + 9
                 pos = start + ((high << 16) | low)
                 if pos > size:
                     pos = start - 9
                     break
                 if kind:  # not DATA (0)
-                    self._on_control(kind, flags, stream_id & _LAST_STREAM_ID, data[start:pos])
+                    self._on_control(kind, flags, stream_id & STREAM_ID_MASK, data[start:pos])
                     continue
                 # DATA, the frame of every response message: handled here, without a call.
-                stream_id &= _LAST_STREAM_ID
+                stream_id &= STREAM_ID_MASK
                 if self._header_stream or not stream_id:
                     self._bad_data()
                 received += pos - start
@@ -286,7 +267,7 @@ class Http2Connection(asyncio.Protocol):
                 handler = self._streams.get(stream_id)
                 if handler is not None:  # None: reset by us, frames still in flight
                     handler.on_data(data[start:pos], False)
-        except _ProtocolError as exc:
+        except ProtocolError as exc:
             self._fail_connection(exc.code, str(exc))
             return
         left = self._receivable - received
@@ -343,16 +324,14 @@ class Http2Connection(asyncio.Protocol):
             return
         self._forget(stream_id)
         if self._transport is not None and not self._closed_reason:
-            self._outbox().append(_frame(RST_STREAM, 0, stream_id, _U32.pack(error_code)))
+            self._outbox().append(frame(RST_STREAM, 0, stream_id, U32.pack(error_code)))
         self._maybe_finish_goaway()
 
     def close(self) -> None:
         """Close now: GOAWAY, then the socket; open streams are told the connection closed."""
         transport = self._transport
         if transport is not None and not self._closed_reason:
-            self._outbox().append(
-                _frame(GOAWAY, 0, 0, _U32.pack(0) + _U32.pack(ErrorCode.NO_ERROR))
-            )
+            self._outbox().append(frame(GOAWAY, 0, 0, U32.pack(0) + U32.pack(ErrorCode.NO_ERROR)))
             self._write_out()
             transport.close()
         self._shut("connection closed by the client")
@@ -409,14 +388,14 @@ class Http2Connection(asyncio.Protocol):
     def _bad_data(self) -> None:
         """Raises for a DATA frame inside a header block or on stream 0."""
         if self._header_stream:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
-        raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
+        raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "DATA on stream 0")
 
     def _on_flagged_data(self, stream_id: int, flags: int, payload: bytes) -> None:
         """A DATA frame with flags: padded (the padding is credited back at once: nobody else
         holds it), or the last of its stream."""
         if flags & PADDED:
-            data = _strip_padding(payload)
+            data = strip_padding(payload)
             self.consume(stream_id, len(payload) - len(data))
             payload = data
         handler = self._streams.get(stream_id)
@@ -432,7 +411,7 @@ class Http2Connection(asyncio.Protocol):
         WINDOW_UPDATE of the connection: credit it back."""
         if self._transport is not None:
             increment = self._connection_threshold - left
-            self._outbox().append(_frame(WINDOW_UPDATE, 0, 0, _U32.pack(increment)))
+            self._outbox().append(frame(WINDOW_UPDATE, 0, 0, U32.pack(increment)))
         self._receivable = self._connection_threshold
 
     def consume(self, stream_id: int, size: int) -> None:
@@ -440,11 +419,11 @@ class Http2Connection(asyncio.Protocol):
         to the stream's window now, in one WINDOW_UPDATE (a handler gathers its credit into
         large steps: ``NativeCall`` sends it once half a window is due)."""
         if size and stream_id in self._streams and self._transport and not self._closed_reason:
-            self._outbox().append(_frame(WINDOW_UPDATE, 0, stream_id, _U32.pack(size)))
+            self._outbox().append(frame(WINDOW_UPDATE, 0, stream_id, U32.pack(size)))
 
     def _on_control(self, kind: int, flags: int, stream_id: int, payload: bytes) -> None:
         if self._header_stream and kind != CONTINUATION:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "header block interrupted")
         # Most frequent first: two header blocks per call, and a grpc worker credits back
         # (WINDOW_UPDATE) nearly every request it receives.
         if kind == HEADERS:
@@ -462,14 +441,14 @@ class Http2Connection(asyncio.Protocol):
         elif kind == GOAWAY:
             self._on_goaway(payload)
         elif kind == PUSH_PROMISE:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "push is disabled")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "push is disabled")
         # PRIORITY and unknown frame types are ignored (RFC 9113 §4.1, §5.5).
 
     def _on_headers(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id == 0:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "HEADERS on stream 0")
         if flags & PADDED:
-            payload = bytes(_strip_padding(payload))
+            payload = strip_padding(payload)
         if flags & PRIORITY:
             payload = payload[5:]
         if flags & END_HEADERS:
@@ -481,7 +460,7 @@ class Http2Connection(asyncio.Protocol):
 
     def _on_continuation(self, stream_id: int, flags: int, payload: bytes) -> None:
         if stream_id != self._header_stream:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "unexpected CONTINUATION")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "unexpected CONTINUATION")
         self._header_block += payload
         if flags & END_HEADERS:
             block, self._header_block = bytes(self._header_block), bytearray()
@@ -493,7 +472,7 @@ class Http2Connection(asyncio.Protocol):
             # Always decode, even for a stream we reset: HPACK state is per connection.
             headers = self._decoder.decode(block)
         except hpack.HPACKError as exc:
-            raise _ProtocolError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from None
+            raise ProtocolError(ErrorCode.COMPRESSION_ERROR, f"bad header block: {exc}") from None
         handler = self._streams.get(stream_id)
         if handler is None:
             return
@@ -506,31 +485,31 @@ class Http2Connection(asyncio.Protocol):
         if flags & ACK:
             return
         if len(payload) % 6:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad SETTINGS length")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad SETTINGS length")
         for offset in range(0, len(payload), 6):
-            key, value = _SETTING.unpack_from(payload, offset)
+            key, value = SETTING.unpack_from(payload, offset)
             # HEADER_TABLE_SIZE needs nothing: our encoder keeps its dynamic table empty.
             if key == MAX_CONCURRENT_STREAMS:
                 self._peer_max_streams = value
             elif key == INITIAL_WINDOW_SIZE:
                 if value > MAX_WINDOW:
-                    raise _ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "window too large")
+                    raise ProtocolError(ErrorCode.FLOW_CONTROL_ERROR, "window too large")
                 delta = value - self._peer_initial_window
                 self._peer_initial_window = value
                 for sid in self._stream_send_windows:
                     self._stream_send_windows[sid] += delta
             elif key == MAX_FRAME_SIZE:
                 if not DEFAULT_FRAME_SIZE <= value <= 16_777_215:
-                    raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad MAX_FRAME_SIZE")
+                    raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad MAX_FRAME_SIZE")
                 self._peer_max_frame = value
-        self._outbox().append(_frame(SETTINGS, ACK, 0, b""))
+        self._outbox().append(frame(SETTINGS, ACK, 0, b""))
         for sid in list(self._outgoing):
             self._flush(sid)
 
     def _on_window_update(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad WINDOW_UPDATE length")
-        increment = _U32.unpack(payload)[0] & MAX_WINDOW
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad WINDOW_UPDATE length")
+        increment = U32.unpack(payload)[0] & MAX_WINDOW
         if stream_id == 0:
             self._send_window += increment
             if self._outgoing:
@@ -542,29 +521,29 @@ class Http2Connection(asyncio.Protocol):
 
     def _on_rst_stream(self, stream_id: int, payload: bytes) -> None:
         if len(payload) != 4:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad RST_STREAM length")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad RST_STREAM length")
         handler = self._streams.pop(stream_id, None)
         if handler is None:
             return
         self._forget(stream_id)
-        handler.on_reset(_U32.unpack(payload)[0])
+        handler.on_reset(U32.unpack(payload)[0])
         self._maybe_finish_goaway()
 
     def _on_ping(self, flags: int, payload: bytes) -> None:
         if len(payload) != 8:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad PING length")
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad PING length")
         if flags & ACK:
             if self._ping_deadline is not None:
                 self._ping_deadline.cancel()
                 self._ping_deadline = None
             return
-        self._outbox().append(_frame(PING, ACK, 0, payload))
+        self._outbox().append(frame(PING, ACK, 0, payload))
 
     def _on_goaway(self, payload: bytes) -> None:
         if len(payload) < 8:
-            raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad GOAWAY length")
-        last_stream = _U32.unpack_from(payload, 0)[0] & _LAST_STREAM_ID
-        error_code = _U32.unpack_from(payload, 4)[0]
+            raise ProtocolError(ErrorCode.PROTOCOL_ERROR, "bad GOAWAY length")
+        last_stream = U32.unpack_from(payload, 0)[0] & STREAM_ID_MASK
+        error_code = U32.unpack_from(payload, 4)[0]
         debug = payload[8:].decode("utf-8", "replace")
         self._goaway = True
         if error_code == ErrorCode.ENHANCE_YOUR_CALM:
@@ -597,8 +576,8 @@ class Http2Connection(asyncio.Protocol):
     def _fail_connection(self, error_code: int, message: str) -> None:
         transport = self._transport
         if transport is not None and not self._closed_reason:
-            last = _U32.pack(0) + _U32.pack(error_code) + message.encode()[:256]
-            self._outbox().append(_frame(GOAWAY, 0, 0, last))
+            last = U32.pack(0) + U32.pack(error_code) + message.encode()[:256]
+            self._outbox().append(frame(GOAWAY, 0, 0, last))
             self._write_out()
             transport.abort()
         self._shut(f"HTTP/2 protocol error: {message}")
@@ -629,7 +608,7 @@ class Http2Connection(asyncio.Protocol):
         # Nothing heard since the last check, a keep-alive interval ago: the peer is silent.
         heard, self._heard = self._heard, False
         if self._streams and not heard and self._ping_deadline is None:
-            self._outbox().append(_frame(PING, 0, 0, b"turnout\x00"))
+            self._outbox().append(frame(PING, 0, 0, b"turnout\x00"))
             self._ping_deadline = self._loop.call_later(
                 self.settings.keepalive_timeout_s, self._ping_timed_out
             )
@@ -642,30 +621,10 @@ class Http2Connection(asyncio.Protocol):
         self._shut("worker did not answer a keep-alive PING")
 
 
-class _ProtocolError(Exception):
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview) -> bytes:
-    length = len(payload)
-    return _FRAME_HEADER.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id) + payload
-
-
 def _frame_parts(
     kind: int, flags: int, stream_id: int, payload: bytes | memoryview
 ) -> tuple[bytes, bytes | memoryview]:
     """A frame as (header, payload), to be joined with the other frames of a write (the
     payload is copied once, there)."""
     length = len(payload)
-    return _FRAME_HEADER.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id), payload
-
-
-def _strip_padding(payload: bytes) -> bytes:
-    if not payload:
-        raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "padded frame without pad length")
-    pad = payload[0]
-    if pad >= len(payload):
-        raise _ProtocolError(ErrorCode.PROTOCOL_ERROR, "padding exceeds frame")
-    return payload[1 : len(payload) - pad]
+    return FRAME_HEADER.pack(length >> 16, length & 0xFFFF, kind, flags, stream_id), payload
