@@ -17,7 +17,6 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -150,13 +149,14 @@ async def scenario(
         first = await wait_for_traffic(sims[1].url)
         ready_to_routed = max(0.0, traffic.sent[first] - made_ready)
 
-        # Two long streams, one per pod; then sglang-1 is deleted while its stream runs.
-        streams = [asyncio.ensure_future(long_stream(client, f"long{n}")) for n in range(2)]
-        await eventually_async(lambda: running_long(sims[1].url))
+        # Long streams until one runs on sglang-1 (round robin shares its turns with the
+        # background traffic, so any one stream may land on either pod); then sglang-1 is
+        # deleted while that stream runs.
+        streams = await streams_until_one_runs_on(client, sims)
         deleted = time.monotonic()
         api.start_deleting("sglang-1")  # terminating: drained at once
         results = await asyncio.gather(*streams)
-        assert results == [("length", 300), ("length", 300)]  # the in-flight stream finished
+        assert results == [("length", 300)] * len(streams)  # the in-flight streams finished
         await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - deleted)))
         api.delete_pod("sglang-1")  # gone (well after the drain began)
         after_delete = [rid for rid in await traffic_on(sims[1].url) if traffic.sent[rid] > deleted]
@@ -199,16 +199,33 @@ async def wait_for_traffic(url: str, after: int = 0, within: float = 30.0) -> st
         await asyncio.sleep(0.02)
 
 
-async def eventually_async(check: Any, within: float = 20.0) -> None:
-    deadline = time.monotonic() + within
-    while not await check():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.02)
+async def streams_until_one_runs_on(
+    client: httpx.AsyncClient, sims: list[SimProcess], tries: int = 8
+) -> list[asyncio.Future[tuple[str, int]]]:
+    """Long streams started one at a time until one runs on ``sims[1]``; all of them."""
+    streams: list[asyncio.Future[tuple[str, int]]] = []
+    for n in range(tries):
+        request_id = f"long{n}"
+        streams.append(asyncio.ensure_future(long_stream(client, request_id)))
+        deadline = time.monotonic() + 20
+        while True:
+            landed = [await holds(sim.url, request_id) for sim in sims]
+            if any(landed):
+                break
+            assert time.monotonic() < deadline, f"{request_id} reached no pod"
+            await asyncio.sleep(0.02)
+        if landed[1]:
+            return streams
+    raise AssertionError(f"none of {tries} long streams landed on sglang-1")
 
 
-async def running_long(url: str) -> bool:
+async def holds(url: str, request_id: str) -> bool:
+    """Whether the simulator at ``url`` received ``request_id`` and still runs something."""
     records = await get_records(url)
-    return any(rid.startswith("long") for rid in records["requests"]) and records["running"] > 0
+    return (
+        any(rid.split("-", 1)[0] == request_id for rid in records["requests"])
+        and records["running"] > 0
+    )
 
 
 async def long_stream(client: httpx.AsyncClient, request_id: str) -> tuple[str, int]:
