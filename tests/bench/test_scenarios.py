@@ -105,6 +105,8 @@ def test_sim_flags_per_environment(tmp_path: Path) -> None:
     paced = sim_args("paced", args, 0, tmp_path)
     assert paced[paced.index("--delay-ms") + 1] == "20"
     assert paced[paced.index("--delay-jitter-ms") + 1] == "20"
+    assert paced[paced.index("--transport") + 1] == "native"  # cheap sims at 1,000 streams
+    assert "--transport" not in sim_args("plain", args, 0, tmp_path)
     parsers = sim_args("parsers", args, 1, tmp_path)
     script = json.loads(Path(parsers[parsers.index("--script") + 1]).read_text())
     assert script["rules"][0]["reply"] == PARSER_REPLY
