@@ -26,39 +26,11 @@ from turnout.server.connections import (
 from turnout.server.middleware import OpsMiddleware, OpsState
 from turnout.server.sse import EventStream
 
+from ..transports import RecordingTransport
+
 POST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: test\r\ncontent-length: 0\r\n\r\n"
 GET = b"GET /again HTTP/1.1\r\nhost: test\r\n\r\n"
 NO_REQUEST = cast("Request[Any, Any, Any]", None)
-
-
-class Wire(asyncio.Transport):
-    """A transport that keeps each write (the socket's side of the connection)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.writes: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: Any) -> None:
-        self.writes.append(bytes(data))
-
-    def close(self) -> None:
-        self.closed = True
-
-    def abort(self) -> None:
-        self.closed = True
-
-    def is_closing(self) -> bool:
-        return self.closed
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return {"peername": ("127.0.0.1", 5000), "sockname": ("127.0.0.1", 8000)}.get(name, default)
-
-    def pause_reading(self) -> None:
-        pass
-
-    def resume_reading(self) -> None:
-        pass
 
 
 class Source:
@@ -110,13 +82,13 @@ class StreamApp:
         await stream.to_asgi_response(None, NO_REQUEST)(scope, receive, recording_send)
 
 
-def connect(app: Any) -> tuple[GuardedProtocol, Wire]:
+def connect(app: Any) -> tuple[GuardedProtocol, RecordingTransport]:
     config = uvicorn.Config(app, http="httptools", lifespan="off", log_level="warning")
     config.load()
     protocol = GuardedProtocol(
         config, ServerState(), {}, asyncio.get_running_loop(), limits=ConnectionLimits()
     )
-    wire = Wire()
+    wire = RecordingTransport()
     protocol.connection_made(wire)
     return protocol, wire
 
@@ -126,7 +98,9 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def stream_through(direct: bool, batches: list[list[Any]]) -> tuple[StreamApp, Wire]:
+async def stream_through(
+    direct: bool, batches: list[list[Any]]
+) -> tuple[StreamApp, RecordingTransport]:
     source = Source()
     app = StreamApp(source, direct=direct)
     protocol, wire = connect(app)
