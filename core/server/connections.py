@@ -320,6 +320,8 @@ def _http_protocol() -> type[asyncio.Protocol]:
 
 
 _PROTOCOL = _http_protocol()
+#: The inner protocol of a connection once it is lost (nothing is called on it).
+_LOST = asyncio.Protocol()
 
 
 class GuardedProtocol(asyncio.Protocol):
@@ -402,6 +404,10 @@ class GuardedProtocol(asyncio.Protocol):
             self._pool.open -= 1
             self._pool.idle.pop(self, None)
             self._inner.connection_lost(exc)
+        # The inner protocol's state (and each request's scope) holds this protocol: without
+        # the way back, the connection's objects are freed by reference counting as soon as its
+        # requests end, not left as a cycle to the garbage collector.
+        self._inner = _LOST
         callbacks, self._on_lost = self._on_lost, []
         for callback in callbacks:
             callback()
