@@ -87,6 +87,17 @@ def current_record() -> RequestRecord | None:
     return _CURRENT.get()
 
 
+def enter_request(record: RequestRecord) -> contextvars.Token[RequestRecord | None]:
+    """Make ``record`` the current request (until :func:`leave_request` with the token): the
+    ``with request_scope`` of a caller that keeps nothing else alive for it."""
+    return _CURRENT.set(record)
+
+
+def leave_request(token: contextvars.Token[RequestRecord | None]) -> None:
+    """Restore the current request from before :func:`enter_request` gave ``token``."""
+    _CURRENT.reset(token)
+
+
 class request_scope:
     """Make ``record`` the current request for the code (and tasks started) inside.
 

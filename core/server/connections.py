@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
 import logging
 import math
@@ -47,6 +48,8 @@ from turnout.server.errors import ApiError
 
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
+
+    from turnout.server.limits import Leaving
 
 __all__ = [
     "CONNECTION_KEY",
@@ -320,12 +323,34 @@ def _http_protocol() -> type[asyncio.Protocol]:
 
 
 _PROTOCOL = _http_protocol()
+#: The context of the connections' timers, which read no context variable: without it, each
+#: timer would hold a copy of the context current when it was scheduled.
+_NO_CONTEXT = contextvars.Context()
 #: The inner protocol of a connection once it is lost (nothing is called on it).
 _LOST = asyncio.Protocol()
 
 
 class GuardedProtocol(asyncio.Protocol):
     """uvicorn's HTTP protocol for one connection, under the limits (see the module doc)."""
+
+    __slots__ = (
+        "_accepted",
+        "_busy",
+        "_due",
+        "_inner",
+        "_limits",
+        "_loop",
+        "_lost",
+        "_on_due",
+        "_on_lost",
+        "_pool",
+        "_reading_headers",
+        "_stall",
+        "_timer",
+        "_timer_at",
+        "_transport",
+        "_writes",
+    )
 
     def __init__(
         self,
@@ -362,8 +387,9 @@ class GuardedProtocol(asyncio.Protocol):
         self._due = 0.0
         self._on_due: Callable[[], None] | None = None
         self._stall: asyncio.TimerHandle | None = None
-        #: Called when the connection is lost (requests watching for their client leaving).
-        self._on_lost: list[Callable[[], None]] = []
+        #: Told when the connection is lost (requests watching for their client leaving): one,
+        #: or a list when requests are pipelined (no list for the usual one).
+        self._on_lost: Leaving | list[Leaving] | None = None
         self._lost = False
 
     # asyncio.Protocol ---------------------------------------------------------------------
@@ -408,9 +434,12 @@ class GuardedProtocol(asyncio.Protocol):
         # the way back, the connection's objects are freed by reference counting as soon as its
         # requests end, not left as a cycle to the garbage collector.
         self._inner = _LOST
-        callbacks, self._on_lost = self._on_lost, []
-        for callback in callbacks:
-            callback()
+        listeners, self._on_lost = self._on_lost, None
+        if isinstance(listeners, list):
+            for listener in listeners:
+                listener.client_left()
+        elif listeners is not None:
+            listeners.client_left()
 
     def pause_writing(self) -> None:
         self._inner.pause_writing()
@@ -444,15 +473,25 @@ class GuardedProtocol(asyncio.Protocol):
         """True once the connection is gone."""
         return self._lost
 
-    def on_lost(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` (once) when the connection is lost: how a request notices its
-        client leaving without a task reading its ``receive``."""
-        self._on_lost.append(callback)
+    def on_lost(self, listener: Leaving) -> None:
+        """Call ``listener.client_left()`` (once) when the connection is lost: how a request
+        notices its client leaving without a task reading its ``receive``."""
+        listeners = self._on_lost
+        if listeners is None:
+            self._on_lost = listener
+        elif isinstance(listeners, list):
+            listeners.append(listener)
+        else:
+            self._on_lost = [listeners, listener]
 
-    def forget(self, callback: Callable[[], None]) -> None:
-        """Stop calling ``callback`` (given to :meth:`on_lost`)."""
-        with contextlib.suppress(ValueError):
-            self._on_lost.remove(callback)
+    def forget(self, listener: Leaving) -> None:
+        """Stop telling ``listener`` (given to :meth:`on_lost`)."""
+        listeners = self._on_lost
+        if listeners is listener:
+            self._on_lost = None
+        elif isinstance(listeners, list):
+            with contextlib.suppress(ValueError):
+                listeners.remove(listener)
 
     def abort(self) -> None:
         """Drop the connection now: a reset, discarding what the client has not read (the
@@ -494,7 +533,7 @@ class GuardedProtocol(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = when
-        self._timer = self._loop.call_at(when, self._timer_ran)
+        self._timer = self._loop.call_at(when, self._timer_ran, context=_NO_CONTEXT)
 
     def _timer_ran(self) -> None:
         self._timer = None

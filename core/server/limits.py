@@ -4,7 +4,6 @@ arrival order), and a watcher that notices a client leaving while its request wa
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
 import heapq
 import itertools
@@ -65,6 +64,9 @@ class Permit:
             gate._release()
 
 
+#: The permit of every request when there is no limit (releasing it does nothing).
+_UNLIMITED = Permit(None)
+
 #: A waiting request: (negated priority, arrival number, its future) — a heap entry.
 _Waiter = tuple[int, int, asyncio.Future[None]]
 
@@ -95,11 +97,12 @@ class AdmissionGate:
         """Requests waiting for a permit."""
         return len(self._waiters)
 
-    async def acquire(self, gone: asyncio.Event | None = None, priority: int = 0) -> Permit:
+    async def acquire(self, client: ClientWatch | None = None, priority: int = 0) -> Permit:
         """A permit, now or after waiting; raises :class:`QueueFull`, :class:`QueueTimeout`,
-        :class:`Draining` (via :meth:`reject_waiting`) or :class:`ClientGone` (``gone`` set)."""
+        :class:`Draining` (via :meth:`reject_waiting`) or :class:`ClientGone` (``client``
+        gone)."""
         if self.limit <= 0:
-            return Permit(None)
+            return _UNLIMITED
         if self.active < self.limit and not self._waiters:
             self.active += 1
             return Permit(self)
@@ -109,7 +112,7 @@ class AdmissionGate:
         entry = (-priority, next(self._arrivals), waiter)
         heapq.heappush(self._waiters, entry)
         self._changed()
-        watcher = asyncio.ensure_future(gone.wait()) if gone is not None else None
+        watcher = asyncio.ensure_future(client.wait_gone()) if client is not None else None
         try:
             pending: set[asyncio.Future[Any]] = {waiter}
             if watcher is not None:
@@ -124,12 +127,12 @@ class AdmissionGate:
                 watcher.cancel()
         if waiter.done() and not waiter.cancelled():
             waiter.result()  # raises Draining when the gate was closed
-            if gone is not None and gone.is_set():
+            if client is not None and client.gone:
                 self._release()
                 raise ClientGone
             return Permit(self)
         self._abandon(entry)
-        if gone is not None and gone.is_set():
+        if client is not None and client.gone:
             raise ClientGone
         raise QueueTimeout(self.queue_timeout_s)
 
@@ -167,6 +170,13 @@ class AdmissionGate:
             self._on_change(len(self._waiters))
 
 
+class Leaving(Protocol):
+    """What a :class:`DisconnectSource` tells of its loss (a :class:`ClientWatch`)."""
+
+    def client_left(self) -> None:
+        """The connection is lost."""
+
+
 class DisconnectSource(Protocol):
     """A connection that reports its own loss (the connection guard's protocol)."""
 
@@ -174,25 +184,39 @@ class DisconnectSource(Protocol):
     def lost(self) -> bool:
         """True once the connection is gone."""
 
-    def on_lost(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` when the connection is lost."""
+    def on_lost(self, listener: Leaving) -> None:
+        """Call ``listener.client_left()`` when the connection is lost."""
 
-    def forget(self, callback: Callable[[], None]) -> None:
-        """Stop calling ``callback``."""
+    def forget(self, listener: Leaving) -> None:
+        """Stop telling ``listener``."""
 
 
 _DISCONNECT: ReceiveMessage = {"type": "http.disconnect"}
 
 
 class ClientWatch:
-    """Sole reader of the ASGI ``receive`` of one request.
+    """Sole reader of the ASGI ``receive`` of one request, and the app's ``receive`` (call it).
 
     :meth:`start` reads the body in the request's task (no wait when it is already there, as it
     nearly always is) and buffers it for the app, then watches for the client leaving: through
     ``connection``'s loss when there is one (no task), else with a background task that keeps
-    reading ``receive``. ``on_disconnect`` is called when the client leaves. Hand
-    :meth:`receive` to the app.
+    reading ``receive``. ``on_disconnect`` (one callable) is called when the client leaves.
+
+    Light on purpose, as it lives as long as a stream: no event (a future only while somebody
+    waits for the client to leave), no callback object of its own at the connection.
     """
+
+    __slots__ = (
+        "_buffered",
+        "_connection",
+        "_max",
+        "_raw",
+        "_task",
+        "_waiter",
+        "_watching",
+        "gone",
+        "on_disconnect",
+    )
 
     def __init__(
         self, receive: Receive, max_body_bytes: int, connection: DisconnectSource | None = None
@@ -200,9 +224,13 @@ class ClientWatch:
         self._raw = receive
         self._max = max_body_bytes
         self._connection = connection
-        self._buffered: collections.deque[ReceiveMessage] = collections.deque()
-        self.gone = asyncio.Event()
-        self.on_disconnect: list[Callable[[], None]] = []
+        #: The body's messages not yet handed to the app (None once all were).
+        self._buffered: list[ReceiveMessage] | None = None
+        #: True once the client has left.
+        self.gone = False
+        #: Called (once) when the client leaves.
+        self.on_disconnect: Callable[[], None] | None = None
+        self._waiter: asyncio.Future[None] | None = None
         self._task: asyncio.Future[None] | None = None
         self._watching = False
 
@@ -224,9 +252,9 @@ class ClientWatch:
         if connection is None:
             self._task = asyncio.ensure_future(self._watch())
         elif connection.lost:
-            self._left()
+            self.client_left()
         else:
-            connection.on_lost(self._left)
+            connection.on_lost(self)
             self._watching = True
 
     async def _watch(self) -> None:
@@ -236,28 +264,54 @@ class ClientWatch:
     def _keep(self, message: ReceiveMessage) -> bool:
         """Keep a message of the body for the app; False once the client has gone."""
         if message["type"] != "http.disconnect":
-            self._buffered.append(message)
+            if self._buffered is None:
+                self._buffered = [message]
+            else:
+                self._buffered.append(message)
             return True
-        self._left()
+        self.client_left()
         return False
 
-    def _left(self) -> None:
-        self.gone.set()
-        for callback in self.on_disconnect:
-            callback()
+    def client_left(self) -> None:
+        """The client has gone (called by the connection, or on reading a disconnect)."""
+        if self.gone:
+            return
+        self.gone = True
+        waiter, self._waiter = self._waiter, None
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+        if self.on_disconnect is not None:
+            self.on_disconnect()
+
+    async def wait_gone(self) -> None:
+        """Return once the client has left."""
+        if self.gone:
+            return
+        waiter = self._waiter
+        if waiter is None:
+            waiter = self._waiter = asyncio.get_running_loop().create_future()
+        await asyncio.shield(waiter)  # one waiter's cancellation leaves the others waiting
+
+    async def __call__(self) -> ReceiveMessage:
+        """The next message for the app: the body, then (once the client left) a disconnect."""
+        buffered = self._buffered
+        if buffered:
+            message = buffered.pop(0)
+            if not buffered:
+                self._buffered = None
+            return message
+        await self.wait_gone()
+        return _DISCONNECT
 
     async def receive(self) -> ReceiveMessage:
-        """The next message for the app: the body, then (once the client left) a disconnect."""
-        if self._buffered:
-            return self._buffered.popleft()
-        await self.gone.wait()
-        return _DISCONNECT
+        """The same as calling the watch."""
+        return await self()
 
     async def close(self) -> None:
         """Stop watching."""
         if self._watching and self._connection is not None:
             self._watching = False
-            self._connection.forget(self._left)
+            self._connection.forget(self)
         task = self._task
         if task is not None:
             await cancel_and_wait(task)

@@ -38,7 +38,13 @@ from litestar.types import (
 
 from turnout.config import Config, ServerConfig
 from turnout.deadlines import Deadlines
-from turnout.observability.logs import RequestRecord, current_record, log_access, request_scope
+from turnout.observability.logs import (
+    RequestRecord,
+    current_record,
+    enter_request,
+    leave_request,
+    log_access,
+)
 from turnout.observability.metrics import Metrics, route_label
 from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of
 from turnout.server.connections import DIRECT_BODY_KEY, connection_of
@@ -48,6 +54,7 @@ from turnout.server.limits import (
     ClientGone,
     ClientWatch,
     Draining,
+    Permit,
     QueueFull,
     QueueTimeout,
 )
@@ -198,33 +205,13 @@ class OpsMiddleware:
             if body_timeout > 0 and _has_body(scope.get("headers", ()))
             else None
         )
-
-        async def send_with_id(message: Message) -> None:
-            # Notes the response's progress in the record (the gate reads it from there).
-            if message["type"] == "http.response.start":
-                record.status = message["status"]
-                record.response_started = True
-                headers = []
-                for key, value in message.get("headers", ()):
-                    name = key.lower()
-                    if name == b"x-request-id":
-                        continue
-                    if name == b"content-type":
-                        record.event_stream = value.startswith(b"text/event-stream")
-                    headers.append((key, value))
-                headers.append((b"x-request-id", record.ensure_id().encode()))
-                if body is not None and body.expired:
-                    headers.append((b"connection", b"close"))  # the rest of the body is unread
-                message = {**message, "headers": headers}
-            elif message["type"] == "http.response.body" and not message.get("more_body", False):
-                record.response_complete = True
-            await send(message)
-
+        send_with_id = _SendWithId(send, record, body)
         conn = connection_of(scope)
         if conn is not None:
             conn.request_started()
         gauge.inc()
-        with request_scope(record):
+        token = enter_request(record)
+        try:
             try:
                 await self.app(scope, body or receive, send_with_id)
             except asyncio.CancelledError as exc:
@@ -248,6 +235,8 @@ class OpsMiddleware:
                 record.ensure_id()
                 metrics.observe_request(record, duration)
                 log_access(record, duration)
+        finally:
+            leave_request(token)
 
     @staticmethod
     async def _answer_shutdown(record: RequestRecord, send: Send) -> None:
@@ -272,6 +261,42 @@ class OpsMiddleware:
             async with asyncio.timeout(TAIL_WAIT_S):
                 await send(start)
                 await send(_last_piece(body))
+
+
+class _SendWithId:
+    """The ``send`` the app gets: adds ``x-request-id`` to the response head, and notes the
+    response's progress in the request's record (the gate reads it from there). An object
+    rather than a closure: a stream holds it as long as it runs, and it is one object to track
+    instead of a function, its closure and three cells."""
+
+    __slots__ = ("_body", "_record", "_send")
+
+    def __init__(self, send: Send, record: RequestRecord, body: _BodyDeadline | None) -> None:
+        self._send = send
+        self._record = record
+        self._body = body
+
+    async def __call__(self, message: Message) -> None:
+        record = self._record
+        if message["type"] == "http.response.start":
+            record.status = message["status"]
+            record.response_started = True
+            headers = []
+            for key, value in message.get("headers", ()):
+                name = key.lower()
+                if name == b"x-request-id":
+                    continue
+                if name == b"content-type":
+                    record.event_stream = value.startswith(b"text/event-stream")
+                headers.append((key, value))
+            headers.append((b"x-request-id", record.ensure_id().encode()))
+            body = self._body
+            if body is not None and body.expired:
+                headers.append((b"connection", b"close"))  # the rest of the body is unread
+            message = {**message, "headers": headers}
+        elif message["type"] == "http.response.body" and not message.get("more_body", False):
+            record.response_complete = True
+        await self._send(message)
 
 
 def _last_piece(body: bytes) -> HTTPResponseBodyEvent:
@@ -335,6 +360,41 @@ async def _send_tail(send: Send, body: bytes, scope: HTTPScope) -> None:
         await cancel_and_wait(sending)
 
 
+#: The admission scope of a request without an admission.
+_NO_SCOPE = contextlib.nullcontext()
+
+
+class _Served:
+    """A generation request the gate runs: called when its client leaves (cancels the request,
+    unless its response is complete), and :meth:`release` gives its slot back (once). One
+    object rather than closures, as it lives as long as a stream."""
+
+    __slots__ = ("gone", "ops", "permit", "record", "task")
+
+    record: RequestRecord | None
+
+    def __init__(self, ops: OpsState, permit: Permit, task: asyncio.Task[Any]) -> None:
+        self.ops = ops
+        self.permit: Permit | None = permit
+        self.task = task
+        self.record = None
+        #: True once the client left and the request was cancelled for it.
+        self.gone = False
+
+    def __call__(self) -> None:
+        record = self.record
+        if record is not None and not record.response_complete and not self.gone:
+            self.gone = True
+            self.task.cancel()
+
+    def release(self) -> None:
+        """Give the admission slot back (idempotent)."""
+        permit, self.permit = self.permit, None
+        if permit is not None:
+            permit.release()
+            self.ops._leave()
+
+
 def gate_middleware(ops: OpsState) -> Callable[[ASGIApp], ASGIApp]:
     """The per-route middleware factory (pass it in Litestar's ``middleware``)."""
 
@@ -350,10 +410,11 @@ class _Gate:
         self.ops = ops
         self._metrics_public = ops.server.metrics_public
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Awaitable[None]:
+        # A plain function handing back what to await: no coroutine of its own, which would
+        # live as long as each stream.
         if scope["type"] != ScopeType.HTTP:
-            await self.app(scope, receive, send)
-            return
+            return self.app(scope, receive, send)
         path = scope["path"]
         keys = self.ops.keys
         tenant = None
@@ -364,19 +425,21 @@ class _Gate:
                 authorization.decode("latin-1") if authorization is not None else None,
             )
         if tenant is not None:
-            record = current_record()
-            if record is not None:
-                record.tenant = tenant.name
-            with tenant_scope(tenant):
-                await self._route(path, scope, receive, send, tenant)
-        else:
-            await self._route(path, scope, receive, send, None)
+            return self._as_tenant(path, scope, receive, send, tenant)
+        return self._route(path, scope, receive, send, None)
+
+    async def _as_tenant(
+        self, path: str, scope: HTTPScope, receive: Receive, send: Send, tenant: Tenant
+    ) -> None:
+        record = current_record()
+        if record is not None:
+            record.tenant = tenant.name
+        with tenant_scope(tenant):
+            await self._route(path, scope, receive, send, tenant)
 
     def _route(
         self, path: str, scope: HTTPScope, receive: Receive, send: Send, tenant: Tenant | None
     ) -> Awaitable[None]:
-        # A plain function handing back what to await: no coroutine of its own, which every
-        # step of a stream would pass through.
         if path in GENERATION_PATHS and scope["method"] == "POST":
             return self._generation(scope, receive, send, tenant)
         return self.app(scope, receive, send)
@@ -384,6 +447,11 @@ class _Gate:
     async def _generation(
         self, scope: HTTPScope, receive: Receive, send: Send, tenant: Tenant | None
     ) -> None:
+        """Admit the request, then run the app in this task, under the request timeout; a
+        client that leaves cancels it (which closes its worker stream and so aborts the
+        request on the worker). The admission slot is given back before a cut-short
+        response's tail is sent. The response's progress is in the request's record (noted by
+        the ops middleware's send)."""
         ops = self.ops
         server = ops.server
         record = current_record()
@@ -399,14 +467,14 @@ class _Gate:
             )
         watch = ClientWatch(receive, server.max_body_bytes, connection_of(scope))
         admission: Admission | None = None
-        served = False
+        admitted = False
         try:
             await watch.start()
             limiter = ops.limiter
             if tenant is not None and tenant.limited and limiter is not None:
                 admission = await limiter.admit(tenant)  # 429 over its limits
             try:
-                permit = await ops.gate.acquire(watch.gone, tenant.priority if tenant else 0)
+                permit = await ops.gate.acquire(watch, tenant.priority if tenant else 0)
             except ClientGone:
                 ops.metrics.rejected.labels("client_gone").inc()
                 if record is not None:
@@ -415,89 +483,59 @@ class _Gate:
             except (QueueFull, QueueTimeout, Draining) as exc:
                 ops.metrics.rejected.labels(exc.code or "rejected").inc()
                 raise
-            served = True
+            admitted = True
             ops._enter()
-            released = False
-
-            def release() -> None:
-                nonlocal released
-                if not released:
-                    released = True
-                    permit.release()
-                    ops._leave()
-
+            loop = asyncio.get_running_loop()  # once: on Python 3.11 each look-up is a getpid()
+            task = asyncio.current_task(loop)
+            assert task is not None
+            served = _Served(ops, permit, task)
             try:
-                if admission is not None:
-                    with admission_scope(admission):
-                        await self._run(scope, watch, send, record, release)
-                else:
-                    await self._run(scope, watch, send, record, release)
+                if record is None:
+                    raise RuntimeError("the gate runs inside the ops middleware")
+                served.record = record
+                timeout = server.request_timeout_s
+                deadline = ops.deadlines.at(
+                    loop.time() + timeout if timeout > 0 else math.inf, loop
+                )
+                handler = scope.get("route_handler")
+                app = handler.opt.get(ENDPOINT_APP, self.app) if handler is not None else self.app
+                with admission_scope(admission) if admission is not None else _NO_SCOPE:
+                    watch.on_disconnect = served  # only while the app runs
+                    try:
+                        if watch.gone:
+                            served()
+                        with deadline:
+                            await app(scope, watch, send)
+                    except TimeoutError:
+                        if not deadline.expired():
+                            raise  # the app's own, not the request timeout
+                        served.release()
+                        record.outcome = "timeout"
+                        error = ApiError(
+                            504, f"the request timed out after {timeout:g}s", code="request_timeout"
+                        )
+                        await self._cut_short(record, send, scope, error)
+                    except asyncio.CancelledError as exc:
+                        if served.gone:
+                            self._client_gone(task, record)
+                            return
+                        if not (
+                            record.response_started and record.event_stream
+                        ) or not cancelled_by_shutdown(exc, ops.draining):
+                            raise  # not started: the ops middleware answers 503 JSON at shutdown
+                        if task.uncancel() > 0:
+                            raise
+                        served.release()
+                        record.outcome = "shutdown"
+                        await self._cut_short(record, send, scope, ShutDown())
+                    finally:
+                        watch.on_disconnect = None
             finally:
-                release()
+                served.release()
         finally:
             if admission is not None:
-                admission.close(served)  # settles its tokens to the real usage
+                admission.close(admitted)  # settles its tokens to the real usage
             await watch.close()
-
-    async def _run(
-        self,
-        scope: HTTPScope,
-        watch: ClientWatch,
-        send: Send,
-        record: RequestRecord | None,
-        release: Callable[[], None],
-    ) -> None:
-        """Run the app in this task, under the request timeout; a client that leaves cancels
-        it (which closes its worker stream and so aborts the request on the worker).
-        ``release`` gives the admission slot back before a cut-short response's tail is sent.
-        The response's progress is in ``record`` (noted by the ops middleware's send)."""
-        if record is None:
-            raise RuntimeError("the gate runs inside the ops middleware")
-        loop = asyncio.get_running_loop()  # once: on Python 3.11 each look-up is a getpid()
-        task = asyncio.current_task(loop)
-        assert task is not None
-        gone = False
-
-        def client_left() -> None:  # registered only while the app runs
-            nonlocal gone
-            if not record.response_complete and not gone:
-                gone = True
-                task.cancel()
-
-        timeout = self.ops.server.request_timeout_s
-        deadline = self.ops.deadlines.at(loop.time() + timeout if timeout > 0 else math.inf, loop)
-        handler = scope.get("route_handler")
-        app = handler.opt.get(ENDPOINT_APP, self.app) if handler is not None else self.app
-        watch.on_disconnect.append(client_left)
-        try:
-            if watch.gone.is_set():
-                client_left()
-            with deadline:
-                await app(scope, watch.receive, send)
-        except TimeoutError:
-            if not deadline.expired():
-                raise  # the app's own, not the request timeout
-            release()
-            record.outcome = "timeout"
-            error = ApiError(
-                504, f"the request timed out after {timeout:g}s", code="request_timeout"
-            )
-            await self._cut_short(record, send, scope, error)
-        except asyncio.CancelledError as exc:
-            if gone:
-                self._client_gone(task, record)
-                return
-            if not (record.response_started and record.event_stream) or not cancelled_by_shutdown(
-                exc, self.ops.draining
-            ):
-                raise  # not started: the ops middleware answers 503 JSON at shutdown
-            if task.uncancel() > 0:
-                raise
-            release()
-            record.outcome = "shutdown"
-            await self._cut_short(record, send, scope, ShutDown())
-        finally:
-            watch.on_disconnect.remove(client_left)
 
     @staticmethod
     def _client_gone(task: asyncio.Task[Any], record: RequestRecord) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Coroutine, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import msgspec
@@ -138,7 +138,7 @@ class EventStream(Response[bytes]):
 
 
 class _EventStreamAsgi(ASGIResponse):
-    __slots__ = ("_batches", "_direct", "_keepalive_s", "_typed")
+    __slots__ = ("_batches", "_keepalive_s", "_typed")
 
     _should_set_content_length: ClassVar[bool] = False
 
@@ -153,22 +153,31 @@ class _EventStreamAsgi(ASGIResponse):
         self._batches = batches
         self._typed = typed
         self._keepalive_s = keepalive_s
-        self._direct: DirectBody | None = None
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        self._direct = direct_body_of(scope)
-        await super().__call__(scope, receive, send)
+    def __call__(self, scope: Scope, receive: Receive, send: Send) -> Coroutine[Any, Any, None]:
+        # A plain function handing back the stream's one coroutine: a stream holds every frame
+        # of its chain (which the garbage collector visits) as long as it runs.
+        if self.is_head_response:
+            return super().__call__(scope, receive, send)
+        return self._stream(send, direct_body_of(scope), head=True)
 
     async def send_body(self, send: Send, receive: Receive) -> None:
-        # The one loop of a stream step: take a batch, frame it, send it (no await in between
-        # but the send, and the keep-alive's only when a comment is being sent right then).
+        """Send the events of the stream (through ``send``)."""
+        await self._stream(send, None, head=False)
+
+    async def _stream(self, send: Send, direct: DirectBody | None, *, head: bool) -> None:
+        """The response head (if ``head``), then the one loop of a stream step: take a batch,
+        frame it, send it (no await in between but the send, and the keep-alive's only when a
+        comment is being sent right then); ``direct``: the connection's direct writes."""
+        if head:
+            await self.start_response(send=send)
         batches = self._batches
         typed = self._typed
         frame = sse_typed_batch if typed else sse_batch
         next_batch = batches.__anext__
         # A piece the connection takes directly is on its way as send's would be (no wait);
         # else (the client not reading, say) it goes through send.
-        write = self._direct.write if self._direct is not None else None
+        write = direct.write if direct is not None else None
         idle = _KeepAlive(send, self._keepalive_s) if self._keepalive_s > 0 else None
         sent = 0  # events so far: a typed stream numbers them, its error event is the next one
         tail = b"" if typed else DONE
@@ -205,6 +214,8 @@ class _EventStreamAsgi(ASGIResponse):
             if idle is not None:
                 await idle.stop()
             await batches.aclose()
+        if head:
+            await self.after_response()
 
 
 def _stream_failure(exc: Exception) -> ApiError:
