@@ -373,6 +373,7 @@ class Dispatcher:
                     attempt,
                     failure.detail,
                 )
+                del failure, exc  # an error kept in a local: a cycle through its traceback
                 continue
             tried.add(worker.id)
             last_try = attempt - len(refused_by) >= max_attempts or not failure.retryable
@@ -384,11 +385,15 @@ class Dispatcher:
             if span is not None:
                 _end_span(span, failure, exc=exc, retrying=not last_try)
             if not last_try:
+                del failure, exc
                 await asyncio.sleep(delay)
                 continue
             if attempt > 1:
                 failure.message = f"{failure.message} (after {attempt} attempts)"
-            raise failure.on(worker.id, attempt) from exc
+            try:
+                raise failure.on(worker.id, attempt) from exc
+            finally:
+                del failure, exc  # no reference cycle through this frame (see next_batch)
 
     def _select(self, route: _Route, routing: RoutingRequest, candidates: list[Slot]) -> Slot:
         try:
@@ -556,7 +561,12 @@ class GenerateSession(ClosingSession):
             log.warning(
                 "worker %s failed %s: %s", self.worker.id, self._failed_note, failure.detail
             )
-            raise failure.on(self.worker.id, self.attempts) from exc
+            try:
+                raise failure.on(self.worker.id, self.attempts) from exc
+            finally:
+                # The frame outlives the coroutine in the error's traceback: a local holding the
+                # error would make a reference cycle of them.
+                del failure
         if not batch:
             self._finish(None)
             return batch

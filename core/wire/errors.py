@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from types import MappingProxyType
-from typing import ClassVar, Final
+from typing import ClassVar, Final, Self
 
 import grpc
 
@@ -74,6 +74,15 @@ class WorkerCallError(TurnoutError):
         self.worker_fault = code not in CLIENT_ERROR_CODES
         where = " ".join(part for part in (worker, method) if part)
         super().__init__(f"{where + ': ' if where else ''}{code.name}: {message}")
+
+    def fresh(self) -> Self:
+        """A copy without traceback, cause or context: what a call raises each time it
+        reports the failure it keeps. Raising the kept error itself would tie its traceback
+        (and the frames in it, which reference the call) to the call: a reference cycle,
+        garbage that only the cyclic collector frees."""
+        copy = type(self).__new__(type(self), *self.args)
+        copy.__dict__.update(self.__dict__)
+        return copy
 
     @classmethod
     def from_rpc_error(

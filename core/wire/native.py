@@ -233,9 +233,9 @@ class NativeCall:
                 batch.append(parse(data))
             except DecodeError:
                 break
-        error = self._malformed(exc)
         if not batch:
-            raise error
+            raise self._malformed(exc)
+        self._malformed(exc)
         return batch
 
     def _malformed(self, exc: DecodeError) -> WorkerCallError:
@@ -252,7 +252,7 @@ class NativeCall:
         if self._error is None:
             self._error = error
             self._release(ErrorCode.CANCEL)
-        return error
+        return error.fresh()
 
     def _credit(self) -> None:
         """Credit every received byte back to the stream's window (the reader took them)."""
@@ -275,7 +275,7 @@ class NativeCall:
         waiter that ``_wake`` completes); None once the call ended with OK. Raises the call's
         error."""
         if self._error is not None:
-            raise self._error
+            raise self._error.fresh()
         if self._ended:
             return None
         if self._connecting is not None:
@@ -326,7 +326,7 @@ class NativeCall:
             self._fail(grpc.StatusCode.DEADLINE_EXCEEDED, "deadline exceeded while connecting")
         except WorkerCallError as exc:
             if not self.done():
-                self._error = exc
+                self._error = exc.fresh()  # kept without the traceback of its raise
         else:
             if not self.done():
                 self._open(connection)

@@ -1,0 +1,180 @@
+"""What an open stream costs the cyclic garbage collector on the worker side, and what it leaves
+to it: the real chat flow over the real dispatcher and wire client, against a simulated worker.
+
+A stream that ends (cancelled, or failed by its worker) must leave no reference cycle behind:
+cyclic garbage is freed only by a collection that has to walk everything first, and with
+thousands of streams open such a collection takes long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import types
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+
+import turnout
+from turnout import demo_model
+from turnout.config import load_config
+from turnout.generation import chat
+from turnout.generation.context import RequestContext
+from turnout.generation.flow import PayloadStream, Streamed, generate
+from turnout.generation.models import ModelTable
+from turnout.generation.pipeline import Opener
+from turnout.generation.requests import ChatCompletionRequest
+from turnout.observability.metrics import Metrics
+from turnout.routing.dispatch import Dispatcher
+from turnout.routing.types import RoutingRequest
+from turnout.sim import SimWorker
+from turnout.wire import pb
+from turnout.workers.errors import WorkerRequestError
+from turnout.workers.registry import WorkerRegistry
+from turnout.workers.settings import WorkerSpec, WorkersSettings
+
+MODEL = "turnout-demo"
+#: The worker side's modules: their objects and coroutines are what an open stream is charged.
+OURS = (
+    "turnout.generation.",
+    "turnout.routing.",
+    "turnout.wire.",
+    "turnout.tokenizer.",
+    "turnout.observability.metrics",
+)
+_PACKAGE = Path(turnout.__file__).parent
+OUR_FILES = tuple(
+    str(_PACKAGE / name)
+    for name in ("generation", "routing", "wire", "tokenizer", "observability/metrics.py")
+)
+
+
+def _ours(obj: Any) -> bool:
+    if isinstance(obj, types.CoroutineType):
+        filename = obj.cr_code.co_filename
+        return filename.startswith(OUR_FILES)
+    return type(obj).__module__.startswith(OURS)
+
+
+def our_garbage() -> list[str]:
+    """Collect with ``DEBUG_SAVEALL``: the worker side's objects that were in reference cycles
+    (or only reachable from one), and exceptions raised through its frames."""
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        gc.collect()
+        found = []
+        for obj in gc.garbage:
+            if _ours(obj):
+                found.append(type(obj).__qualname__)
+            elif isinstance(obj, types.TracebackType):
+                filename = obj.tb_frame.f_code.co_filename
+                if filename.startswith(OUR_FILES):
+                    found.append(f"traceback {obj.tb_frame.f_code.co_qualname}")
+        return found
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+
+
+class Backend:
+    """The flow's backend as the app makes it: the dispatcher opens, the metrics meter."""
+
+    def __init__(self, dispatcher: Dispatcher, models: ModelTable) -> None:
+        self._dispatcher = dispatcher
+        self._metrics = Metrics()
+        self.models = models
+        self.tracing = None
+
+    @property
+    def open_stream(self) -> Opener:
+        async def open_stream(
+            model: str, routing: RoutingRequest, request: pb.GenerateRequest
+        ) -> Any:
+            session = await self._dispatcher.open_stream(model, routing, request, 60)
+            session.meter = self._metrics.meter(model, None)
+            return session
+
+        return open_stream
+
+
+@pytest.fixture(scope="module")
+def models() -> ModelTable:
+    config = load_config(None, {"defaults.tokenizer_path": str(demo_model.path())})
+    return ModelTable(config, turnout.load_plugins(), lambda: [MODEL])
+
+
+@pytest.fixture
+async def sim() -> AsyncIterator[SimWorker]:
+    # A paced worker: 4 tokens a message, a message every 200 ms (the streams stay open).
+    worker = SimWorker(
+        demo_model.path(),
+        port=0,
+        served_model_name=MODEL,
+        transport="native",
+        delay_ms=50,
+        tokens_per_chunk=4,
+    )
+    async with worker:
+        yield worker
+
+
+@pytest.fixture
+async def backend(sim: SimWorker, models: ModelTable) -> AsyncIterator[Backend]:
+    registry = WorkerRegistry(WorkersSettings(workers=[WorkerSpec(url=sim.url, model=MODEL)]))
+    await registry.start()
+    try:
+        for worker in registry.all():
+            assert await registry.wait_ready(worker.id, 30)
+        yield Backend(Dispatcher(registry), models)
+    finally:
+        await registry.stop()
+
+
+async def start(backend: Backend, i: int, max_tokens: int = 4000) -> PayloadStream:
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": f"hello there {i}"}],
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    request = msgspec.json.decode(msgspec.json.encode(body), type=ChatCompletionRequest)
+    ctx = RequestContext(f"chatcmpl-{i}", {}, None)
+    answer = await generate(chat.ENDPOINT, request, ctx, backend)
+    assert isinstance(answer, Streamed)
+    return answer.payloads
+
+
+@pytest.fixture
+def no_gc() -> Iterator[None]:
+    """No automatic collection while the test runs (it would free the cycles it looks for);
+    what earlier tests left is collected first."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+async def test_a_stream_its_worker_fails_leaves_no_cycles(
+    backend: Backend, sim: SimWorker, no_gc: None
+) -> None:
+    sim.knobs.update({"fail_after_tokens": 8, "fail_after_status": "UNAVAILABLE"})
+    failed = 0
+    for i in range(5):
+        payloads = await start(backend, i)
+        try:
+            async with asyncio.timeout(30):
+                async for _ in payloads:
+                    pass
+        except WorkerRequestError:
+            failed += 1
+        del payloads
+    assert failed == 5
+    await asyncio.sleep(0.1)
+    assert our_garbage() == []
