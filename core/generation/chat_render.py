@@ -59,13 +59,9 @@ class ChatRenderer:
         #: A delta of content alone becomes its chunk directly (no running usage to add, no
         #: reasoning to hold back).
         self._direct = running is None and stream_reasoning
-        # The one-shot answer, per choice.
-        self._content: list[list[str]] = [[] for _ in range(n)]
-        self._reasoning: list[list[str]] = [[] for _ in range(n)]
-        self._calls: list[dict[int, dict[str, Any]]] = [{} for _ in range(n)]
-        self._logprobs: list[list[dict[str, Any]] | None] = [None] * n
-        self._ends: dict[int, ChoiceEnd] = {}
-        self._usage: dict[str, Any] | None = None
+        #: The one-shot answer's parts, made by the first :meth:`fold`: a stream, which may
+        #: wait a long time between its batches, keeps no lists it never fills.
+        self._folded: _Folded | None = None
 
     # -- streaming -------------------------------------------------------------------------------
 
@@ -160,52 +156,36 @@ class ChatRenderer:
 
     def fold(self, events: list[Event]) -> None:
         """Fold one batch of events into the response."""
+        folded = self._folded
+        if folded is None:
+            folded = self._folded = _Folded(self._n)
         for event in events:
             if isinstance(event, ChoiceDelta):
-                self._fold_delta(event)
+                folded.delta(event)
             elif isinstance(event, ChoiceEnd):
-                self._ends[event.index] = event
+                folded.ends[event.index] = event
             else:
-                self._usage = usage_dict(event)
-
-    def _fold_delta(self, event: ChoiceDelta) -> None:
-        i = event.index
-        if event.content:
-            self._content[i].append(event.content)
-        if event.reasoning:
-            self._reasoning[i].append(event.reasoning)
-        for piece in event.tool_calls:
-            call = self._calls[i].setdefault(
-                piece.index,
-                {"id": piece.id, "type": "function", "function": {"name": "", "arguments": ""}},
-            )
-            if piece.name is not None:
-                call["id"] = piece.id
-                call["function"]["name"] = piece.name
-            call["function"]["arguments"] += piece.arguments
-        if event.logprobs is not None:
-            entries = self._logprobs[i] or []
-            entries.extend(logprob_entry(lp) for lp in event.logprobs)
-            self._logprobs[i] = entries
+                folded.usage = usage_dict(event)
 
     def answer(self) -> dict[str, Any]:
         """The complete ``chat.completion`` object."""
+        folded = self._folded or _Folded(self._n)
         choices = []
-        for i, parts in enumerate(self._content):
+        for i, parts in enumerate(folded.content):
             content = "".join(parts)
-            calls = [self._calls[i][k] for k in sorted(self._calls[i])]
+            calls = [folded.calls[i][k] for k in sorted(folded.calls[i])]
             message: dict[str, Any] = {
                 "role": "assistant",
                 "content": content if content or not calls else None,
                 "refusal": None,
             }
-            reasoning = "".join(self._reasoning[i])
+            reasoning = "".join(folded.reasoning[i])
             if reasoning:
                 message["reasoning_content"] = reasoning
             if calls:
                 message["tool_calls"] = calls
-            end = self._ends.get(i)
-            entries = self._logprobs[i]
+            end = folded.ends.get(i)
+            entries = folded.logprobs[i]
             choice: dict[str, Any] = {
                 "index": i,
                 "message": message,
@@ -221,9 +201,43 @@ class ChatRenderer:
             "model": self._model,
             "choices": choices,
         }
-        if self._usage is not None:
-            body["usage"] = self._usage
+        if folded.usage is not None:
+            body["usage"] = folded.usage
         return body
+
+
+class _Folded:
+    """The parts of a one-shot answer, per choice."""
+
+    __slots__ = ("calls", "content", "ends", "logprobs", "reasoning", "usage")
+
+    def __init__(self, n: int) -> None:
+        self.content: list[list[str]] = [[] for _ in range(n)]
+        self.reasoning: list[list[str]] = [[] for _ in range(n)]
+        self.calls: list[dict[int, dict[str, Any]]] = [{} for _ in range(n)]
+        self.logprobs: list[list[dict[str, Any]] | None] = [None] * n
+        self.ends: dict[int, ChoiceEnd] = {}
+        self.usage: dict[str, Any] | None = None
+
+    def delta(self, event: ChoiceDelta) -> None:
+        i = event.index
+        if event.content:
+            self.content[i].append(event.content)
+        if event.reasoning:
+            self.reasoning[i].append(event.reasoning)
+        for piece in event.tool_calls:
+            call = self.calls[i].setdefault(
+                piece.index,
+                {"id": piece.id, "type": "function", "function": {"name": "", "arguments": ""}},
+            )
+            if piece.name is not None:
+                call["id"] = piece.id
+                call["function"]["name"] = piece.name
+            call["function"]["arguments"] += piece.arguments
+        if event.logprobs is not None:
+            entries = self.logprobs[i] or []
+            entries.extend(logprob_entry(lp) for lp in event.logprobs)
+            self.logprobs[i] = entries
 
 
 def _delta_choice(event: ChoiceDelta, reasoning: str) -> dict[str, Any]:

@@ -64,9 +64,22 @@ class StopMatcher(Protocol):
 class CallIds:
     """Makes the ids clients see for tool calls."""
 
+    __slots__ = ("_offset", "_style")
+
     def __init__(self, style: str, history_calls: int = 0) -> None:
         self._style = style
         self._offset = history_calls
+
+    @classmethod
+    def of(cls, style: str, history_calls: int = 0) -> CallIds:
+        """The ids of one output: shared by every output of ``style`` unless its ids number the
+        calls after the history's (``kimi``), so that an output keeps no object of its own."""
+        if style == "kimi":
+            return cls(style, history_calls)
+        shared = _SHARED_IDS.get(style)
+        if shared is None:
+            shared = _SHARED_IDS[style] = cls(style)
+        return shared
 
     def make(self, index: int, name: str) -> str:
         """An id for call ``index`` of this output."""
@@ -78,6 +91,8 @@ class CallIds:
         # serving process) costs no system call, unlike ``secrets``.
         return f"call_{random.getrandbits(96):024x}"
 
+
+_SHARED_IDS: dict[str, CallIds] = {}
 
 #: Text and real bytes of one token (logprobs).
 TokenPiece = Callable[[int], tuple[str, bytes]]
@@ -124,7 +139,7 @@ class ChoiceProcessor:
         self._reader = reader
         self._reader_reasoning = reader_reasoning
         self._reader_calls = reader_calls
-        self._call_ids = call_ids or CallIds("openai")
+        self._call_ids = call_ids or CallIds.of("openai")
         self._hidden_stop_ids = hidden_stop_ids
         self._token_piece = token_piece
         self._keep_token_ids = keep_token_ids

@@ -188,10 +188,10 @@ async def generate(
         spans = RequestSpans(tracing, ctx)
         renderer = spans.renderer(renderer)
         if plan.stream:
-            return Streamed(spans.payloads(_Payloads(renderer, sources, sessions)))
+            return Streamed(spans.payloads(_Payloads(renderer, sources)))
         return Folded(await spans.folded(_folded(renderer, sources, sessions)))
     if plan.stream:
-        return Streamed(_Payloads(renderer, sources, sessions), endpoint.typed_events)
+        return Streamed(_Payloads(renderer, sources), endpoint.typed_events)
     return Folded(await _folded(renderer, sources, sessions))
 
 
@@ -275,17 +275,16 @@ class _Payloads:
     it into events and payloads with plain calls (no generator per layer in between).
     """
 
-    __slots__ = ("_done", "_opening", "_prompt", "_renderer", "_sessions", "_sources")
+    __slots__ = ("_done", "_opening", "_prompt", "_renderer", "_sources")
 
-    def __init__(
-        self, renderer: Renderer, sources: list[SessionEvents], sessions: list[GenerateSession]
-    ) -> None:
+    def __init__(self, renderer: Renderer, sources: list[SessionEvents]) -> None:
         self._renderer = renderer
+        #: One per prompt, each with its session.
         self._sources = sources
-        self._sessions = sessions
-        #: The prompt being read, and its opening payloads while they were not sent.
+        #: The prompt being read, and its opening payloads while they were not sent (``()``
+        #: once they were: no list kept per waiting stream).
         self._prompt = 0
-        self._opening: list[Any] | None = None
+        self._opening: Sequence[Any] | None = None
         self._done = False
 
     def __aiter__(self) -> _Payloads:
@@ -301,12 +300,12 @@ class _Payloads:
                 source = sources[self._prompt]
                 opening = self._opening
                 if opening is None:
-                    opening = self._opening = renderer.opening(self._prompt)
+                    opening = self._opening = renderer.opening(self._prompt) or ()
                 events = source.take(await source.session.next_batch())
                 payloads = renderer.stream(events) if events else []
                 if opening and events:
-                    payloads = opening + payloads
-                    self._opening = []
+                    payloads = [*opening, *payloads]
+                    self._opening = ()
                 if source.ended:
                     await source.aclose()
                     self._prompt += 1
@@ -327,7 +326,8 @@ class _Payloads:
     async def aclose(self) -> None:
         """Close every event source and session (idempotent)."""
         self._done = True
-        await _close(self._sessions, self._sources)
+        for source in self._sources:
+            await source.aclose()  # books its tokens and closes its session
 
 
 async def _folded(

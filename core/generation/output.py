@@ -104,7 +104,7 @@ def make_processors(
                 reasoning=reasoning,
                 tool_parser=tool_parser,
                 tools=options.tools,
-                call_ids=CallIds(
+                call_ids=CallIds.of(
                     getattr(tool_parser, "call_id_style", "openai"), options.history_calls
                 ),
                 hidden_stop_ids=hidden,

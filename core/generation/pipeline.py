@@ -70,7 +70,24 @@ class SessionEvents:
     told of each batch that brought tokens, and of the stream's tokens when it is closed.
     """
 
-    __slots__ = ("_driver", "_finished", "_prompt_index", "ended", "session")
+    __slots__ = (
+        "_cached_tokens",
+        "_completion",
+        "_finished",
+        "_logprobs",
+        "_mergeable",
+        "_meter",
+        "_processors",
+        "_prompt_index",
+        "_prompt_tokens",
+        "_reasoning",
+        "_remaining",
+        "_streamed",
+        "_worker_completed",
+        "_worker_streams",
+        "ended",
+        "session",
+    )
 
     def __init__(
         self,
@@ -81,37 +98,54 @@ class SessionEvents:
         prompt_index: int = 0,
         meter: StreamMeter | None = None,
     ) -> None:
+        # One object per stream, not a walker and its state: an open stream waits long between
+        # batches, and every object it keeps is walked by each young garbage collection.
         self.session = session
-        self._driver = _Driver(processors, worker_streams, meter)
         self._prompt_index = prompt_index
         #: Every choice ended: the last batch's events were handed out.
         self.ended = False
         self._finished = False
+        self._processors = processors
+        self._worker_streams = worker_streams
+        self._meter = meter
+        #: Choices not ended yet.
+        self._remaining = len(processors)
+        self._prompt_tokens = 0
+        self._cached_tokens = 0
+        self._completion: dict[int, int] = {}
+        self._reasoning: dict[int, int] = {}
+        #: Per choice: its consecutive chunks may be merged (a tuple of bools is not tracked).
+        self._mergeable = tuple(not p.watches_stops for p in processors)
+        #: Some choice reports logprobs (else the chunks' logprobs are not even looked at).
+        self._logprobs = any(p.reports_logprobs for p in processors)
+        #: Tokens the worker sent in stream chunks, and the sum of its completion counts
+        #: (what it generated, past a stop turnout matched too).
+        self._streamed = 0
+        self._worker_completed = 0
 
     def take(self, batch: list[pb.GenerateResponse]) -> list[Event]:
         """The events of ``batch`` (what ``session.next_batch()`` returned; may be none). An
         empty batch means the worker ended the stream, which before every choice ended is a
         502."""
-        driver = self._driver
         try:
-            if len(batch) == 1 and driver.remaining and batch[0].HasField("chunk"):
+            if len(batch) == 1 and self._remaining and batch[0].HasField("chunk"):
                 # The usual step of a paced stream, one message of one choice's tokens: pushed
-                # from here (what driver.take does with it, without its run bookkeeping).
-                meter = driver.meter
+                # from here (what _take does with it, without its run bookkeeping).
+                meter = self._meter
                 at = time.perf_counter() if meter is not None else 0.0
-                counted = driver.streamed
+                counted = self._streamed
                 events: list[Event] = []
-                driver.push(batch[0].chunk, events)
-                if meter is not None and driver.streamed > counted:
-                    meter.arrived(driver.streamed - counted, at)
+                self._push(batch[0].chunk, events)
+                if meter is not None and self._streamed > counted:
+                    meter.arrived(self._streamed - counted, at)
             elif batch:
-                events = driver.take(batch)
+                events = self._take(batch)
             else:
                 raise ApiError(502, "the worker ended the stream before every choice completed")
         except StopRegexTimeout as exc:
             raise bad_request(str(exc), "stop_regex") from None
-        if driver.remaining == 0:
-            events.append(driver.usage(self._prompt_index))
+        if self._remaining == 0:
+            events.append(self._usage())
             self.ended = True
         return events
 
@@ -119,130 +153,86 @@ class SessionEvents:
         """Book the stream's tokens on the meter (once) and close the session (idempotent)."""
         if not self._finished:
             self._finished = True
-            driver = self._driver
-            if driver.meter is not None:
-                driver.meter.finish(
-                    driver.prompt_tokens, max(driver.streamed, driver.worker_completed)
-                )
+            if self._meter is not None:
+                self._meter.finish(self._prompt_tokens, max(self._streamed, self._worker_completed))
         await self.session.aclose()
 
-
-class _Driver:
-    """The state of one worker stream between batches: choices left, token counts."""
-
-    __slots__ = (
-        "cached_tokens",
-        "completion",
-        "logprobs",
-        "mergeable",
-        "meter",
-        "processors",
-        "prompt_tokens",
-        "reasoning",
-        "remaining",
-        "streamed",
-        "worker_completed",
-        "worker_streams",
-    )
-
-    def __init__(
-        self,
-        processors: list[ChoiceProcessor],
-        worker_streams: bool,
-        meter: StreamMeter | None = None,
-    ) -> None:
-        self.processors = processors
-        self.worker_streams = worker_streams
-        self.meter = meter
-        self.remaining = len(processors)
-        self.prompt_tokens = 0
-        self.cached_tokens = 0
-        self.completion: dict[int, int] = {}
-        self.reasoning: dict[int, int] = {}
-        self.mergeable = [not p.watches_stops for p in processors]
-        #: Some choice reports logprobs (else the chunks' logprobs are not even looked at).
-        self.logprobs = any(p.reports_logprobs for p in processors)
-        #: Tokens the worker sent in stream chunks, and the sum of its completion counts
-        #: (what it generated, past a stop turnout matched too).
-        self.streamed = 0
-        self.worker_completed = 0
-
-    def take(self, batch: list[pb.GenerateResponse]) -> list[Event]:
+    def _take(self, batch: list[pb.GenerateResponse]) -> list[Event]:
         """Events for one batch of responses (which are also counted for the meter).
 
         A run of chunks is merged into one message by protobuf itself (token ids and logprobs
         concatenated in C), so a token costs no Python work; with one choice, a chunk's index
         is not even read on its own (a bad one survives the merge and is refused with the run).
         """
-        at = time.perf_counter() if self.meter is not None else 0.0
+        at = time.perf_counter() if self._meter is not None else 0.0
         events: list[Event] = []
         run: pb.GenerateResponse | None = None
         merged = False  # ``run`` is a merge of several chunks (not one of the batch's messages)
         run_index = -1
-        several = len(self.processors) > 1
-        counted = self.streamed
+        several = len(self._processors) > 1
+        counted = self._streamed
         whole = False
         for response in batch:
             kind = response.WhichOneof("response")
             if kind == "chunk":
-                if not self.remaining:  # turnout ended every choice: the rest is only counted
-                    self.streamed += len(response.chunk.token_ids)
+                if not self._remaining:  # turnout ended every choice: the rest is only counted
+                    self._streamed += len(response.chunk.token_ids)
                     continue
                 index = response.chunk.index if several else 0
-                if run is not None and index == run_index and self.mergeable[index]:
+                if run is not None and index == run_index and self._mergeable[index]:
                     if not merged:
                         first, run, merged = run, pb.GenerateResponse(), True
                         run.MergeFrom(first)
                     run.MergeFrom(response)
                     continue
                 if run is not None:
-                    self.push(run.chunk, events)
+                    self._push(run.chunk, events)
                 run, run_index, merged = response, index, False
             elif kind == "complete":
                 if run is not None:
-                    self.push(run.chunk, events)
+                    self._push(run.chunk, events)
                     run = None
                 done = response.complete
-                self.worker_completed += done.completion_tokens
-                if not self.streamed:  # a one-message answer: its tokens come now
+                self._worker_completed += done.completion_tokens
+                if not self._streamed:  # a one-message answer: its tokens come now
                     whole = whole or bool(done.output_ids)
-                if self.remaining:
+                if self._remaining:
                     self._complete(done, events)
         if run is not None:
-            self.push(run.chunk, events)
-        streamed = self.streamed - counted
-        if self.meter is not None and (streamed or whole):
-            self.meter.arrived(streamed, at)
+            self._push(run.chunk, events)
+        streamed = self._streamed - counted
+        if self._meter is not None and (streamed or whole):
+            self._meter.arrived(streamed, at)
         return events
 
-    def usage(self, prompt_index: int) -> Usage:
+    def _usage(self) -> Usage:
         """The stream's usage (once every choice ended)."""
         return Usage(
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=sum(self.completion.values()),
-            cached_tokens=self.cached_tokens,
-            reasoning_tokens=sum(self.reasoning.values()),
-            prompt_index=prompt_index,
+            prompt_tokens=self._prompt_tokens,
+            completion_tokens=sum(self._completion.values()),
+            cached_tokens=self._cached_tokens,
+            reasoning_tokens=sum(self._reasoning.values()),
+            prompt_index=self._prompt_index,
         )
 
-    def push(self, chunk: pb.GenerateStreamChunk, events: list[Event]) -> None:
+    def _push(self, chunk: pb.GenerateStreamChunk, events: list[Event]) -> None:
         """One run of chunks of a choice (counted, then processed unless the choice ended)."""
         # A slice is a plain list, made in C: iterating the protobuf container (the
         # detokenizer extends its window with it) costs about 0.3 µs per token.
         token_ids = chunk.token_ids[:]
-        self.streamed += len(token_ids)
+        self._streamed += len(token_ids)
         # Not max(): with two arguments it costs about 1k instructions, for every message.
         prompt_tokens, cached_tokens = chunk.prompt_tokens, chunk.cached_tokens
-        if prompt_tokens > self.prompt_tokens or cached_tokens > self.cached_tokens:
-            self.prompt_tokens = max(self.prompt_tokens, prompt_tokens)
-            self.cached_tokens = max(self.cached_tokens, cached_tokens)
-        processors = self.processors
+        if prompt_tokens > self._prompt_tokens or cached_tokens > self._cached_tokens:
+            self._prompt_tokens = max(self._prompt_tokens, prompt_tokens)
+            self._cached_tokens = max(self._cached_tokens, cached_tokens)
+        processors = self._processors
         index = chunk.index  # a bad one fails in _processor()
         processor = processors[index] if index < len(processors) else _processor(processors, index)
         if processor.done:
             return
         logprobs = (
-            chunk.output_logprobs if self.logprobs and chunk.HasField("output_logprobs") else None
+            chunk.output_logprobs if self._logprobs and chunk.HasField("output_logprobs") else None
         )
         delta = processor.push(token_ids, logprobs)
         if delta is not None:
@@ -252,12 +242,12 @@ class _Driver:
             self._ended(tail, end, events)
 
     def _complete(self, done: pb.GenerateComplete, events: list[Event]) -> None:
-        self.prompt_tokens = max(self.prompt_tokens, done.prompt_tokens)
-        self.cached_tokens = max(self.cached_tokens, done.cached_tokens)
-        processor = _processor(self.processors, done.index)
+        self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
+        self._cached_tokens = max(self._cached_tokens, done.cached_tokens)
+        processor = _processor(self._processors, done.index)
         if processor.done:
             return
-        if not self.worker_streams:  # the whole output comes in this one message
+        if not self._worker_streams:  # the whole output comes in this one message
             logprobs = done.output_logprobs if done.HasField("output_logprobs") else None
             delta = processor.push(done.output_ids[:], logprobs)
             if delta is not None:
@@ -274,9 +264,9 @@ class _Driver:
         if tail is not None:
             events.append(tail)
         events.append(end)
-        self.completion[end.index] = end.completion_tokens
-        self.reasoning[end.index] = end.reasoning_tokens
-        self.remaining -= 1
+        self._completion[end.index] = end.completion_tokens
+        self._reasoning[end.index] = end.reasoning_tokens
+        self._remaining -= 1
 
 
 def _processor(processors: list[ChoiceProcessor], index: int) -> ChoiceProcessor:

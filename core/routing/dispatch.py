@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from math import inf
@@ -501,10 +500,12 @@ class GenerateSession(ClosingSession):
         self.slot = slot
         self.worker = slot.worker
         self._stream = stream
-        #: Responses received but not handed out yet (the first batch, to begin with).
-        self._pending: deque[Any] = deque(first)
+        #: Responses received but not handed out yet (the first batch, to begin with); None
+        #: once handed out, so that a waiting stream keeps no container of its own.
+        self._pending: list[Any] | None = first
         self._route = route
-        self._routing = routing
+        #: What the policy's done hook is told (only kept for one).
+        self._routing = routing if route.done is not None else None
         self._done = False
         #: Attempts it took to get the first response (1 = no retry).
         self.attempts = attempts
@@ -526,19 +527,19 @@ class GenerateSession(ClosingSession):
     async def __anext__(self) -> Any:
         pending = self._pending
         if not pending:
-            pending.extend(await self.next_batch())
+            pending = self._pending = await self.next_batch()
             if not pending:
                 raise StopAsyncIteration
-        return pending.popleft()
+        return pending.pop(0)  # a batch is short
 
     async def next_batch(self) -> list[Any]:
         """The responses not handed out yet, waiting for some if there are none; an empty
         list once the stream ended."""
         pending = self._pending
-        if pending:
-            batch = list(pending)
-            pending.clear()
-            return batch
+        if pending is not None:
+            self._pending = None
+            if pending:
+                return pending
         if self._done:
             return []
         # The worker's read is awaited here, not in a helper coroutine: one coroutine fewer
@@ -592,7 +593,7 @@ class GenerateSession(ClosingSession):
             _record_failure(worker, failure)
         elif not neutral:
             worker.breaker.record_success()
-        if self._route.done is not None:
+        if self._route.done is not None and self._routing is not None:
             _call_hook(self._route.done, self._routing, self.slot.id, failure is None)
         if self._span is not None:
             _end_span(self._span, failure, cancelled=neutral)

@@ -14,7 +14,7 @@ import math
 import ssl
 import struct
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, Final
 from urllib.parse import unquote
 
@@ -116,7 +116,7 @@ class NativeCall:
         self._method = method
         self._path = path
         self._metadata = metadata
-        self._parse = response_type.FromString
+        self._parse = _parser(response_type)
         raw = request.SerializeToString()
         self._body = b"\x00" + len(raw).to_bytes(4, "big") + raw
         # Kept: on Python 3.11 every asyncio.get_running_loop() is a getpid() system call.
@@ -767,6 +767,17 @@ class NativeChannel:
     def _forget(self, connection: Http2Connection) -> None:
         if connection in self._connections:
             self._connections.remove(connection)
+
+
+#: Each response type's parser, bound once (not once per call).
+_PARSERS: dict[MessageType, Callable[[bytes], Any]] = {}
+
+
+def _parser(response_type: MessageType) -> Callable[[bytes], Any]:
+    parse = _PARSERS.get(response_type)
+    if parse is None:
+        parse = _PARSERS[response_type] = response_type.FromString
+    return parse
 
 
 def _timeout_header(seconds: float) -> str:
