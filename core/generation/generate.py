@@ -20,6 +20,7 @@ from turnout.server.errors import bad_request
 from turnout.wire.sampling import Constraint, ConstraintKind
 
 _CONSTRAINTS: tuple[ConstraintKind, ...] = ("json_schema", "structural_tag", "regex", "ebnf")
+_UNSET = (None, None, None, None)
 
 
 def _check(request: GenerateRequestBody) -> None:
@@ -31,9 +32,15 @@ def _check(request: GenerateRequestBody) -> None:
 
 def _given_constraints(sampling: NativeSamplingParams) -> list[tuple[ConstraintKind, Any]]:
     """The constraints the request sets."""
-    given = [(kind, getattr(sampling, kind)) for kind in _CONSTRAINTS]
+    values = (sampling.json_schema, sampling.structural_tag, sampling.regex, sampling.ebnf)
+    if values == _UNSET:  # the usual request: no constraint (asked twice per request)
+        return []
     # An empty constraint is none, as in SGLang (its sampling params test them for truth).
-    given = [(kind, value) for kind, value in given if value is not None and value != ""]
+    given = [
+        (kind, value)
+        for kind, value in zip(_CONSTRAINTS, values, strict=True)
+        if value is not None and value != ""
+    ]
     if len(given) > 1:
         raise bad_request("only one of json_schema, regex, ebnf, structural_tag", "sampling_params")
     return given

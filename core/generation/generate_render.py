@@ -9,10 +9,38 @@ from typing import Any
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
 
 
+class _Output:
+    """One choice's output so far."""
+
+    __slots__ = ("end", "ids", "lps", "text", "tops")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.ids: list[int] = []
+        #: SGLang's logprob entries of the tokens, and of each token's alternatives.
+        self.lps: list[list[Any]] = []
+        self.tops: list[list[list[Any]]] = []
+        self.end: ChoiceEnd | None = None
+
+
 class GenerateRenderer:
     """Builds SGLang's result objects from the events of ``n`` choices per prompt (choice
     ``k * n + i`` answers prompt ``k``); the answer is a list when the request was a batch or
     ``n > 1``, else the one object."""
+
+    __slots__ = (
+        "_count",
+        "_ended",
+        "_logprobs",
+        "_n",
+        "_one",
+        "_outputs",
+        "_rid",
+        "_started",
+        "_top",
+        "_usage",
+        "_with_text",
+    )
 
     def __init__(
         self,
@@ -28,17 +56,16 @@ class GenerateRenderer:
     ) -> None:
         """``rid``: the request id (``<rid>-<i>`` per choice when there are several);
         ``started``: when the request arrived (``time.monotonic``), for ``e2e_latency``."""
-        self._rid, self._n, self._batch = rid, n, batch
+        self._rid, self._n = rid, n
         self._started = time.monotonic() if started is None else started
         self._logprobs = logprobs
         self._top = top_logprobs
         self._with_text = text_in_logprobs
         self._count = n * prompts
-        self._text: list[list[str]] = [[] for _ in range(self._count)]
-        self._ids: list[list[int]] = [[] for _ in range(self._count)]
-        self._lps: list[list[list[Any]]] = [[] for _ in range(self._count)]
-        self._tops: list[list[list[list[Any]]]] = [[] for _ in range(self._count)]
-        self._ends: dict[int, ChoiceEnd] = {}
+        #: The answer is the one object (not a list).
+        self._one = not batch and n == 1
+        # (No comprehension for the usual one choice: it would cost a call of its own.)
+        self._outputs = [_Output()] if self._count == 1 else [_Output() for _ in range(self._count)]
         self._usage: dict[int, Usage] = {}
         #: Choices that ended and wait for their prompt's usage (their final chunk's counts).
         self._ended: list[int] = []
@@ -83,41 +110,39 @@ class GenerateRenderer:
 
     def answer(self) -> list[dict[str, Any]] | dict[str, Any]:
         """The results: a list for a batch or ``n > 1``, else the one result."""
+        if self._one and self._count == 1:
+            return self._result(0, final=True)
         results = [self._result(i, final=True) for i in range(self._count)]
-        return results if self._batch or self._n > 1 else results[0]
+        return results[0] if self._one else results
 
     # -- shared ----------------------------------------------------------------------------------
 
     def _take(self, event: Event) -> None:
         if isinstance(event, ChoiceDelta):
-            i = event.index
-            self._text[i].append(event.content)
-            self._ids[i].extend(event.token_ids or ())
-            for lp in event.logprobs or ():
-                self._lps[i].append(self._entry(lp))
-                if self._top:
-                    self._tops[i].append([self._entry(top) for top in lp.top])
+            out = self._outputs[event.index]
+            out.text.append(event.content)
+            if event.token_ids:
+                out.ids.extend(event.token_ids)
+            if event.logprobs and self._logprobs:
+                entry = self._entry
+                for lp in event.logprobs:
+                    out.lps.append(entry(lp))
+                    if self._top:
+                        out.tops.append([entry(top) for top in lp.top])
         elif isinstance(event, ChoiceEnd):
-            self._ends[event.index] = event
+            self._outputs[event.index].end = event
         else:
             self._usage[event.prompt_index] = event
 
     def _result(self, i: int, final: bool) -> dict[str, Any]:
-        return {
-            "text": "".join(self._text[i]),
-            "output_ids": self._ids[i],
-            "meta_info": self._meta(i, final),
-            "index": i,
-        }
-
-    def _meta(self, i: int, final: bool) -> dict[str, Any]:
-        end = self._ends.get(i) if final else None
+        out = self._outputs[i]
+        end = out.end if final else None
         usage = self._usage.get(i // self._n)
         meta: dict[str, Any] = {
             "id": self._rid if self._count == 1 else f"{self._rid}-{i}",
-            "finish_reason": _finish_reason(end) if end else None,
+            "finish_reason": None if end is None else _finish_reason(end),
             "prompt_tokens": usage.prompt_tokens if usage else 0,
-            "completion_tokens": end.completion_tokens if end else len(self._ids[i]),
+            "completion_tokens": len(out.ids) if end is None else end.completion_tokens,
             "cached_tokens": usage.cached_tokens if usage else 0,
             "e2e_latency": time.monotonic() - self._started,
         }
@@ -125,10 +150,10 @@ class GenerateRenderer:
             meta["matched_stop"] = end.matched_stop
             meta["reasoning_tokens"] = end.reasoning_tokens
         if self._logprobs:
-            meta["output_token_logprobs"] = self._lps[i]
+            meta["output_token_logprobs"] = out.lps
             if self._top:
-                meta["output_top_logprobs"] = self._tops[i]
-        return meta
+                meta["output_top_logprobs"] = out.tops
+        return {"text": "".join(out.text), "output_ids": out.ids, "meta_info": meta, "index": i}
 
     def _entry(self, lp: TokenLogprob) -> list[Any]:
         """SGLang's ``[logprob, token_id, text or null]``."""
