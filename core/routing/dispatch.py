@@ -350,6 +350,7 @@ class Dispatcher:
                         tracing.end(span, f"{type(error).__name__}: {error}")
                     raise
                 failure, exc = classified, error
+                del classified  # a local holding the error: a cycle through its traceback
             else:
                 worker.health.traffic_ok()
                 return _Won(result, slot, route, attempt, span)
