@@ -27,25 +27,24 @@ K = 20
 CHAT = "/v1/chat/completions"
 #: Modules of the HTTP/SSE side of a stream (the objects these tests hold to a budget).
 SERVER_MODULES = ("turnout.server.", "turnout.observability.logs", "turnout.deadlines")
-#: Plain containers and callables: counted as the server side's when one of its objects holds
-#: them directly (a closure's cells, a coroutine's locals, an object's list or event).
-GENERIC = (
-    list,
-    dict,
-    tuple,
-    set,
-    collections.deque,
-    types.CellType,
-    types.MethodType,
-    types.BuiltinMethodType,
-    asyncio.Event,
-    asyncio.Future,
-    asyncio.TimerHandle,
+#: Modules of plain containers, callables and loop objects: counted as the server side's when
+#: one of its objects holds them directly (a closure's cells, a coroutine's locals, an object's
+#: list, event, timer or context).
+GENERIC_MODULES = frozenset(
+    [
+        "builtins",
+        "collections",
+        "asyncio.locks",
+        "asyncio.events",
+        "_asyncio",
+        "_contextvars",
+        "uvloop.loop",
+    ]
 )
-#: Tracked objects of the server side per open stream, measured 30.6 (54 before the closures,
-#: the event and the coroutine frames it held went; uvicorn, httptools and Litestar objects
-#: not included).
-SERVER_BUDGET = 36
+#: Tracked objects of the server side per open stream: measured 34.2 (58.6 before closures,
+#: events, coroutine frames and per-stream timers went; uvicorn, httptools and Litestar objects
+#: count only where the server side holds them directly).
+SERVER_BUDGET = 40
 
 
 def _module(obj: object) -> str:
@@ -57,6 +56,12 @@ def _module(obj: object) -> str:
     if isinstance(obj, types.MethodType):
         return str(getattr(obj.__func__, "__module__", ""))
     return type(obj).__module__
+
+
+def _generic(obj: object) -> bool:
+    if isinstance(obj, types.CoroutineType | types.FunctionType):
+        return False  # the next layer's code, not the server side's own
+    return type(obj).__module__ in GENERIC_MODULES
 
 
 def _server_side(obj: object) -> bool:
@@ -224,7 +229,7 @@ def test_an_open_stream_keeps_few_server_side_objects_tracked(router: Router) ->
         held: dict[int, object] = {}
         for obj in owned:
             for ref in gc.get_referents(obj):
-                if id(ref) in new_ids and isinstance(ref, GENERIC) and not _server_side(ref):
+                if id(ref) in new_ids and _generic(ref) and not _server_side(ref):
                     held[id(ref)] = ref
         count = len(owned) + len(held)
         summary = collections.Counter(_label(obj) for obj in [*owned, *held.values()])
