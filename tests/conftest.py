@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,3 +26,15 @@ def shared_dir() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return SHARED_DIR
+
+
+@pytest.fixture
+def no_gc() -> Iterator[None]:
+    """What earlier tests left is collected, then no automatic collection until the test ends
+    (it would free the reference cycles a test looks for)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import types
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -205,18 +205,6 @@ async def read(payloads: PayloadStream, reading: asyncio.Event) -> None:
     await payloads.__anext__()
     reading.set()
     await payloads.__anext__()  # waits in the flow until the test cancels it
-
-
-@pytest.fixture
-def no_gc() -> Iterator[None]:
-    """No automatic collection while the test runs (it would free the cycles it looks for);
-    what earlier tests left is collected first."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def test_an_open_stream_keeps_few_tracked_objects_and_leaves_no_cycles(

@@ -7,11 +7,8 @@ from __future__ import annotations
 
 import gc
 import types
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 import turnout
 from turnout.routing.dispatch import Dispatcher
@@ -47,18 +44,6 @@ def our_garbage() -> list[str]:
     finally:
         gc.set_debug(0)
         gc.garbage.clear()
-
-
-@pytest.fixture
-def no_gc() -> Iterator[None]:
-    """What earlier tests left is collected, then no automatic collection until the test
-    looks (it would free the cycles the test looks for)."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 async def failed_open(dispatcher: Any, text: str) -> int:
