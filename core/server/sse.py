@@ -191,8 +191,8 @@ class _EventStreamAsgi(ASGIResponse):
                 except StopAsyncIteration:
                     break
                 except Exception as exc:  # a stream must end cleanly whatever broke
-                    error = _stream_failure(exc)
-                    piece = sse_typed_error(error, sent) if typed else sse_error(error)
+                    # No local keeps the error: its traceback holds this frame (a cycle).
+                    piece = _failure_event(_stream_failure(exc), sent, typed=typed)
                     failed = True
                 else:
                     sent += len(payloads)
@@ -219,6 +219,11 @@ class _EventStreamAsgi(ASGIResponse):
             await batches.aclose()
         if head:
             await self.after_response()
+
+
+def _failure_event(error: ApiError, sent: int, *, typed: bool) -> bytes:
+    """The error event of a failed stream (a typed stream's is numbered after ``sent``)."""
+    return sse_typed_error(error, sent) if typed else sse_error(error)
 
 
 def _stream_failure(exc: Exception) -> ApiError:
