@@ -98,14 +98,22 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
-async def stream_through(
-    direct: bool, batches: list[list[Any]]
-) -> tuple[StreamApp, RecordingTransport]:
+async def streaming(
+    *, direct: bool = True
+) -> tuple[Source, StreamApp, GuardedProtocol, RecordingTransport]:
+    """A connection whose POST has started an event stream of a new source."""
     source = Source()
     app = StreamApp(source, direct=direct)
     protocol, wire = connect(app)
     protocol.data_received(POST)
     await settle()
+    return source, app, protocol, wire
+
+
+async def stream_through(
+    direct: bool, batches: list[list[Any]]
+) -> tuple[StreamApp, RecordingTransport]:
+    source, app, protocol, wire = await streaming(direct=direct)
     for batch in batches:
         source.queue.put_nowait(batch)
         await settle()
@@ -144,11 +152,7 @@ async def test_the_wire_carries_the_same_writes_as_through_send() -> None:
 
 
 async def test_a_client_not_reading_pauses_the_stream_until_it_reads_again() -> None:
-    source = Source()
-    app = StreamApp(source)
-    protocol, wire = connect(app)
-    protocol.data_received(POST)
-    await settle()
+    source, app, protocol, wire = await streaming()
     source.queue.put_nowait([{"n": 1}])
     await settle()
     assert len(wire.writes) == 2  # the head, the first piece
@@ -175,11 +179,7 @@ async def test_a_client_not_reading_pauses_the_stream_until_it_reads_again() -> 
 
 
 async def test_nothing_is_written_once_the_client_is_gone() -> None:
-    source = Source()
-    app = StreamApp(source)
-    protocol, wire = connect(app)
-    protocol.data_received(POST)
-    await settle()
+    source, _app, protocol, wire = await streaming()
     source.queue.put_nowait([{"n": 1}])
     await settle()
     written = len(wire.writes)
@@ -192,11 +192,7 @@ async def test_nothing_is_written_once_the_client_is_gone() -> None:
 
 
 async def test_the_connection_serves_its_next_request_after_a_stream() -> None:
-    source = Source()
-    app = StreamApp(source)
-    protocol, wire = connect(app)
-    protocol.data_received(POST)
-    await settle()
+    source, app, protocol, wire = await streaming()
     source.queue.put_nowait([{"n": 1}])
     source.queue.put_nowait(None)
     await settle()
@@ -274,11 +270,7 @@ async def test_the_ops_middleware_withholds_the_direct_body_unless_told(
 
 
 async def test_a_finished_request_is_freed_at_once_not_left_to_the_garbage_collector() -> None:
-    source = Source()
-    app = StreamApp(source)
-    protocol, _wire = connect(app)
-    protocol.data_received(POST)
-    await settle()
+    source, _app, protocol, _wire = await streaming()
     source.queue.put_nowait([{"n": 1}])
     source.queue.put_nowait(None)
     await settle()
