@@ -303,10 +303,6 @@ class ClientWatch:
         await self.wait_gone()
         return _DISCONNECT
 
-    async def receive(self) -> ReceiveMessage:
-        """The same as calling the watch."""
-        return await self()
-
     async def close(self) -> None:
         """Stop watching."""
         if self._watching and self._connection is not None:
