@@ -57,22 +57,51 @@ def _parameters(tool: Mapping[str, Any]) -> dict[str, Any]:
     return dict(parameters) if parameters else {"type": "object", "properties": {}}
 
 
+#: Where JSON schemas keep the definitions that ``$ref`` points at (``#/$defs/X``).
+_DEFINITION_KEYS = ("$defs", "definitions")
+
+
 def _array_schema(tools: Sequence[Mapping[str, Any]], parallel: bool) -> str:
-    items = [
-        {
-            "type": "object",
-            "properties": {
-                "name": {"type": "string", "enum": [tool["function"]["name"]]},
-                "parameters": _parameters(tool),
-            },
-            "required": ["name", "parameters"],
-        }
-        for tool in tools
-    ]
+    """One schema for "an array of calls": each tool's parameters nest under ``items``, so
+    their definitions move to the root, where their ``#/$defs/…`` references point."""
+    definitions: dict[str, dict[str, Any]] = {key: {} for key in _DEFINITION_KEYS}
+    items = []
+    for tool in tools:
+        parameters = _parameters(tool)
+        for key in _DEFINITION_KEYS:
+            _hoist(parameters.pop(key, None), definitions[key], tool["function"]["name"], key)
+        items.append(
+            {
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string", "enum": [tool["function"]["name"]]},
+                    "parameters": parameters,
+                },
+                "required": ["name", "parameters"],
+            }
+        )
     schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": items}}
     if not parallel:
         schema["maxItems"] = 1
+    schema.update((key, found) for key, found in definitions.items() if found)
     return json.dumps(schema, ensure_ascii=False)
+
+
+def _hoist(found: object, into: dict[str, Any], tool: str, key: str) -> None:
+    """Add one tool's definitions to the shared ones; a name two tools define differently
+    cannot be shared (a 400 naming it)."""
+    if found is None:
+        return
+    if not isinstance(found, Mapping):
+        raise bad_request(f"{key} of tool {tool!r} must be an object", "tools")
+    for name, definition in found.items():
+        if name in into and into[name] != definition:
+            raise bad_request(
+                f"tools define {key}/{name} differently ({tool!r} and an earlier tool): "
+                "tool_choice 'required' needs one definition per name",
+                "tools",
+            )
+        into[name] = definition
 
 
 def _named(choice: Mapping[str, Any], key: str) -> str:
@@ -133,8 +162,8 @@ def plan_tools(
                     "tool_choice",
                 )
             tool = tools[names.index(name)]
-            if response_schema is not None:
-                raise bad_request("response_format cannot be combined with a named tool_choice")
+            # A forced call wins over response_format (as OpenAI, vLLM and SGLang do): the
+            # output is the call's arguments, so the format has nothing left to shape.
             return ToolPlan(
                 tools,
                 [tool],
@@ -148,8 +177,6 @@ def plan_tools(
     if choice == "none":
         return ToolPlan(None, None, "off", json_schema=response_schema)
     if choice == "required":
-        if response_schema is not None:
-            raise bad_request("response_format cannot be combined with tool_choice 'required'")
         return ToolPlan(tools, selected, "array", json_schema=_array_schema(selected, parallel))
     if choice != "auto":
         raise bad_request(

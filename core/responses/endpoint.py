@@ -24,7 +24,13 @@ from turnout.generation.requests import ChatCompletionRequest, ChatMessage
 from turnout.responses.items import Item, chat_messages, input_items, new_id
 from turnout.responses.render import Keeper, ResponsesRenderer
 from turnout.responses.request import ResponsesRequest, check_request
-from turnout.responses.store import ResponseStore, StoredResponse, current_owner, find_kept
+from turnout.responses.store import (
+    ResponseStore,
+    StoredResponse,
+    current_owner,
+    find_item,
+    find_kept,
+)
 from turnout.server.errors import ApiError, bad_request
 
 log = logging.getLogger(__name__)
@@ -83,19 +89,85 @@ class ResponsesApi:
         history: list[Item] = []
         if request.previous_response_id is not None:
             history = (await self.previous(request.previous_response_id)).context()
-        items = input_items(request.input)
+        items = input_items(await self._dereferenced(request.input))
+        try:
+            plan = await self._chat_plan(request, history, items, runtime, ctx)
+        except ApiError as exc:
+            if request.truncation != "auto" or exc.code != "context_length_exceeded":
+                raise
+            plan = await self._truncated_plan(request, [*history, *items], runtime, ctx, exc)
+        plan.endpoint_state = _Context(new_id("resp"), [*history, *items], current_owner())
+        return plan
+
+    async def _chat_plan(
+        self,
+        request: ResponsesRequest,
+        history: Sequence[Item],
+        items: Sequence[Item],
+        runtime: ModelRuntime,
+        ctx: RequestContext,
+    ) -> Plan:
+        """The chat path's plan for the context: kept ``history``, then the input ``items``."""
         conversation = chat_messages(request.instructions, history, items)
         if not conversation.messages:
             raise bad_request("input must not be empty", "input")
         chat_request = chat_request_of(request, conversation.messages)
         try:
             chat.ENDPOINT.check(chat_request)
-            plan = await chat.ENDPOINT.prompts(chat_request, runtime, ctx)
+            return await chat.ENDPOINT.prompts(chat_request, runtime, ctx)
         except ApiError as exc:
             exc.param = _param_name(exc.param, conversation.origins)
             raise
-        plan.endpoint_state = _Context(new_id("resp"), [*history, *items], current_owner())
-        return plan
+
+    async def _truncated_plan(
+        self,
+        request: ResponsesRequest,
+        context: list[Item],
+        runtime: ModelRuntime,
+        ctx: RequestContext,
+        too_long: ApiError,
+    ) -> Plan:
+        """``truncation: auto``: the plan of the longest tail of the context that fits (the
+        oldest items dropped, as OpenAI does; the instructions stay). A binary search over
+        how many items to drop: a few renders, however long the conversation."""
+        fewest, most = 1, len(context) - 1
+        fitting: Plan | None = None
+        while fewest <= most:
+            dropped = (fewest + most) // 2
+            try:
+                fitting = await self._chat_plan(request, [], _tail(context, dropped), runtime, ctx)
+                most = dropped - 1
+            except ApiError as exc:
+                if exc.code != "context_length_exceeded":
+                    raise
+                fewest = dropped + 1
+        if fitting is None:
+            raise too_long
+        return fitting
+
+    async def _dereferenced(self, value: str | list[Any]) -> str | list[Any]:
+        """The input with each ``item_reference`` replaced by the kept item it names (a 404
+        when no response of this tenant kept it)."""
+        if isinstance(value, str):
+            return value
+        out = list(value)
+        for i, raw in enumerate(value):
+            if not isinstance(raw, dict) or raw.get("type") != "item_reference":
+                continue
+            item_id = raw.get("id")
+            if not isinstance(item_id, str) or not item_id:
+                raise bad_request(f"input[{i}].id must be a non-empty string", f"input[{i}].id")
+            found = await find_item(self.store, item_id)
+            if found is None:
+                raise ApiError(
+                    404,
+                    f"item {item_id!r} not found: item_reference names an item of a stored "
+                    "response (store: true) of the same tenant",
+                    param=f"input[{i}].id",
+                    code="item_not_found",
+                )
+            out[i] = found
+        return out
 
     def _renderer(
         self, request: ResponsesRequest, plan: Plan, ctx: RequestContext
@@ -113,6 +185,15 @@ class ResponsesApi:
                     log.warning("response %s could not be stored: %s", finished["id"], exc)
 
         return ResponsesRenderer(response, logprobs=request.logprobs, keep=keep)
+
+
+def _tail(context: Sequence[Item], dropped: int) -> list[Item]:
+    """The context without its first ``dropped`` items, nor the call outputs that would then
+    open it (their calls are gone)."""
+    start = dropped
+    while start < len(context) - 1 and context[start]["type"] == "function_call_output":
+        start += 1
+    return list(context[start:])
 
 
 def chat_request_of(
@@ -216,7 +297,7 @@ def response_object(
         "tools": [_tool_object(tool) for tool in request.tools or []],
         "top_logprobs": request.top_logprobs or 0,
         "top_p": request.top_p,
-        "truncation": "disabled",
+        "truncation": request.truncation or "disabled",
         "usage": None,
         "user": request.user,
         "metadata": request.metadata or {},

@@ -76,7 +76,8 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     prompt_cache_key: str | None = None
     prompt_cache_retention: str | None = None
     service_tier: str | None = None
-    #: Only ``disabled``: a prompt over the context is a 400, never cut.
+    #: ``disabled`` (the default): a prompt over the context is a 400. ``auto``: the oldest
+    #: input items are dropped until it fits.
     truncation: str | None = None
     #: Counts built-in tool calls, which turnout has none of.
     max_tool_calls: Annotated[int, Meta(ge=0)] | None = None
@@ -131,12 +132,8 @@ def check_request(request: ResponsesRequest) -> None:
         value = getattr(request, name)
         if value not in (None, False):
             raise unsupported(name, f"{name} is not supported: {instead}")
-    if request.truncation not in (None, "disabled"):
-        raise unsupported(
-            "truncation",
-            "truncation is not supported: only 'disabled' (a prompt over the model's context "
-            "is refused)",
-        )
+    if request.truncation not in (None, "disabled", "auto"):
+        raise bad_request("truncation must be 'auto' or 'disabled'", "truncation")
     for value in request.include or ():
         if value != LOGPROBS_INCLUDE:
             raise unsupported(

@@ -2,7 +2,8 @@
 ``previous_response_id``.
 
 A kept response holds the response object and every item it was generated from: the items of
-the responses it follows (their input and output), then its own input. A follow-up therefore
+the responses it follows (their input and output), then its own input. It is found by its id,
+and by the id of any item it holds (an ``item_reference`` input item). A follow-up therefore
 needs only the one response it names, however long the chain, and keeps working when earlier
 responses of the chain are gone.
 
@@ -74,6 +75,20 @@ async def find_kept(store: ResponseStore, response_id: str) -> StoredResponse | 
     return stored
 
 
+async def find_item(store: ResponseStore, item_id: str) -> dict[str, Any] | None:
+    """A kept item (an input or output item of a kept response) by its id, if the current
+    request's tenant made it: what an ``item_reference`` input item stands for."""
+    stored = await store.holding(item_id)
+    if stored is None or stored.tenant != current_owner():
+        return None
+    return next((item for item in stored.context() if item.get("id") == item_id), None)
+
+
+def _item_ids(stored: StoredResponse) -> list[str]:
+    """The ids of the items a kept response holds (its context)."""
+    return [item["id"] for item in stored.context() if isinstance(item.get("id"), str)]
+
+
 class ResponseStore(Protocol):
     """Keeps responses by id."""
 
@@ -82,7 +97,11 @@ class ResponseStore(Protocol):
         ...
 
     async def put(self, stored: StoredResponse) -> None:
-        """Keep a response (under its id)."""
+        """Keep a response (under its id), and find it by the ids of the items it holds."""
+        ...
+
+    async def holding(self, item_id: str) -> StoredResponse | None:
+        """The most recently kept response that holds the item, or None."""
         ...
 
     async def delete(self, response_id: str) -> bool:
@@ -113,6 +132,9 @@ class MemoryResponseStore:
         #: id → (JSON, expiry), least recently used first.
         self._entries: OrderedDict[str, tuple[bytes, float]] = OrderedDict()
         self._bytes = 0
+        #: item id → the response that last kept it; response id → the ids of its items.
+        self._item_holders: dict[str, str] = {}
+        self._held_items: dict[str, list[str]] = {}
 
     @property
     def size(self) -> tuple[int, int]:
@@ -145,6 +167,8 @@ class MemoryResponseStore:
         self._drop(stored.id)
         self._entries[stored.id] = (data, self._clock() + self._ttl_s)
         self._bytes += len(data)
+        held = self._held_items[stored.id] = _item_ids(stored)
+        self._item_holders.update((item_id, stored.id) for item_id in held)
         now = self._clock()
         while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
             self._drop(next(iter(self._entries)))
@@ -152,6 +176,11 @@ class MemoryResponseStore:
         for response_id, (_, expiry) in list(itertools.islice(self._entries.items(), 8)):
             if expiry <= now:
                 self._drop(response_id)
+
+    async def holding(self, item_id: str) -> StoredResponse | None:
+        """The kept response that last kept the item, or None."""
+        response_id = self._item_holders.get(item_id)
+        return None if response_id is None else await self.get(response_id)
 
     async def delete(self, response_id: str) -> bool:
         """Forget a response."""
@@ -168,6 +197,9 @@ class MemoryResponseStore:
         if entry is None:
             return False
         self._bytes -= len(entry[0])
+        for item_id in self._held_items.pop(response_id, ()):
+            if self._item_holders.get(item_id) == response_id:
+                del self._item_holders[item_id]
         return True
 
 
@@ -187,8 +219,9 @@ MAX_CONNECTIONS = 64
 
 
 class RedisResponseStore:
-    """Responses kept in Redis under ``<key_prefix>:response:<id>``, each expiring ``ttl_s``
-    after it was stored; one larger than ``max_bytes`` is not kept. Every call has the deadline
+    """Responses kept in Redis under ``<key_prefix>:response:<id>`` (and the id of the response
+    holding each item under ``<key_prefix>:item:<id>``), each expiring ``ttl_s`` after it was
+    stored; one larger than ``max_bytes`` is not kept. Every call has the deadline
     ``timeout_s``: a call that fails or misses it raises :class:`StoreUnavailable` (logged)."""
 
     def __init__(
@@ -201,6 +234,7 @@ class RedisResponseStore:
 
         self._redis = Redis(connection_pool=self._pool)
         self._prefix = f"{key_prefix}:response:"
+        self._item_prefix = f"{key_prefix}:item:"
         self._ttl_ms = max(1, round(ttl_s * 1000))
         self._max_bytes = max_bytes
         self._timeout_s = timeout_s
@@ -221,7 +255,16 @@ class RedisResponseStore:
                 self._max_bytes,
             )
             return
-        await self._call(self._redis.set(self._prefix + stored.id, data, px=self._ttl_ms))
+        pipeline = self._redis.pipeline(transaction=False)
+        pipeline.set(self._prefix + stored.id, data, px=self._ttl_ms)
+        for item_id in _item_ids(stored):
+            pipeline.set(self._item_prefix + item_id, stored.id, px=self._ttl_ms)
+        await self._call(pipeline.execute())
+
+    async def holding(self, item_id: str) -> StoredResponse | None:
+        """The kept response that last kept the item, or None."""
+        holder: bytes | None = await self._call(self._redis.get(self._item_prefix + item_id))
+        return None if holder is None else await self.get(holder.decode())
 
     async def delete(self, response_id: str) -> bool:
         """Forget a response."""

@@ -52,6 +52,11 @@ def test_routers_sharing_a_redis_share_their_responses(redis_server: RedisServer
         again = a.responses.create(model=MODEL, input="and now?", previous_response_id=follow_up.id)
         assert again.status == "completed"
         assert "remember the blue door" in last_prompt(first)
+        # An item kept by one router is referred to through the other.
+        answer = again.output[0].id
+        referred = b.responses.create(model=MODEL, input=[{"type": "item_reference", "id": answer}])
+        assert referred.status == "completed"
+        assert "and now?" in last_prompt(second)
 
 
 def test_a_stream_is_kept_before_its_last_event(redis_server: RedisServer) -> None:

@@ -35,6 +35,11 @@ def test_a_kept_response_is_found_by_its_own_tenant_only() -> None:
                 stranger.responses.create(
                     model=MODEL, input="tell me", previous_response_id=created.id
                 )
+            with pytest.raises(openai.NotFoundError):
+                stranger.responses.create(
+                    model=MODEL,
+                    input=[{"type": "item_reference", "id": created.output[0].id}],
+                )
         assert owner.responses.retrieve(created.id).output_text == "a's secret"
         follow_up = owner.responses.create(
             model=MODEL, input="go on", previous_response_id=created.id

@@ -78,3 +78,16 @@ def test_several_processes_with_a_memory_store_are_warned_about() -> None:
     assert warnings(server={"processes": 2})
     assert not warnings(server={"processes": 1})
     assert not warnings(server={"processes": 2}, responses={"storage": "redis://r:6379/0"})
+
+
+async def test_an_item_finds_the_response_that_holds_it_until_that_is_dropped() -> None:
+    store = MemoryResponseStore(max_entries=1, max_bytes=10**6, ttl_s=60)
+    first = StoredResponse(
+        {"id": "resp_1", "output": [{"id": "msg_out", "type": "message"}]},
+        [{"id": "msg_in", "type": "message"}],
+    )
+    await store.put(first)
+    assert await store.holding("msg_in") == first
+    assert await store.holding("msg_out") == first
+    await store.put(StoredResponse({"id": "resp_2", "output": []}, []))
+    assert await store.holding("msg_in") is None
