@@ -17,7 +17,7 @@ from typing import Any, Literal
 import yaml
 from tokenizers import Tokenizer
 
-from turnout.sim.schema_instance import SchemaError, instance_for
+from turnout.sim.schema_instance import SchemaError, conforms, instance_for
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
 __all__ = [
@@ -203,17 +203,19 @@ class SimModel:
         """The text of each of the request's ``n`` choices, before EOS/limits are applied."""
         params = request.sampling_params
         n = max(params.n, 1)
-        if params.WhichOneof("constraint") == "json_schema":
-            try:
-                schema = json.loads(params.json_schema)
-                text = json.dumps(instance_for(schema))
-            except (json.JSONDecodeError, SchemaError) as exc:
-                raise InvalidRequest(f"json_schema constraint is not usable: {exc}") from None
-            return [text] * n  # constrained choices stay valid, so they may coincide
         prompt = self.decode(list(request.tokenized.input_ids))
         users = _LAST_USER.findall(prompt)
         last_user = users[-1] if users else prompt
-        replies = self.script.replies_for(prompt, last_user) or (last_user,)
+        scripted = self.script.replies_for(prompt, last_user)
+        if params.WhichOneof("constraint") == "json_schema":
+            try:
+                schema = json.loads(params.json_schema)
+                value = _scripted_instance(scripted, schema)
+                text = json.dumps(instance_for(schema) if value is _NONE else value)
+            except (json.JSONDecodeError, SchemaError) as exc:
+                raise InvalidRequest(f"json_schema constraint is not usable: {exc}") from None
+            return [text] * n  # constrained choices stay valid, so they may coincide
+        replies = scripted or (last_user,)
         texts = []
         for i in range(n):
             text = replies[i % len(replies)]
@@ -285,6 +287,43 @@ class SimModel:
         if self._think_end is not None and self._think_end in tokens:
             reasoning = tokens.index(self._think_end) + 1
         return ChoicePlan(tokens, reason, matched, reasoning)
+
+
+_NONE = object()
+
+
+def _scripted_instance(replies: tuple[str, ...] | None, schema: Any) -> Any:
+    """What a scripted reply says, where it satisfies the constraint: the reply as JSON, or
+    the calls it makes (``{"name", "arguments"}`` objects, as an array of ``{name,
+    parameters}`` or as one call's arguments); ``_NONE`` when nothing fits."""
+    for reply in replies or ():
+        found = _json_values(reply)
+        calls = [v for v in found if isinstance(v, dict) and {"name", "arguments"} <= v.keys()]
+        shaped = [{"name": c["name"], "parameters": c["arguments"]} for c in calls]
+        options = [*found, shaped, shaped[:1], *(c["arguments"] for c in calls)]
+        for value in options:
+            if value != [] and conforms(value, schema):
+                return value
+    return _NONE
+
+
+def _json_values(text: str) -> list[Any]:
+    """The text as one JSON value, else the JSON objects found in it (outermost only)."""
+    decoder = json.JSONDecoder()
+    try:
+        return [json.loads(text)]
+    except json.JSONDecodeError:
+        pass
+    values, at = [], text.find("{")
+    while at != -1:
+        try:
+            value, end = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            end = at + 1
+        else:
+            values.append(value)
+        at = text.find("{", end)
+    return values
 
 
 def synthetic_logprob(token_id: int, position: int) -> float:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-__all__ = ["SchemaError", "instance_for"]
+__all__ = ["SchemaError", "conforms", "instance_for"]
 
 _MAX_DEPTH = 12
 
@@ -28,6 +28,32 @@ def instance_for(schema: Any) -> Any:
     if not isinstance(schema, dict):
         raise SchemaError(f"a JSON schema must be an object, got {type(schema).__name__}")
     return _Builder(schema).build(schema, 0)
+
+
+def conforms(value: Any, schema: Any) -> bool:
+    """Whether ``value`` is valid under ``schema``, for the keywords :func:`instance_for`
+    covers (types, properties and ``required``, items and their count, ``enum``/``const``,
+    ``anyOf``/``oneOf``/``allOf`` and local ``$ref``s; string and number bounds are not
+    checked)."""
+    if schema is True or schema == {}:
+        return True
+    if not isinstance(schema, dict):
+        return False
+    try:
+        return _Builder(schema).holds(value, schema, 0)
+    except SchemaError:
+        return False
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "object": (dict,),
+    "array": (list,),
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "null": (type(None),),
+}
 
 
 class _Builder:
@@ -74,6 +100,58 @@ class _Builder:
             kind = _infer_type(schema)
         return self.by_type(str(kind), schema, depth)
 
+    def holds(self, value: Any, schema: Any, depth: int) -> bool:
+        if depth > _MAX_DEPTH:
+            raise SchemaError("schema nests too deeply (recursive $ref?)")
+        if schema is True or not isinstance(schema, dict):
+            return schema is not False
+        if "$ref" in schema:
+            return self.holds(value, self.resolve(str(schema["$ref"])), depth + 1)
+        if "const" in schema and value != schema["const"]:
+            return False
+        if isinstance(schema.get("enum"), list) and value not in schema["enum"]:
+            return False
+        for key, needed in (("anyOf", 1), ("oneOf", 1)):
+            options = schema.get(key)
+            if isinstance(options, list):
+                matches = sum(self.holds(value, option, depth + 1) for option in options)
+                if matches < needed or (key == "oneOf" and matches > 1):
+                    return False
+        parts = schema.get("allOf")
+        if isinstance(parts, list) and not all(self.holds(value, p, depth + 1) for p in parts):
+            return False
+        kinds = schema.get("type")
+        if kinds is not None:
+            names = kinds if isinstance(kinds, list) else [kinds]
+            if not any(_is(value, str(name)) for name in names):
+                return False
+        if isinstance(value, dict):
+            return self._object_holds(value, schema, depth)
+        if isinstance(value, list):
+            return self._array_holds(value, schema, depth)
+        return True
+
+    def _object_holds(self, value: dict[str, Any], schema: dict[str, Any], depth: int) -> bool:
+        if any(name not in value for name in schema.get("required", []) or []):
+            return False
+        props = schema.get("properties")
+        props = props if isinstance(props, dict) else {}
+        extra = schema.get("additionalProperties", True)
+        for name, item in value.items():
+            sub = props.get(name, extra)
+            if not self.holds(item, sub, depth + 1):
+                return False
+        return True
+
+    def _array_holds(self, value: list[Any], schema: dict[str, Any], depth: int) -> bool:
+        if len(value) < int(schema.get("minItems", 0) or 0):
+            return False
+        most = schema.get("maxItems")
+        if isinstance(most, int) and len(value) > most:
+            return False
+        items = schema.get("items", True)
+        return all(self.holds(item, items, depth + 1) for item in value)
+
     def by_type(self, kind: str, schema: dict[str, Any], depth: int) -> Any:
         if kind == "object":
             props = schema.get("properties")
@@ -103,6 +181,14 @@ class _Builder:
         if kind == "null":
             return None
         raise SchemaError(f"unknown JSON schema type {kind!r}")
+
+
+def _is(value: Any, kind: str) -> bool:
+    if isinstance(value, bool) and kind in ("integer", "number"):
+        return False
+    if kind == "integer" and isinstance(value, float):
+        return value.is_integer()
+    return isinstance(value, _TYPES.get(kind, (object,)))
 
 
 def _infer_type(schema: dict[str, Any]) -> str:

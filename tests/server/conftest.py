@@ -25,6 +25,7 @@ SCRIPT = {
         {"match": "ponder", "reply": "<think>Six times seven.</think>The answer is 42."},
         {"match": "stopper", "reply": "alpha beta STOP gamma delta"},
         {"match": "brace", "reply": "{not a call, just braces}"},
+        {"match": "json answer please", "reply": '{"answer": "forty-two"}'},
         {"match": "long story", "reply": "once upon a time " * 40},
     ]
 }

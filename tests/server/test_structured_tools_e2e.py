@@ -84,3 +84,21 @@ def test_conflicting_definitions_are_a_400_naming_them(router: Router) -> None:
     error = response.json()["error"]
     assert "$defs/Leg" in error["message"]
     assert error["param"] == "tools"
+
+
+def test_the_worker_keeps_to_the_script_where_it_satisfies_the_constraint(
+    client: openai.OpenAI,
+) -> None:
+    """The sim answers a constrained request with the scripted reply when it fits: the tool
+    the script calls under ``required``, the scripted JSON under a format."""
+    reply = client.chat.completions.create(
+        model=MODEL, messages=user("the weather, please"), tools=[NESTED, *TOOLS],  # type: ignore[list-item]
+        tool_choice="required",
+    )  # fmt: skip
+    (call,) = reply.choices[0].message.tool_calls or []
+    assert call.function.name == "get_weather"
+    assert json.loads(call.function.arguments) == {"city": "Paris", "days": 3}
+    answer = client.chat.completions.create(
+        model=MODEL, messages=user("json answer please"), response_format=FORMAT,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert json.loads(answer.choices[0].message.content or "") == {"answer": "forty-two"}

@@ -11,50 +11,90 @@ from turnout import demo_model
 from turnout.sim import ModelFiles, Script, ScriptError, SimKnobs, SimModel
 from turnout.sim.model import InvalidRequest
 from turnout.sim.ranks import Rank, Running
-from turnout.sim.schema_instance import SchemaError, instance_for
+from turnout.sim.schema_instance import SchemaError, conforms, instance_for
 from turnout.sim.servicer import SimRecords
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
 from ..wire._helpers import request, token_id
 
+SCHEMA_INSTANCES = [
+    ({"type": "object"}, {}),
+    ({"type": "string", "minLength": 3}, "aaa"),
+    ({"type": "integer", "minimum": 4, "multipleOf": 3}, 6),
+    ({"type": "integer", "exclusiveMinimum": 4}, 5),
+    ({"type": "number", "maximum": -1}, -1),
+    ({"type": "boolean"}, False),
+    ({"type": ["null", "string"]}, ""),
+    ({"enum": ["b", "a"]}, "b"),
+    ({"const": {"x": 1}}, {"x": 1}),
+    ({"type": "array", "items": {"type": "integer"}, "minItems": 2}, [0, 0]),
+    ({"type": "array", "items": {"type": "integer"}, "maxItems": 0}, []),
+    ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "null"}]}, ["", None]),
+    (
+        {
+            "allOf": [
+                {"properties": {"a": {"type": "integer"}}},
+                {"properties": {"b": {"type": "string"}}, "required": ["b"]},
+            ]
+        },
+        {"a": 0, "b": ""},
+    ),
+    (
+        {
+            "$defs": {"city": {"type": "string", "enum": ["Paris"]}},
+            "type": "object",
+            "properties": {"where": {"$ref": "#/$defs/city"}},
+        },
+        {"where": "Paris"},
+    ),
+    ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, 0),
+]
 
-@pytest.mark.parametrize(
-    ("schema", "expected"),
-    [
-        ({"type": "object"}, {}),
-        ({"type": "string", "minLength": 3}, "aaa"),
-        ({"type": "integer", "minimum": 4, "multipleOf": 3}, 6),
-        ({"type": "integer", "exclusiveMinimum": 4}, 5),
-        ({"type": "number", "maximum": -1}, -1),
-        ({"type": "boolean"}, False),
-        ({"type": ["null", "string"]}, ""),
-        ({"enum": ["b", "a"]}, "b"),
-        ({"const": {"x": 1}}, {"x": 1}),
-        ({"type": "array", "items": {"type": "integer"}, "minItems": 2}, [0, 0]),
-        ({"type": "array", "items": {"type": "integer"}, "maxItems": 0}, []),
-        ({"type": "array", "prefixItems": [{"type": "string"}, {"type": "null"}]}, ["", None]),
-        (
-            {
-                "allOf": [
-                    {"properties": {"a": {"type": "integer"}}},
-                    {"properties": {"b": {"type": "string"}}, "required": ["b"]},
-                ]
-            },
-            {"a": 0, "b": ""},
-        ),
-        (
-            {
-                "$defs": {"city": {"type": "string", "enum": ["Paris"]}},
-                "type": "object",
-                "properties": {"where": {"$ref": "#/$defs/city"}},
-            },
-            {"where": "Paris"},
-        ),
-        ({"oneOf": [{"type": "integer"}, {"type": "string"}]}, 0),
-    ],
-)
+
+@pytest.mark.parametrize(("schema", "expected"), SCHEMA_INSTANCES)
 def test_schema_instances(schema: object, expected: object) -> None:
     assert instance_for(schema) == expected
+    assert conforms(expected, schema)
+
+
+CALLS = {
+    "type": "array",
+    "minItems": 1,
+    "maxItems": 1,
+    "items": {
+        "anyOf": [
+            {
+                "type": "object",
+                "properties": {"name": {"enum": ["a"]}, "parameters": {"$ref": "#/$defs/P"}},
+                "required": ["name", "parameters"],
+            }
+        ]
+    },
+    "$defs": {"P": {"type": "object", "properties": {"x": {"type": "integer"}}}},
+}
+
+
+@pytest.mark.parametrize(
+    ("value", "schema"),
+    [
+        ({"x": 1}, {"type": "object", "required": ["x"]}),
+        ({}, {"type": "object", "required": ["x"]}),
+        (True, {"type": "integer"}),
+        (1.0, {"type": "integer"}),
+        ("a", {"type": ["integer", "null"]}),
+        ({"x": "s"}, {"properties": {"x": {"type": "string"}}, "additionalProperties": False}),
+        ({"y": 1}, {"properties": {"x": {"type": "string"}}, "additionalProperties": False}),
+        ([{"name": "a", "parameters": {"x": 2}}], CALLS),
+        ([{"name": "a", "parameters": {"x": "2"}}], CALLS),
+        ([{"name": "b", "parameters": {}}], CALLS),
+        ([], CALLS),
+        (2, {"oneOf": [{"type": "integer"}, {"type": "number"}]}),
+        ("z", {"allOf": [{"type": "string"}, {"enum": ["z"]}]}),
+    ],
+)
+def test_conforms_agrees_with_jsonschema(value: object, schema: dict[str, object]) -> None:
+    jsonschema = pytest.importorskip("jsonschema")
+    assert conforms(value, schema) == jsonschema.Draft202012Validator(schema).is_valid(value)
 
 
 @pytest.mark.parametrize(
