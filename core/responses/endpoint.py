@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.errors import ApiError, bad_request
 from turnout.generation import chat
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Endpoint
@@ -25,7 +26,6 @@ from turnout.responses.items import Item, chat_messages, input_items, new_id
 from turnout.responses.render import Keeper, ResponsesRenderer
 from turnout.responses.request import ResponsesRequest, check_request
 from turnout.responses.store import ResponseStore, StoredResponse, current_owner, find_kept
-from turnout.server.errors import ApiError, bad_request
 
 log = logging.getLogger(__name__)
 
