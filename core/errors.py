@@ -141,3 +141,8 @@ class ApiError(TurnoutError):
     def to_json(self) -> bytes:
         """The error body as JSON bytes."""
         return msgspec.json.encode(self.body())
+
+
+def bad_request(message: str, param: str | None = None) -> ApiError:
+    """A 400 for an invalid parameter."""
+    return ApiError(400, message, param=param, code="invalid_value" if param else None)

@@ -4,12 +4,12 @@ when long), token ids checked, each within the model's context."""
 from __future__ import annotations
 
 from turnout.embeddings.request import MAX_INPUTS
+from turnout.errors import bad_request
 from turnout.generation.completions import given_prompts
 from turnout.generation.models import ModelRuntime
 from turnout.generation.plan import Prompt
 from turnout.generation.prompt_size import check_prompt_ids, encode_prompts
 from turnout.generation.requests import PromptItem
-from turnout.server.errors import bad_request
 
 __all__ = ["embedding_prompts"]
 

@@ -12,8 +12,8 @@ from typing import Final, Literal
 
 import msgspec
 
+from turnout.errors import ApiError, bad_request
 from turnout.generation.models import ModelRuntime
-from turnout.server.errors import ApiError, bad_request
 
 __all__ = [
     "EmbeddingObject",

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 
 from turnout.chat_formats.types import ChatFormat
+from turnout.errors import ApiError, bad_request
 from turnout.generation import unsupported
 from turnout.generation.chat_images import image_parts, prompt_images, vision_for
 from turnout.generation.chat_render import ChatRenderer
@@ -24,7 +25,6 @@ from turnout.generation.tool_choice import ToolPlan, plan_tools
 from turnout.generation.unsupported import refuse_modalities, refuse_unsupported
 from turnout.generation.usage import running_usage
 from turnout.reasoning.prompt import reasoning_open_at_prompt_end
-from turnout.server.errors import ApiError, bad_request
 from turnout.tokenizer import ChatTemplateError
 from turnout.tool_calls.types import ToolParser
 from turnout.wire.sampling import Constraint

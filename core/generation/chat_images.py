@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.errors import ApiError, bad_request
 from turnout.generation.models import ModelRuntime
 from turnout.generation.unsupported import unsupported
 from turnout.multimodal import BadImage, ImageError, LoadedImage, load_images
 from turnout.multimodal.mm_inputs import expand_image_tokens, multimodal_inputs
 from turnout.multimodal.qwen2_vl import ProcessedImage, Qwen2VLVision
 from turnout.multimodal.vision import Vision
-from turnout.server.errors import ApiError, bad_request
 from turnout.tokenizer.content_parts import media_kind
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 

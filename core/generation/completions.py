@@ -3,6 +3,7 @@ worker request each), echo, logprobs."""
 
 from __future__ import annotations
 
+from turnout.errors import bad_request
 from turnout.generation.completions_render import CompletionRenderer
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Endpoint
@@ -14,7 +15,6 @@ from turnout.generation.requests import CompletionRequest, PromptItem
 from turnout.generation.tool_choice import plan_tools
 from turnout.generation.unsupported import COMPLETIONS, refuse_unsupported, unsupported
 from turnout.generation.usage import running_usage
-from turnout.server.errors import bad_request
 from turnout.wire.sampling import Constraint, ConstraintKind
 
 #: Most choices (prompts × n) one request may ask for.

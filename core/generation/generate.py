@@ -7,6 +7,7 @@ from typing import Any, cast
 
 import msgspec
 
+from turnout.errors import bad_request
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Endpoint
 from turnout.generation.generate_render import GenerateRenderer
@@ -16,7 +17,6 @@ from turnout.generation.plan import Plan, Prompt
 from turnout.generation.prompt_size import check_prompt_ids, encode_prompt
 from turnout.generation.requests import GenerateRequestBody, NativeSamplingParams
 from turnout.generation.unsupported import GENERATE, refuse_unsupported
-from turnout.server.errors import bad_request
 from turnout.wire.sampling import Constraint, ConstraintKind
 
 _CONSTRAINTS: tuple[ConstraintKind, ...] = ("json_schema", "structural_tag", "regex", "ebnf")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from turnout.chat_formats.types import ChatFormat
 from turnout.config import Config, ModelConfig
-from turnout.errors import StartupError
+from turnout.errors import ApiError, StartupError, bad_request
 from turnout.generation.model_facts import ModelFacts, read_model_facts
 from turnout.generation.prompt_size import PromptLimit
 from turnout.generation.requests import LoraPath
@@ -21,7 +21,6 @@ from turnout.multimodal.vision import Vision, model_vision
 from turnout.plugin_choice import choose_plugins
 from turnout.plugin_loader import Plugins
 from turnout.reasoning.types import ReasoningParser
-from turnout.server.errors import ApiError, bad_request
 from turnout.tokenizer import ModelTokenizer
 from turnout.tool_calls.types import ToolParser
 from turnout.workers.adapters import Adapter

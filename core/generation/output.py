@@ -10,10 +10,10 @@ from typing import Any
 import regex
 
 from turnout.chat_formats.types import ChatFormat
+from turnout.errors import bad_request
 from turnout.generation.choice import CallIds, ChoiceProcessor
 from turnout.generation.models import ModelRuntime
 from turnout.generation.requests import SamplingFields, stop_strings
-from turnout.server.errors import bad_request
 from turnout.tokenizer.stops import StopStringMatcher, compile_stop_regexes
 from turnout.tool_calls.types import ToolParser, Tools
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 import time
 from typing import Protocol
 
+from turnout.errors import ApiError, bad_request
 from turnout.generation.choice import ChoiceProcessor
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, Usage
 from turnout.routing.types import RoutingRequest
-from turnout.server.errors import ApiError, bad_request
 from turnout.tokenizer.stops import StopRegexTimeout
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 

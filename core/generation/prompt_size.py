@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from turnout.server.errors import ApiError
+from turnout.errors import ApiError
 from turnout.tokenizer import TooManyTokens
 from turnout.tokenizer.model_tokenizer import OFF_LOOP_CHARS
 from turnout.tokenizer.offload import offloader

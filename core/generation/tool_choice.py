@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from turnout.server.errors import bad_request
+from turnout.errors import bad_request
 
 #: Parser used when the worker is constrained to a JSON array of calls.
 CONSTRAINED_ARRAY_PARSER = "json"

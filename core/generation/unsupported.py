@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from turnout.server.errors import ApiError
+from turnout.errors import ApiError
 
 #: SGLang extensions shared by the generation endpoints: field → what to do instead.
 _SGLANG: Mapping[str, str] = {

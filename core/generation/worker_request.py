@@ -5,9 +5,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from turnout.errors import ApiError
 from turnout.generation.plan import Plan
 from turnout.generation.requests import SamplingFields
-from turnout.server.errors import ApiError
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.sampling import (
     Constraint,

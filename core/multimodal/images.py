@@ -22,7 +22,7 @@ from urllib.parse import unquote_to_bytes
 
 from PIL import Image, UnidentifiedImageError
 
-from turnout.config import ImagesConfig
+from turnout.config import IMAGE_FORMATS, ImagesConfig
 from turnout.multimodal.errors import BadImage, ImageError, ImageTooLarge, TooManyImages
 from turnout.multimodal.fetch import ImageFetcher
 
@@ -34,7 +34,7 @@ __all__ = [
     "load_images",
 ]
 
-#: Formats the config may allow (lower-case Pillow names) and their media types.
+#: The media types of each format the config may allow.
 _MEDIA_TYPES: Final = {
     "png": ("image/png",),
     "jpeg": ("image/jpeg", "image/jpg", "image/pjpeg"),
@@ -43,7 +43,8 @@ _MEDIA_TYPES: Final = {
     "bmp": ("image/bmp", "image/x-ms-bmp"),
     "tiff": ("image/tiff",),
 }
-SUPPORTED_FORMATS: Final = frozenset(_MEDIA_TYPES)
+SUPPORTED_FORMATS: Final = IMAGE_FORMATS
+assert set(_MEDIA_TYPES) == SUPPORTED_FORMATS, "a configurable format without its media types"
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from turnout.errors import ApiError, bad_request
 from turnout.generation import chat
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Endpoint
@@ -31,7 +32,6 @@ from turnout.responses.store import (
     find_item,
     find_kept,
 )
-from turnout.server.errors import ApiError, bad_request
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from turnout.errors import bad_request
 from turnout.generation.requests import ChatMessage
 from turnout.generation.unsupported import unsupported
-from turnout.server.errors import bad_request
 
 Item = dict[str, Any]
 

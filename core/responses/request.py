@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
+from turnout.errors import bad_request
 from turnout.generation.requests import (
     INT32_MAX,
     InvalidField,
@@ -23,7 +24,6 @@ from turnout.generation.requests import (
     check_top_k,
 )
 from turnout.generation.unsupported import unsupported
-from turnout.server.errors import bad_request
 
 #: ``include`` values turnout serves.
 LOGPROBS_INCLUDE = "message.output_text.logprobs"

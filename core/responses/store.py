@@ -28,8 +28,8 @@ from typing import Any, Protocol
 import msgspec
 
 from turnout.config import ResponsesConfig
+from turnout.errors import ApiError
 from turnout.redis_pool import redis_pool
-from turnout.server.errors import ApiError
 from turnout.tenants.context import current_tenant
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING
 
 from turnout.config import ServerConfig
-from turnout.server.errors import ApiError
+from turnout.errors import ApiError
 
 if TYPE_CHECKING:
     from turnout.tenants.table import Tenant, TenantTable

@@ -44,7 +44,7 @@ from litestar.types import Scope
 from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from turnout.config import ServerConfig
-from turnout.server.errors import ApiError
+from turnout.errors import ApiError
 
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import RequestResponseCycle

@@ -12,13 +12,12 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
 from litestar.types import ControllerRouterHandler
 
-from turnout.errors import ParserError
+from turnout.errors import ApiError, ParserError, bad_request
 from turnout.generation.models import ModelTable
 from turnout.generation.prompt_size import render_off_loop
 from turnout.plugin_kinds import REASONING_PARSERS, TOOL_PARSERS, PluginKind
 from turnout.routing.types import RoutingRequest
 from turnout.server.context import Services, new_request_id
-from turnout.server.errors import ApiError, bad_request
 from turnout.server.openapi import REQUEST_BODY
 from turnout.server.protocol import (
     DetokenizeRequest,

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 from litestar.types import Receive, ReceiveMessage
 
-from turnout.server.errors import ApiError
+from turnout.errors import ApiError
 from turnout.tasks import cancel_and_wait
 
 

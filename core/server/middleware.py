@@ -38,6 +38,7 @@ from litestar.types import (
 
 from turnout.config import Config, ServerConfig
 from turnout.deadlines import Deadlines
+from turnout.errors import ApiError
 from turnout.observability.logs import (
     RequestRecord,
     current_record,
@@ -48,7 +49,6 @@ from turnout.observability.logs import (
 from turnout.observability.metrics import Metrics, route_label
 from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of
 from turnout.server.connections import DIRECT_BODY_KEY, connection_of
-from turnout.server.errors import ApiError
 from turnout.server.limits import (
     AdmissionGate,
     ClientGone,

@@ -15,8 +15,9 @@ import msgspec
 from litestar.types import Receive
 from msgspec import Meta
 
+from turnout.errors import ApiError, bad_request
 from turnout.generation.requests import ChatMessage, InvalidField, TokenId
-from turnout.server.errors import ApiError, bad_request, body_too_large
+from turnout.server.errors import body_too_large
 
 T = TypeVar("T")
 

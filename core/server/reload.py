@@ -18,12 +18,11 @@ from litestar.di import NamedDependency
 
 from turnout.config import Config
 from turnout.discovery import describe_discovery
-from turnout.errors import StartupError
+from turnout.errors import ApiError, StartupError
 from turnout.plugin_choice import policies_for, role_policies_for, validate_plugin_names
 from turnout.server.context import Services
-from turnout.server.errors import ApiError
 from turnout.server.respond import answer_json
-from turnout.workers.worker import default_worker_id
+from turnout.workers.ids import default_worker_id
 
 log = logging.getLogger(__name__)
 

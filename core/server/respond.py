@@ -8,9 +8,9 @@ import msgspec
 from litestar import Request, Response
 from litestar.types import ASGIApp, Receive, Scope, Send
 
+from turnout.errors import ApiError
 from turnout.generation.flow import Folded, Generated, PayloadStream
 from turnout.server.context import Services
-from turnout.server.errors import ApiError
 from turnout.server.sse import EventStream
 
 _encode = msgspec.json.Encoder().encode

@@ -9,9 +9,9 @@ from litestar import delete, get, post
 from litestar.params import FromPath, FromQuery
 from litestar.types import ControllerRouterHandler
 
+from turnout.errors import ApiError, bad_request
 from turnout.generation.unsupported import unsupported
 from turnout.responses.store import ResponseStore, StoredResponse, find_kept
-from turnout.server.errors import ApiError, bad_request
 from turnout.server.respond import answer_json
 
 #: Input items per page: OpenAI's default and largest.

@@ -19,7 +19,7 @@ from types import FrameType
 
 import uvicorn
 
-from turnout.server.errors import ApiError
+from turnout.errors import ApiError
 
 log = logging.getLogger(__name__)
 #: uvicorn's message when it cancels requests at the end of the grace period.

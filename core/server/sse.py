@@ -18,9 +18,9 @@ from litestar.datastructures import Cookie
 from litestar.response.base import ASGIResponse
 from litestar.types import Receive, Scope, Send
 
+from turnout.errors import ApiError
 from turnout.observability.metrics import note_failure, note_stream_cut
 from turnout.server.connections import DirectBody, direct_body_of
-from turnout.server.errors import ApiError
 from turnout.tasks import cancel_and_wait
 
 if TYPE_CHECKING:

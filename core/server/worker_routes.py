@@ -22,10 +22,11 @@ from turnout.errors import ApiError
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.wire import parse_worker_url
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
+from turnout.workers.ids import default_worker_id, worker_id_problem
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.roles import bootstrap_port_problem
 from turnout.workers.settings import WorkerSpec
-from turnout.workers.worker import Worker, WorkerState, default_worker_id, worker_id_problem
+from turnout.workers.worker import Worker, WorkerState
 
 DEPENDENCY = "worker_registry"
 

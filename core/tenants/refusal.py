@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from turnout.server.errors import ApiError
+from turnout.errors import ApiError
 
 #: Added to a computed wait so that the retry lands after the window moved, not on its edge.
 _MARGIN_S = 0.01

@@ -19,8 +19,8 @@ from limits.aio.storage import MemoryStorage, RedisStorage, Storage
 from limits.aio.strategies import SlidingWindowCounterRateLimiter
 
 from turnout.config import LimitsConfig
+from turnout.errors import ApiError
 from turnout.redis_pool import redis_pool
-from turnout.server.errors import ApiError
 
 log = logging.getLogger("turnout.tenants")
 

@@ -16,9 +16,10 @@ from turnout.workers.connection import WorkerConnection
 from turnout.workers.dp import Slot
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
 from turnout.workers.health import HealthState
+from turnout.workers.ids import default_worker_id
 from turnout.workers.roles import Role, role_from_labels
 from turnout.workers.settings import WireSettings, WorkerSpec, WorkersSettings
-from turnout.workers.worker import Worker, WorkerState, default_worker_id
+from turnout.workers.worker import Worker, WorkerState
 
 log = logging.getLogger(__name__)
 

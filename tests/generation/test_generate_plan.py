@@ -8,12 +8,12 @@ import msgspec
 import pytest
 
 from turnout.demo_model import path as demo_path
+from turnout.errors import ApiError
 from turnout.generation import generate
 from turnout.generation.context import RequestContext
 from turnout.generation.models import ModelRuntime
 from turnout.generation.plan import Plan
 from turnout.generation.requests import GenerateRequestBody
-from turnout.server.errors import ApiError
 from turnout.tokenizer import ModelTokenizer
 
 RUNTIME = ModelRuntime("m", ModelTokenizer.from_dir(demo_path()))

@@ -17,12 +17,12 @@ import turnout
 from turnout.chat_formats import ChatFormat, FormatDelta, OutputReader
 from turnout.config import build_config
 from turnout.demo_model import path as demo_path
+from turnout.errors import ApiError
 from turnout.generation.choice import ChoiceProcessor
 from turnout.generation.events import ChoiceDelta
 from turnout.generation.models import ModelTable
 from turnout.plugin_choice import choose_plugins
 from turnout.plugins.harmony import HarmonyChatFormat
-from turnout.server.errors import ApiError
 
 from ..server.outputs import TOKENIZER
 from .test_harmony import ANSWER, OUTPUT, offline

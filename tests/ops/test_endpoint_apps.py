@@ -13,8 +13,8 @@ from litestar import Litestar, post
 from litestar.types import ASGIApp, Receive, Scope, Send
 
 from turnout.config import ServerConfig
+from turnout.errors import ApiError
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
-from turnout.server.errors import ApiError
 from turnout.server.middleware import ENDPOINT_APP, OpsMiddleware, OpsState, gate_middleware
 from turnout.server.protocol import read_body
 from turnout.server.respond import JsonAnswer

@@ -13,9 +13,8 @@ import pytest
 import yaml
 
 from turnout.config import build_config, config_warnings, substitute_env
-from turnout.errors import ConfigError
+from turnout.errors import ApiError, ConfigError
 from turnout.server.auth import Access, KeyRing
-from turnout.server.errors import ApiError
 from turnout.server.limits import AdmissionGate
 from turnout.tenants import TenantTable
 from turnout.tenants.limiter import reservation_size

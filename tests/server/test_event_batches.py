@@ -10,11 +10,11 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from turnout.errors import ApiError
 from turnout.generation.chat_render import ChatRenderer
 from turnout.generation.choice import ChoiceProcessor
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, Usage
 from turnout.generation.pipeline import SessionEvents
-from turnout.server.errors import ApiError
 from turnout.wire import pb
 
 from .outputs import EOS, TOKENIZER, output_ids, outputs, processor

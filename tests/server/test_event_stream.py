@@ -11,7 +11,7 @@ from typing import Any, cast
 import pytest
 from litestar import Request
 
-from turnout.server.errors import ApiError
+from turnout.errors import ApiError
 from turnout.server.sse import KEEPALIVE, EventStream
 
 NO_REQUEST = cast("Request[Any, Any, Any]", None)

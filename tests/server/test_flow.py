@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
+from turnout.errors import ApiError
 from turnout.generation import completions
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Folded, Streamed, generate
 from turnout.generation.models import ModelRuntime
 from turnout.generation.requests import CompletionRequest
 from turnout.routing.types import RoutingRequest
-from turnout.server.errors import ApiError
 from turnout.wire import pb
 
 from .outputs import EOS, TOKENIZER

@@ -9,8 +9,8 @@ import pytest
 
 import turnout
 from turnout.config import build_config
+from turnout.errors import ApiError
 from turnout.generation.models import ModelTable
-from turnout.server.errors import ApiError
 
 
 def _table(served: list[str], **config: Any) -> ModelTable:

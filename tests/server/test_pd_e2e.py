@@ -14,7 +14,7 @@ import pytest
 
 from turnout.demo_model import path as demo_path
 from turnout.sim import SimWorker
-from turnout.workers.worker import default_worker_id
+from turnout.workers.ids import default_worker_id
 
 from .conftest import MODEL
 from .harness import Router, run_router

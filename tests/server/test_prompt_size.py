@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from turnout.errors import ApiError
 from turnout.generation.models import ModelRuntime
 from turnout.generation.prompt_size import (
     PromptLimit,
@@ -11,7 +12,6 @@ from turnout.generation.prompt_size import (
     limit_from_labels,
     widest_limit,
 )
-from turnout.server.errors import ApiError
 
 from .outputs import TOKENIZER
 

@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from turnout.errors import ApiError
 from turnout.generation.requests import (
     ChatCompletionRequest,
     CompletionRequest,
     GenerateRequestBody,
 )
-from turnout.server.errors import ApiError
 from turnout.server.protocol import decode_body, read_body
 
 MESSAGES = [{"role": "user", "content": "x"}]

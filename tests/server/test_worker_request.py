@@ -5,9 +5,9 @@ from __future__ import annotations
 import msgspec
 import pytest
 
+from turnout.errors import ApiError
 from turnout.generation.requests import ChatCompletionRequest
 from turnout.generation.worker_request import sampling_params
-from turnout.server.errors import ApiError
 from turnout.wire.sampling import Constraint, build_sampling_params
 
 

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.server.harness import MODEL, Router, run_router
-from turnout.workers.worker import default_worker_id
+from turnout.workers.ids import default_worker_id
 
 from .receiver import ExportedSpan, OtlpHttpReceiver, OtlpReceiver, by_name, children
 

@@ -1,22 +1,13 @@
-"""The typed configuration: loaded from YAML or TOML, ``${ENV}`` substituted, then validated."""
+"""The configuration's schema: every section as a typed struct, unknown keys refused."""
 
 from __future__ import annotations
 
 import hashlib
-import os
-import re
-import tomllib
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
-import yaml
 
-from turnout.errors import ConfigError
 from turnout.observability.tracing import TracingConfig
-from turnout.workers.roles import bootstrap_port_problem
 from turnout.workers.settings import (
     BreakerSettings,
     HealthSettings,
@@ -26,10 +17,13 @@ from turnout.workers.settings import (
     WorkerSpec,
     WorkersSettings,
 )
-from turnout.workers.worker import default_worker_id, worker_id_problem
 
 #: A parser name in the config that turns parsing off for a model.
 DISABLED = "none"
+
+#: Image formats ``images.formats`` may name (lower-case Pillow names); each has a decoder in
+#: :mod:`turnout.multimodal.images`.
+IMAGE_FORMATS: Final = frozenset({"png", "jpeg", "webp", "gif", "bmp", "tiff"})
 
 
 class _Section(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
@@ -133,7 +127,7 @@ class ImagesConfig(_Section):
     fetch_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 10.0
     #: Redirects followed (each one checked like the first URL); 0 refuses them.
     max_redirects: Annotated[int, msgspec.Meta(ge=0, le=10)] = 3
-    #: Image formats taken (Pillow's names, lower case).
+    #: Image formats taken (Pillow's names, lower case; see :data:`IMAGE_FORMATS`).
     formats: list[str] = msgspec.field(default_factory=lambda: ["png", "jpeg", "webp", "gif"])
 
 
@@ -315,299 +309,11 @@ class Config(_Section):
         )
 
 
-def policy_config(value: str | PolicyConfig) -> PolicyConfig:
-    """Normalise the short ``policy: name`` form."""
-    return PolicyConfig(name=value) if isinstance(value, str) else value
-
-
-def _check_policy(key: str, value: str | PolicyConfig, *, named: bool) -> None:
-    """A policy section names a policy, or the prefill/decode ones (a model's may leave its
-    regular policy to the defaults); a role's own section names one policy only."""
-    policy = policy_config(value)
-    if policy.name is None and (named or (policy.prefill is None and policy.decode is None)):
-        raise ConfigError(f"{key}.name: a policy name is required")
-    if policy.name is None and policy.params:
-        raise ConfigError(f"{key}.params: parameters need a policy name")
-    for role in ("prefill", "decode"):
-        section = getattr(policy, role)
-        if section is None:
-            continue
-        inner = policy_config(section)
-        if inner.name is None:
-            raise ConfigError(f"{key}.{role}.name: a policy name is required")
-        if inner.prefill is not None or inner.decode is not None:
-            raise ConfigError(f"{key}.{role}: names one policy (no prefill/decode inside)")
-
-
-_ENV_PATTERN = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
-
-
-def substitute_env(value: Any, path: str = "$", environ: Mapping[str, str] | None = None) -> Any:
-    """Replace ``${NAME}`` and ``${NAME:-default}`` in every string of a parsed config."""
-    env = os.environ if environ is None else environ
-    if isinstance(value, str):
-
-        def replace(match: re.Match[str]) -> str:
-            name, default = match.group(1), match.group(2)
-            if name in env:
-                return env[name]
-            if default is not None:
-                return default
-            raise ConfigError(f"{_dotted(path)}: environment variable {name} is not set")
-
-        return _ENV_PATTERN.sub(replace, value)
-    if isinstance(value, dict):
-        return {k: substitute_env(v, f"{path}.{k}", env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [substitute_env(v, f"{path}[{i}]", env) for i, v in enumerate(value)]
-    return value
-
-
-def read_config_file(path: str | Path) -> dict[str, Any]:
-    """Parse a YAML (``.yaml``/``.yml``) or TOML (``.toml``) file into plain data."""
-    file = Path(path)
-    try:
-        text = file.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {file}: {exc.strerror or exc}") from exc
-    try:
-        if file.suffix == ".toml":
-            data: Any = tomllib.loads(text)
-        else:
-            data = yaml.safe_load(text)
-    except (tomllib.TOMLDecodeError, yaml.YAMLError) as exc:
-        kind = "TOML" if file.suffix == ".toml" else "YAML"
-        raise ConfigError(f"config file {file} is not valid {kind}: {exc}") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise ConfigError(f"config file {file}: the top level must be a mapping")
-    return data
-
-
-def build_config(data: dict[str, Any]) -> Config:
-    """Validate plain data into a :class:`Config`; errors name the key path and the bad value."""
-    data = substitute_env(data)
-    # msgspec does not name dict keys in error paths; validate entries one by one first.
-    for section, entry_type in (("models", ModelConfig), ("tenants", TenantConfig)):
-        entries = data.get(section)
-        if not isinstance(entries, dict):
-            continue
-        for name, entry in entries.items():
-            try:
-                msgspec.convert(entry, entry_type, strict=False)
-            except msgspec.ValidationError as exc:
-                message = str(exc).replace(" - at `$", f" - at `$.{section}.{name}", 1)
-                if " - at `" not in message:
-                    message += f" - at `$.{section}.{name}`"
-                raise ConfigError(_describe_validation_error(message, data)) from None
-    try:
-        config = msgspec.convert(data, Config, strict=False)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(_describe_validation_error(str(exc), data)) from None
-    _check(config)
-    return config
-
-
-def load_config(path: str | Path | None, overrides: dict[str, Any] | None = None) -> Config:
-    """Load the config file (if any) and apply overrides (dotted keys from CLI flags)."""
-    data = read_config_file(path) if path is not None else {}
-    for dotted, value in (overrides or {}).items():
-        _set_dotted(data, dotted, value)
-    return build_config(data)
-
-
-def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    *parents, last = dotted.split(".")
-    node = data
-    for key in parents:
-        child = node.get(key)
-        if key == "policy" and isinstance(child, str):
-            child = node[key] = {"name": child}  # a policy by name, now with more keys
-        if not isinstance(child, dict):
-            child = {}
-            node[key] = child
-        node = child
-    node[last] = value
-
-
-def _check(config: Config) -> None:
-    server = config.server
-    if not 0 <= server.port <= 65535:
-        raise ConfigError(f"server.port: must be between 0 and 65535, got {server.port!r}")
-    _check_policy("defaults.policy", config.defaults.policy, named=True)
-    for model_id, model in config.models.items():
-        if model.policy is not None:
-            _check_policy(f"models.{model_id}.policy", model.policy, named=False)
-    for index, worker in enumerate(config.workers):
-        if not re.fullmatch(r"grpc://[^/\s:]+(:\d+)?|grpc://\[[0-9a-fA-F:.]+\](:\d+)?", worker.url):
-            raise ConfigError(
-                f"workers[{index}].url: expected grpc://host:port, got {worker.url!r}"
-            )
-        problem = bootstrap_port_problem(worker.role, worker.bootstrap_port)
-        if problem is not None:
-            raise ConfigError(f"workers[{index}].bootstrap_port: {problem}")
-        worker_id = worker.id if worker.id is not None else default_worker_id(worker.url)
-        problem = worker_id_problem(worker_id)
-        if problem is not None:
-            key = "id" if worker.id is not None else "url"
-            raise ConfigError(f"workers[{index}].{key}: worker id {worker_id!r} {problem}")
-    _check_images("images", config.images)
-    for model_id, model in config.models.items():
-        if model.images is not None:
-            _check_images(f"models.{model_id}.images", model.images)
-    _check_tokenizer_path("defaults.tokenizer_path", config.defaults.tokenizer_path)
-    for model_id, model in config.models.items():
-        _check_tokenizer_path(f"models.{model_id}.tokenizer_path", model.tokenizer_path)
-    for model_id, model in config.models.items():
-        names = [a if isinstance(a, str) else a.name for a in model.adapters]
-        twice = sorted({n for n in names if names.count(n) > 1})
-        if twice:
-            raise ConfigError(f"models.{model_id}.adapters: {twice} listed more than once")
-    seen: dict[str, str] = {}
-    for model_id, model in config.models.items():
-        for alias in model.aliases:
-            if alias in config.models or alias in seen:
-                raise ConfigError(
-                    f"models.{model_id}.aliases: {alias!r} is already used by "
-                    f"{seen.get(alias, alias)!r}"
-                )
-            seen[alias] = model_id
-    _check_tenant_keys(config)
-
-
-def _check_tenant_keys(config: Config) -> None:
-    """Every key belongs to one tenant at most, and never doubles as an untenanted key."""
-    owners: dict[str, str] = {}
-    server = config.server
-    for key in server.api_keys:
-        owners.setdefault(key_digest(key), "server.api_keys")
-    if server.admin_api_key:
-        owners.setdefault(key_digest(server.admin_api_key), "server.admin_api_key")
-    for name, tenant in config.tenants.items():
-        digests = [(key_digest(k), "keys") for k in tenant.keys]
-        digests += [(d.lower(), "key_sha256") for d in tenant.key_sha256]
-        for digest, field_name in digests:
-            owner = owners.get(digest)
-            if owner is not None:
-                raise ConfigError(
-                    f"tenants.{name}.{field_name}: a key is also listed in {owner}; "
-                    "give each key once"
-                )
-            owners[digest] = f"tenants.{name}"
-
-
 def key_digest(key: str) -> str:
     """The SHA-256 hex digest of an API key (as ``key_sha256`` lists them)."""
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-_LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1", "0.0.0.0", "::"})
-
-
-def _worker_address(url: str) -> tuple[str, int | None]:
-    """``(host, port)`` of a worker URL, loopback spellings made one."""
-    parts = urlsplit(url)
-    host = (parts.hostname or "").lower()
-    return ("loopback" if host in _LOOPBACK else host), parts.port
-
-
-def config_warnings(config: Config) -> list[str]:
-    """Things a valid config probably does not mean (``turnout check`` prints them)."""
-    warnings = []
-    first: dict[tuple[str, int | None], int] = {}
-    for index, worker in enumerate(config.workers):
-        address = _worker_address(worker.url)
-        if address not in first:
-            first[address] = index
-            continue
-        earlier = first[address]
-        other = config.workers[earlier]
-        models = {m for m in (other.model, worker.model) if m}
-        serving = (
-            f" (models {', '.join(repr(m) for m in sorted(models))})" if len(models) > 1 else ""
-        )
-        warnings.append(
-            f"workers[{earlier}] ({other.url}) and workers[{index}] ({worker.url}) are the same "
-            f"worker{serving}: a worker serves one model, and turnout registers it once, as "
-            f"workers[{earlier}]"
-        )
-    server = config.server
-    if any(t.keys or t.key_sha256 for t in config.tenants.values()) and not (
-        server.admin_api_key or server.api_keys
-    ):
-        warnings.append(
-            "tenants have keys but server.admin_api_key is not set: admin routes (/workers, "
-            "/admin/reload) refuse every key (tenant keys never open them)"
-        )
-    if config.limits.storage != "memory://" and not config.tenants:
-        warnings.append("limits.storage is set but no tenant is configured: nothing is counted")
-    if server.processes > 1 and config.responses.storage == "memory://":
-        warnings.append(
-            f"server.processes is {server.processes} and responses.storage is memory://: each "
-            "process keeps its own Responses API responses, so a previous_response_id or GET "
-            "/v1/responses/{id} that reaches another process is a 404 (keep them in Redis)"
-        )
-    return warnings
-
-
-def tokenizer_dir_problem(path: str) -> str | None:
-    """Why ``path`` is no usable model directory (None when it is one)."""
-    directory = Path(path).expanduser()
-    if not directory.exists():
-        return f"{path} does not exist"
-    if not directory.is_dir():
-        return f"{path} is not a directory (give the model directory)"
-    if not (directory / "tokenizer.json").is_file():
-        return f"{path} has no tokenizer.json (turnout needs a Hugging Face tokenizer.json)"
-    return None
-
-
-def _check_images(key: str, images: ImagesConfig) -> None:
-    from turnout.multimodal.images import SUPPORTED_FORMATS
-
-    unknown = sorted(set(images.formats) - SUPPORTED_FORMATS)
-    if unknown:
-        raise ConfigError(
-            f"{key}.formats: {unknown} not supported; choose from {sorted(SUPPORTED_FORMATS)}"
-        )
-
-
-def _check_tokenizer_path(key: str, path: str | None) -> None:
-    problem = None if path is None else tokenizer_dir_problem(path)
-    if problem is not None:
-        raise ConfigError(f"{key}: {problem}")
-
-
-_PATH_IN_MESSAGE = re.compile(r" - at `(\$[^`]*)`$")
-
-
-def _describe_validation_error(message: str, data: Any) -> str:
-    match = _PATH_IN_MESSAGE.search(message)
-    if match is None:
-        return f"invalid config: {message}"
-    path = match.group(1)
-    reason = message[: match.start()]
-    value = _lookup(data, path)
-    shown = "" if value is _MISSING else f" (got {value!r})"
-    return f"{_dotted(path)}: {reason}{shown}"
-
-
-_MISSING = object()
-_PATH_TOKEN = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[(\.\.\.)\]")
-
-
-def _lookup(data: Any, path: str) -> Any:
-    node = data
-    for name, index, _ in _PATH_TOKEN.findall(path[1:]):
-        if name and isinstance(node, dict) and name in node:
-            node = node[name]
-        elif index and isinstance(node, list) and int(index) < len(node):
-            node = node[int(index)]
-        else:
-            return _MISSING
-    return node
-
-
-def _dotted(path: str) -> str:
-    return path[2:] if path.startswith("$.") else path.lstrip("$") or "(top level)"
+def policy_config(value: str | PolicyConfig) -> PolicyConfig:
+    """Normalise the short ``policy: name`` form."""
+    return PolicyConfig(name=value) if isinstance(value, str) else value
