@@ -315,7 +315,7 @@ def create_app(
         dispatcher = Dispatcher(
             registry,
             policies,
-            default_policy,
+            default_policy=default_policy,
             tracing=tracing,
             role_policy=role_policies_for(config, plugins),
         )

@@ -10,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from turnout.routing.dispatch import Dispatcher, GenerateSession
+from turnout.plugins.policies.simple import RoundRobinPolicy
+from turnout.routing.dispatch import Dispatcher
 from turnout.routing.pd import ChoicesSession, PairSession, draw_room
+from turnout.routing.session import WorkerSession
 from turnout.routing.types import RoutingRequest
 from turnout.sim import SimWorker
 from turnout.wire import pb
@@ -71,7 +73,7 @@ async def start_fleet(
     await registry.start()
     for worker in registry.all():
         assert await registry.wait_ready(worker.id, 10)
-    return Fleet(p_sims, d_sims, registry, Dispatcher(registry))
+    return Fleet(p_sims, d_sims, registry, Dispatcher(registry, default_policy=RoundRobinPolicy))
 
 
 @pytest.fixture
@@ -308,7 +310,7 @@ async def test_regular_sessions_stay_regular(fleet_of) -> None:
         session = await fleet.dispatcher.open_stream(
             "plain", RoutingRequest("plain"), request(request_id="reg", max_new_tokens=3), 30
         )
-        assert isinstance(session, GenerateSession)
+        assert isinstance(session, WorkerSession)
         await read_all(session)
         assert not sim.requests[0].HasField("disaggregated_params")
     finally:
