@@ -5,6 +5,20 @@ the worker fleet, which a policy plugin does not).
 """
 
 from turnout.routing.affinity import AdapterAffinity, adapter_salt
-from turnout.routing.types import Candidate, Policy, RoutingRequest
+from turnout.routing.types import (
+    Candidate,
+    Policy,
+    RoutingRequest,
+    WatchesOutcomes,
+    WatchesWorkers,
+)
 
-__all__ = ["AdapterAffinity", "Candidate", "Policy", "RoutingRequest", "adapter_salt"]
+__all__ = [
+    "AdapterAffinity",
+    "Candidate",
+    "Policy",
+    "RoutingRequest",
+    "WatchesOutcomes",
+    "WatchesWorkers",
+    "adapter_salt",
+]

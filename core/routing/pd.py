@@ -31,30 +31,22 @@ import random
 from collections import deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from math import inf
 from typing import TYPE_CHECKING, Any, Final, Self
 
-from turnout.routing.dispatch import (
-    ClosingSession,
-    GenerateSession,
-    _attempt_attributes,
-    _end_span,
-    _record_failure,
-    _silent,
-    _span_name,
-    _traced_select,
-)
+from turnout.routing.attempts import Attempt, Attempts, no_first_response
+from turnout.routing.route import Route
+from turnout.routing.session import ClosingSession, WorkerSession, record_failure
+from turnout.routing.spans import end_attempt, start_attempt
 from turnout.routing.types import RoutingRequest
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError
-from turnout.workers.retry import backoff_delay
 from turnout.workers.roles import Role
-from turnout.workers.worker import Worker, WorkerState
+from turnout.workers.worker import Worker
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from turnout.routing.dispatch import Dispatcher, _Route
+    from turnout.routing.dispatch import Dispatcher
     from turnout.workers.dp import Slot
 
 log = logging.getLogger(__name__)
@@ -75,26 +67,23 @@ def draw_room(rng: random.Random, dp_rank: int | None = None, dp_size: int = 1) 
     return rng.randrange(_ROOMS // dp_size) * dp_size + dp_rank
 
 
-class _Leg(GenerateSession):
+class _Leg(WorkerSession):
     """One half of a pair: a session that may fail before its first response."""
 
     __slots__ = ()
-    _failed_note = "(a prefill-decode leg)"
+    failure_note = "(a prefill-decode leg)"
 
 
 @dataclass(slots=True, frozen=True)
 class _Try:
     """One attempt: the pair, each leg's request, and its time limits."""
 
-    routes: dict[Role, _Route]
+    routes: dict[Role, Route]
     routing: RoutingRequest
     slots: dict[Role, Slot]
     requests: dict[Role, pb.GenerateRequest]
-    #: Seconds left of the request's deadline (None: none).
-    remaining: float | None
-    #: Seconds the decode leg's first response may take (None: no bound).
-    wait: float | None
-    number: int
+    #: Its number and time limits (``wait``: for the decode leg's first response).
+    attempt: Attempt
     room: int
 
 
@@ -390,33 +379,31 @@ class PrefillDecode:
     ) -> PairSession:
         dispatcher = self.dispatcher
         registry = self.registry
-        loop = asyncio.get_running_loop()
         routes = {
-            Role.PREFILL: dispatcher._role_route(model, Role.PREFILL),
-            Role.DECODE: dispatcher._role_route(model, Role.DECODE),
+            Role.PREFILL: dispatcher.role_route(model, Role.PREFILL),
+            Role.DECODE: dispatcher.role_route(model, Role.DECODE),
         }
-        retry = dispatcher.retry
-        max_attempts = retry.max_attempts if retry.enabled else 1
-        first_timeout = dispatcher.first_response_timeout
-        tried: dict[Role, set[str]] = {Role.PREFILL: set(), Role.DECODE: set()}
-        refused_by: set[str] = set()
-        attempt = 0
+        attempts = dispatcher.attempts(deadline_at)
+        tracing = dispatcher.tracing
         adapter = routing.adapter
+        # Each worker mints its own ids for an adapter: a retry starts from the given one.
         default_lora_id = request.lora_id
+
+        def left(role: Role) -> bool:
+            return bool(registry.role_candidates(model, role, attempts.tried, adapter=adapter))
+
         while True:
             prefills = registry.role_candidates(
-                model, Role.PREFILL, tried[Role.PREFILL], adapter=adapter
+                model, Role.PREFILL, attempts.tried, adapter=adapter
             )
             decodes = registry.role_candidates(
-                model, Role.DECODE, tried[Role.DECODE], ranks=False, adapter=adapter
+                model, Role.DECODE, attempts.tried, ranks=False, adapter=adapter
             )
             if not prefills or not decodes:
-                raise self._no_pair(model, tried, adapter)
-            prefill_slot = self._select(routes[Role.PREFILL], routing, prefills)
-            decode_slot = self._select(routes[Role.DECODE], routing, decodes)
-            attempt += 1
-            remaining = None if deadline_at is None else max(deadline_at - loop.time(), 0.001)
-            wait = remaining if first_timeout is None else min(remaining or inf, first_timeout)
+                raise self._no_pair(model, attempts, adapter)
+            prefill_slot = routes[Role.PREFILL].select(routing, prefills, tracing)
+            decode_slot = routes[Role.DECODE].select(routing, decodes, tracing)
+            attempt = attempts.next()
             room = self._bootstrap(request, prefill_slot)
             decode_request = request
             # The decode leg lets its scheduler pick the rank; each leg names the LoRA adapter
@@ -435,8 +422,6 @@ class PrefillDecode:
                     routing,
                     {Role.PREFILL: prefill_slot, Role.DECODE: decode_slot},
                     {Role.PREFILL: request, Role.DECODE: decode_request},
-                    remaining,
-                    wait,
                     attempt,
                     room,
                 )
@@ -452,33 +437,19 @@ class PrefillDecode:
             # The attempt failed before the first response: retry the pair without the worker
             # that failed, as a regular request is retried without its worker.
             failures = outcome
-            first = failures[0].failure
-            if all(f.failure.refused for f in failures) and not any(
-                f.slot.worker.id in refused_by for f in failures
-            ):
-                refused_by.update(f.slot.worker.id for f in failures)
+            failed_ids = [f.slot.worker.id for f in failures]
+            if all(f.failure.refused for f in failures) and attempts.resend(failed_ids):
                 log.info(
                     "prefill-decode attempt %d refused by %s, sending it again",
-                    attempt,
-                    ", ".join(f.slot.worker.id for f in failures),
+                    attempt.number,
+                    ", ".join(failed_ids),
                 )
                 continue
-            for f in failures:
-                tried[f.role].add(f.slot.worker.id)
-            retryable = all(f.failure.retryable for f in failures)
-            last_try = attempt - len(refused_by) >= max_attempts or not retryable
-            if not last_try:
-                delay = backoff_delay(retry, attempt - 1, self._rng)
-                out_of_time = deadline_at is not None and loop.time() + delay >= deadline_at
-                last_try = (
-                    out_of_time
-                    or not registry.role_candidates(
-                        model, Role.PREFILL, tried[Role.PREFILL], adapter=adapter
-                    )
-                    or not registry.role_candidates(
-                        model, Role.DECODE, tried[Role.DECODE], adapter=adapter
-                    )
-                )
+            delay = attempts.failed(
+                failed_ids,
+                all(f.failure.retryable for f in failures),
+                lambda: left(Role.PREFILL) and left(Role.DECODE),
+            )
             for f in failures:
                 level = logging.WARNING if f.failure.worker_fault else logging.INFO
                 log.log(
@@ -486,30 +457,16 @@ class PrefillDecode:
                     "%s worker %s failed prefill-decode attempt %d (%s): %s",
                     f.role.value,
                     f.slot.worker.id,
-                    attempt,
-                    "retrying on another pair" if not last_try else "giving up",
+                    attempt.number,
+                    "retrying on another pair" if delay is not None else "giving up",
                     f.failure.detail,
                 )
-            if not last_try:
+            if delay is not None:
                 await asyncio.sleep(delay)
                 continue
-            if attempt > 1:
-                first.message = f"{first.message} (after {attempt} attempts)"
-            left = [
-                role.value
-                for role in (Role.PREFILL, Role.DECODE)
-                if not registry.role_candidates(model, role, tried[role], adapter=adapter)
-            ]
-            if left and retryable:
-                first.message = f"{first.message}; no other {' or '.join(left)} worker is left"
-            raise first.on(failures[0].slot.worker.id, attempt) from failures[0].exc
-
-    def _select(self, route: _Route, routing: RoutingRequest, candidates: list[Slot]) -> Slot:
-        dispatcher = self.dispatcher
-        tracing = dispatcher.tracing
-        if tracing is None:
-            return dispatcher._select(route, routing, candidates)
-        return _traced_select(dispatcher, tracing, route, routing, candidates)
+            exhausted = [role.value for role in (Role.PREFILL, Role.DECODE) if not left(role)]
+            first = failures[0]
+            raise attempts.give_up(first.failure, first.slot.worker.id, exhausted) from first.exc
 
     def _bootstrap(self, request: pb.GenerateRequest, prefill: Slot) -> int:
         """Set the request's rendezvous with the ``prefill`` slot; returns the room."""
@@ -521,20 +478,20 @@ class PrefillDecode:
         params.bootstrap_room = room
         return room
 
-    async def _attempt(self, attempt: _Try) -> PairSession | list[_Failure]:
+    async def _attempt(self, pair: _Try) -> PairSession | list[_Failure]:
         """Start both legs and wait for the decode leg's first response: the pair's session, or
         the failures of the legs that failed (the other leg is closed, hence aborted)."""
-        prefill_leg = self._start(Role.PREFILL, attempt)
+        prefill_leg = self._start(Role.PREFILL, pair)
         if isinstance(prefill_leg, _Failure):
             return [prefill_leg]
         reader = _Prefill(prefill_leg)
-        decode_leg = self._start(Role.DECODE, attempt)
+        decode_leg = self._start(Role.DECODE, pair)
         if isinstance(decode_leg, _Failure):
             await reader.aclose()
             return [decode_leg]
         first_read = asyncio.get_running_loop().create_task(decode_leg.next_batch())
         try:
-            failures = await self._first_response(reader, decode_leg, first_read, attempt.wait)
+            failures = await self._first_response(reader, decode_leg, first_read, pair.attempt.wait)
         except BaseException:
             first_read.cancel()
             with contextlib.suppress(BaseException):
@@ -544,7 +501,7 @@ class PrefillDecode:
             raise
         if not failures:
             return PairSession(
-                reader, decode_leg, first_read.result(), attempt.number, attempt.room
+                reader, decode_leg, first_read.result(), pair.attempt.number, pair.room
             )
         if not first_read.done():
             first_read.cancel()
@@ -592,8 +549,8 @@ class PrefillDecode:
                 silent.append((Role.PREFILL, reader.leg))
             failures = []
             for role, leg in silent:
-                failure = _silent(leg.worker, waited, _RPC)
-                _record_failure(leg.worker, failure)
+                failure = no_first_response(leg.worker, waited, _RPC)
+                record_failure(leg.worker, failure)
                 failures.append(_Failure(role, leg.slot, failure, TimeoutError(failure.detail)))
             return failures
 
@@ -609,14 +566,8 @@ class PrefillDecode:
             raise exc
         if first_read.result():
             return None
-        failure = WorkerRequestError(
-            "the worker ended the request without answering",
-            status=502,
-            worker_fault=True,
-            retryable=True,
-            detail=f"{decode_leg.worker.url}: Generate ended without a response",
-        )
-        _record_failure(decode_leg.worker, failure)
+        failure = no_first_response(decode_leg.worker)
+        record_failure(decode_leg.worker, failure)
         return _Failure(Role.DECODE, decode_leg.slot, failure, RuntimeError(failure.detail))
 
     @staticmethod
@@ -624,66 +575,53 @@ class PrefillDecode:
         cause = failure.__cause__ or failure
         return _Failure(role, leg.slot, failure, cause)
 
-    def _start(self, role: Role, attempt: _Try) -> _Leg | _Failure:
+    def _start(self, role: Role, pair: _Try) -> _Leg | _Failure:
         """Start the ``Generate`` call of ``role``'s leg."""
-        slot = attempt.slots[role]
+        slot = pair.slots[role]
         worker = slot.worker
         tracing = self.dispatcher.tracing
         span: Span | None = None
         metadata: Sequence[tuple[str, str]] = ()
         if tracing is not None:
-            attributes = _attempt_attributes(slot, attempt.number, _RPC)
-            attributes["turnout.role"] = role.value
-            span = tracing.start_span(_span_name(_RPC), attributes, client=True)
-            metadata = tracing.worker_metadata(span)
+            span, metadata = start_attempt(tracing, slot, pair.attempt.number, _RPC, role.value)
         slot.acquire()
         try:
-            stream = worker.connection.generate(attempt.requests[role], attempt.remaining, metadata)
+            stream = worker.connection.generate(
+                pair.requests[role], pair.attempt.remaining, metadata
+            )
         except Exception as exc:
             slot.release()
             failure = worker.connection.classify(exc)
             if span is not None:
-                _end_span(span, failure, exc=exc)
+                end_attempt(span, failure, exc=exc)
             if failure is None:
                 raise
-            _record_failure(worker, failure)
+            record_failure(worker, failure)
             return _Failure(role, slot, failure, exc)
         return _Leg(
-            self.dispatcher,
             slot,
             stream,
             [],
-            attempt.routes[role],
-            attempt.routing,
-            attempt.number,
+            pair.routes[role],
+            pair.routing,
+            pair.attempt.number,
             span,
         )
 
     def _no_pair(
-        self, model: str, tried: dict[Role, set[str]], adapter: str | None = None
+        self, model: str, attempts: Attempts, adapter: str | None = None
     ) -> NoWorkerAvailable:
         missing = [
             role.value
             for role in (Role.PREFILL, Role.DECODE)
             if not self.registry.role_candidates(
-                model, role, tried[role], ranks=False, adapter=adapter
+                model, role, attempts.tried, ranks=False, adapter=adapter
             )
         ]
         parts = [f"no {' and no '.join(missing)} worker can take the request"]
         for role in (Role.PREFILL, Role.DECODE):
             workers = self.registry.role_workers(model, role)
-            states: dict[str, int] = {}
-            for w in workers:
-                if adapter is not None and not w.has_adapter(adapter):
-                    label = f"without LoRA adapter {adapter!r}"
-                elif w.id in tried[role]:
-                    label = "failed for this request"
-                elif w.state is WorkerState.READY and not w.breaker.allows():
-                    label = "circuit open"
-                else:
-                    label = w.state.value
-                states[label] = states.get(label, 0) + 1
-            summary = ", ".join(f"{n} {label}" for label, n in sorted(states.items()))
+            summary = attempts.describe(workers, adapter)
             parts.append(f"{len(workers)} {role.value} worker(s){': ' if summary else ''}{summary}")
         return NoWorkerAvailable(model, "; ".join(parts))
 

@@ -52,14 +52,30 @@ class Candidate(Protocol):
 
 @runtime_checkable
 class Policy(Protocol):
-    """A selection policy. Optional hooks are looked up once, not per request.
-
-    Optional methods a policy may define:
-    ``on_workers_changed(worker_ids: Sequence[str]) -> None`` when candidates join or leave (the
-    ids of every candidate of the model), and
-    ``on_request_done(request: RoutingRequest, worker_id: str, ok: bool) -> None``.
-    """
+    """A selection policy. It may also implement the optional hooks :class:`WatchesWorkers`
+    and :class:`WatchesOutcomes` (just define the method): the router looks them up once per
+    policy instance, not per request."""
 
     def select(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Candidate:
         """Choose one of ``candidates`` (never empty) for ``request``."""
+        ...
+
+
+@runtime_checkable
+class WatchesWorkers(Protocol):
+    """The optional hook of a policy that keeps state per candidate (a hash ring, a prefix
+    tree): told the candidates of its model when it starts and whenever they change."""
+
+    def on_workers_changed(self, worker_ids: Sequence[str]) -> None:
+        """``worker_ids``: the ids of every candidate of the model now."""
+        ...
+
+
+@runtime_checkable
+class WatchesOutcomes(Protocol):
+    """The optional hook of a policy that learns from outcomes: told of every request it
+    routed once it ended (failed attempts included)."""
+
+    def on_request_done(self, request: RoutingRequest, worker_id: str, ok: bool) -> None:
+        """``request`` ended on candidate ``worker_id``: well (``ok``) or with a failure."""
         ...

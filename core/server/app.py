@@ -14,13 +14,12 @@ from litestar.types import ASGIApp, ControllerRouterHandler, Receive, Scope, Sen
 
 from turnout.config import Config, ServerConfig
 from turnout.discovery import DiscoveryManager, describe_discovery
-from turnout.embeddings import Embedder, EmbeddingRequest, embed
+from turnout.embeddings import EmbeddingRequest, embed
 from turnout.generation import chat, completions, generate
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Endpoint
 from turnout.generation.flow import generate as run_generation
 from turnout.generation.models import ModelTable
-from turnout.generation.pipeline import GenerateSession
 from turnout.generation.prompt_size import PromptLimit, limit_from_labels, widest_limit
 from turnout.observability.logs import current_record, random_suffix
 from turnout.observability.metrics import CONTENT_TYPE
@@ -30,10 +29,10 @@ from turnout.plugin_loader import Plugins, load_plugins
 from turnout.responses.endpoint import ResponsesApi
 from turnout.responses.store import make_store
 from turnout.routing.dispatch import Dispatcher
-from turnout.routing.types import RoutingRequest
 from turnout.server.context import SERVICES, ConfigSource, Services, ServicesSlot, new_request_id
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.server.info import info_routes
+from turnout.server.metered_dispatch import MeteredDispatch
 from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import ENDPOINT_APP, OpsMiddleware, OpsState, gate_middleware
 from turnout.server.openapi import REQUEST_BODY, openapi_config
@@ -44,9 +43,7 @@ from turnout.server.responses_routes import responses_routes
 from turnout.server.shutdown import drain_hook
 from turnout.server.worker_routes import DEPENDENCY as WORKER_REGISTRY
 from turnout.server.worker_routes import workers_router
-from turnout.tenants import current_admission, current_tenant
-from turnout.wire.proto import sglang_scheduler_pb2 as pb
-from turnout.workers.errors import WorkerRequestError
+from turnout.tenants import current_tenant
 from turnout.workers.registry import WorkerRegistry
 
 log = logging.getLogger(__name__)
@@ -178,53 +175,6 @@ def _prompt_limit(registry: WorkerRegistry) -> Callable[[str], PromptLimit | Non
     return limit
 
 
-def _opener(
-    dispatcher: Dispatcher,
-    config: Config,
-    ops: OpsState,
-    prompt_limit: Callable[[str], PromptLimit | None],
-) -> Any:
-    timeout = config.server.request_timeout_s or None
-    metrics = ops.metrics
-
-    async def open_stream(
-        model: str, routing: RoutingRequest, request: pb.GenerateRequest
-    ) -> GenerateSession:
-        record = current_record()
-        if record is not None:
-            record.model = model
-        # A limited tenant's tokens: reserved now that the prompt is tokenized (429 when they
-        # do not fit), settled to the stream's usage when the request ends.
-        admission = current_admission()
-        reservation = None
-        if admission is not None:
-            limit = prompt_limit(model)
-            reservation = await admission.reserve_tokens(
-                request, limit.context_length if limit is not None else None
-            )
-        try:
-            session = await dispatcher.open_stream(model, routing, request, timeout)
-        except WorkerRequestError as exc:
-            if exc.attempts > 1:
-                metrics.retries.labels(model).inc(exc.attempts - 1)
-            if record is not None:
-                record.worker, record.attempts = exc.worker_id, exc.attempts
-            raise
-        worker = session.worker.id
-        metrics.routed_of(model, worker).inc()
-        if session.attempts > 1:
-            metrics.retries.labels(model).inc(session.attempts - 1)
-        if record is not None:
-            record.worker, record.attempts = worker, session.attempts
-        # The pipeline feeds the meter from its walk over the responses.
-        session.meter = meter = metrics.meter(model, record)
-        if reservation is not None:
-            reservation.usage = meter.usage
-        return session
-
-    return open_stream
-
-
 def _visible_models(registry: WorkerRegistry) -> Callable[[], list[str]]:
     """The served models, less those the current request's tenant may not use (for it they
     are not served: 404 and absent from ``/v1/models``)."""
@@ -237,49 +187,6 @@ def _visible_models(registry: WorkerRegistry) -> Callable[[], list[str]]:
         return [model for model in models if tenant.allows(model)]
 
     return served
-
-
-def _embedder(dispatcher: Dispatcher, config: Config, ops: OpsState) -> Embedder:
-    """``Embed`` calls through the dispatcher, counted as ``_opener`` counts streams."""
-    timeout = config.server.request_timeout_s or None
-    metrics = ops.metrics
-
-    async def embed(
-        model: str, routing: RoutingRequest, request: pb.EmbedRequest
-    ) -> pb.EmbedResponse:
-        record = current_record()
-        if record is not None:
-            record.model = model
-        # A limited tenant's input tokens: reserved before the call (429 when they do not
-        # fit), given back when the call fails.
-        admission = current_admission()
-        reservation = None
-        if admission is not None:
-            reservation = await admission.reserve_input_tokens(len(request.tokenized.input_ids))
-        try:
-            answered = await dispatcher.embed(model, routing, request, timeout)
-        except WorkerRequestError as exc:
-            if exc.attempts > 1:
-                metrics.retries.labels(model).inc(exc.attempts - 1)
-            if record is not None:
-                record.worker, record.attempts = exc.worker_id, exc.attempts
-            raise
-        response: pb.EmbedResponse = answered.response
-        if reservation is not None:
-            used = response.prompt_tokens or len(request.tokenized.input_ids)
-            reservation.usage = lambda: used
-        worker = answered.worker.id
-        metrics.routed_of(model, worker).inc()
-        metrics.prompt_tokens.labels(model).inc(response.prompt_tokens)
-        if answered.attempts > 1:
-            metrics.retries.labels(model).inc(answered.attempts - 1)
-        if record is not None:
-            record.worker = worker
-            record.attempts = max(record.attempts, answered.attempts)
-            record.prompt_tokens += response.prompt_tokens
-        return response
-
-    return embed
 
 
 def create_app(
@@ -315,7 +222,7 @@ def create_app(
         dispatcher = Dispatcher(
             registry,
             policies,
-            default_policy,
+            default_policy=default_policy,
             tracing=tracing,
             role_policy=role_policies_for(config, plugins),
         )
@@ -330,12 +237,15 @@ def create_app(
             worker_adapters=registry.adapters,
         )
         discovery = DiscoveryManager(registry, plugins.discovery)
+        metered = MeteredDispatch(
+            dispatcher, ops.metrics, config.server.request_timeout_s or None, prompt_limit
+        )
         services = Services(
             config,
             plugins,
             models,
-            _opener(dispatcher, config, ops, prompt_limit),
-            _embedder(dispatcher, config, ops),
+            metered.open_stream,
+            metered.embed,
             registry=registry,
             dispatcher=dispatcher,
             discovery=discovery,

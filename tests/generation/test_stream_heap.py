@@ -30,6 +30,7 @@ from turnout.generation.models import ModelTable
 from turnout.generation.pipeline import Opener
 from turnout.generation.requests import ChatCompletionRequest
 from turnout.observability.metrics import Metrics
+from turnout.plugins.policies.simple import RoundRobinPolicy
 from turnout.routing.dispatch import Dispatcher
 from turnout.routing.types import RoutingRequest
 from turnout.sim import SimWorker
@@ -178,7 +179,7 @@ async def backend(sim: SimWorker, models: ModelTable) -> AsyncIterator[Backend]:
     try:
         for worker in registry.all():
             assert await registry.wait_ready(worker.id, 30)
-        yield Backend(Dispatcher(registry), models)
+        yield Backend(Dispatcher(registry, default_policy=RoundRobinPolicy), models)
     finally:
         await registry.stop()
 

@@ -28,7 +28,19 @@ ADMIN = "admin-key"
 PLAIN = "plain-key"
 KEYS = {
     name: f"key-of-{name}"
-    for name in ("ident", "blocked", "alias", "rpm", "tpm", "leave", "conc", "rot", "emb")
+    for name in (
+        "ident",
+        "blocked",
+        "alias",
+        "rpm",
+        "tpm",
+        "leave",
+        "conc",
+        "rot",
+        "emb",
+        "outage",
+        "emb_outage",
+    )
 }
 
 
@@ -48,6 +60,8 @@ TENANTS: dict[str, Any] = {
     "leave": {"keys": [KEYS["leave"]], "tokens_per_minute": per_minute(300)},
     "conc": {"keys": [KEYS["conc"]], "concurrent_requests": 1},
     "emb": {"keys": [KEYS["emb"]], "tokens_per_minute": per_minute(50)},
+    "outage": {"keys": [KEYS["outage"]], "tokens_per_minute": per_minute(300)},
+    "emb_outage": {"keys": [KEYS["emb_outage"]], "tokens_per_minute": per_minute(50)},
 }
 
 
@@ -98,11 +112,13 @@ async def stream_until(
     return seen
 
 
-async def eventually_ok(client: httpx.AsyncClient, key: str, body: dict[str, Any]) -> None:
+async def eventually_ok(
+    client: httpx.AsyncClient, key: str, body: dict[str, Any], path: str = CHAT
+) -> None:
     """The request succeeds within a few seconds (budgets are given back in the background)."""
     deadline = time.monotonic() + 5
     while True:
-        answer = await client.post(CHAT, json=body, headers=bearer(key))
+        answer = await client.post(path, json=body, headers=bearer(key))
         if answer.status_code == 200:
             return
         assert answer.status_code == 429, answer.text
@@ -255,6 +271,39 @@ async def test_a_client_leaving_settles_its_reservation_to_what_was_generated(
         await leaving
     router.sims[0].knobs.update({"delay_ms": 0.0})
     await eventually_ok(client, KEYS["leave"], {**body, "stream": False})
+
+
+async def test_a_request_no_worker_served_gives_back_its_whole_reservation(
+    router: Router, client: httpx.AsyncClient
+) -> None:
+    """28 + 200 of a 300-token window reserved, then the worker fails before answering: the
+    reservation is given back whole, so the same request fits again at once (it would not
+    for the rest of the window if a worker outage kept what its requests reserved)."""
+    fresh_window(WINDOW_S, need_s=8)
+    body = chat(" ".join(["word"] * 20), max_tokens=200)
+    router.sims[0].knobs.update({"fail_status": "UNAVAILABLE", "fault_budget": 1})
+    try:
+        failed = await client.post(CHAT, json=body, headers=bearer(KEYS["outage"]))
+    finally:
+        router.sims[0].knobs.update({"fail_status": None, "fault_budget": None})
+    assert failed.status_code >= 500, failed.text
+    await eventually_ok(client, KEYS["outage"], body)
+
+
+async def test_an_embedding_no_worker_served_gives_back_its_input_tokens(
+    router: Router, client: httpx.AsyncClient
+) -> None:
+    """The same for an embedding: 30 input tokens of a 50-token window, the worker fails, and
+    30 fit again at once."""
+    fresh_window(WINDOW_S, need_s=8)
+    body = {"model": MODEL, "input": [5] * 30}
+    router.sims[0].knobs.update({"fail_status": "UNAVAILABLE", "fault_budget": 1})
+    try:
+        failed = await client.post("/v1/embeddings", json=body, headers=bearer(KEYS["emb_outage"]))
+    finally:
+        router.sims[0].knobs.update({"fail_status": None, "fault_budget": None})
+    assert failed.status_code >= 500, failed.text
+    await eventually_ok(client, KEYS["emb_outage"], body, "/v1/embeddings")
 
 
 # -- concurrency -------------------------------------------------------------------------------

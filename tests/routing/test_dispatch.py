@@ -71,7 +71,7 @@ async def test_one_pick_per_request_exact_sequence(workers, registry_for, n: int
 async def test_starts_with_no_worker_up_and_picks_them_up_later(registry_for) -> None:
     late = TestWorker()
     registry = await registry_for([late], wait=False)
-    dispatcher = Dispatcher(registry)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     assert not registry.has_ready_worker("m")
     t0 = time.monotonic()
     with pytest.raises(NoWorkerAvailable) as err:
@@ -129,7 +129,7 @@ async def test_all_workers_failing_gives_up_with_status(workers, registry_for) -
     registry = await registry_for(fleet, retry=RetrySettings(max_attempts=2, initial_backoff_ms=1))
     for w in fleet:
         w.fail_code = grpc.StatusCode.INTERNAL
-    dispatcher = Dispatcher(registry)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     with pytest.raises(WorkerRequestError) as err:
         await dispatcher.open_stream("m", ROUTING, make_request(), timeout=5)
     assert err.value.status == 500
@@ -212,7 +212,7 @@ async def test_mid_stream_failure_is_not_retried(workers, registry_for) -> None:
     registry = await registry_for(fleet)
     for w in fleet:
         w.fail_after_first = grpc.StatusCode.INTERNAL
-    dispatcher = Dispatcher(registry)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     session = await dispatcher.open_stream("m", ROUTING, make_request(), timeout=5)
     got = [await session.__anext__()]
 
@@ -233,7 +233,7 @@ async def test_aclose_cancels_and_aborts_on_worker(workers, registry_for) -> Non
     registry = await registry_for(fleet)
     fleet[0].chunks = 1000
     fleet[0].chunk_delay = 0.01
-    dispatcher = Dispatcher(registry)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     session = await dispatcher.open_stream("m", ROUTING, make_request("long"), timeout=30)
     assert session.worker.in_flight == 1
     await session.__anext__()
@@ -255,7 +255,7 @@ async def test_busy_worker_with_slow_probe_stays_ready(workers, registry_for) ->
     fleet[0].health_delay = 1.0  # every probe times out (timeout 0.5 s)
     fleet[0].chunks = 40
     fleet[0].chunk_delay = 0.02
-    dispatcher = Dispatcher(registry)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     for i in range(2):  # ~0.8 s each: several probe intervals with real traffic flowing
         assert (await run_one(dispatcher, rid=f"busy{i}"))[1] == 41
         assert worker.state is WorkerState.READY
@@ -285,7 +285,9 @@ async def test_multi_model_candidates_and_policy_swap(workers, registry_for) -> 
     registry = await registry_for([*a, *b])
     assert registry.models() == ["alpha", "beta"]
     assert len(registry.workers_for("alpha")) == 2
-    dispatcher = Dispatcher(registry, policies={"alpha": RoundRobinPolicy()})
+    dispatcher = Dispatcher(
+        registry, policies={"alpha": RoundRobinPolicy()}, default_policy=RoundRobinPolicy
+    )
     beta_id = f"127.0.0.1:{b[0].port}"
     for i in range(4):
         assert (await run_one(dispatcher, "alpha", f"a{i}"))[0] != beta_id
@@ -326,7 +328,7 @@ async def test_deadline_before_first_response_is_504_without_hanging(workers, re
     registry = await registry_for(fleet)
     for w in fleet:
         w.first_delay = 5.0
-    dispatcher = Dispatcher(registry)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     t0 = time.monotonic()
     with pytest.raises(WorkerRequestError) as err:
         await dispatcher.open_stream("m", ROUTING, make_request(), timeout=0.3)
@@ -341,7 +343,7 @@ async def test_policy_hears_membership_changes(workers, registry_for) -> None:
     fleet = await workers(3)
     registry = await registry_for(fleet[:2])
     policy = ConsistentHashingPolicy()
-    dispatcher = Dispatcher(registry, policies={"m": policy})
+    dispatcher = Dispatcher(registry, policies={"m": policy}, default_policy=RoundRobinPolicy)
     assert policy._ring.members == {w.id for w in registry.all()}
     added = await registry.add(WorkerSpec(url=fleet[2].url), wait_s=3)
     assert added.routable
@@ -380,7 +382,7 @@ def test_per_worker_overrides_apply() -> None:
 async def test_session_released_once_every_choice_completed(workers, registry_for) -> None:
     fleet = await workers(1)
     registry = await registry_for(fleet)
-    dispatcher = Dispatcher(registry)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     session = await dispatcher.open_stream("m", ROUTING, make_request("done"), timeout=5)
     seen = []
     while True:
@@ -406,7 +408,7 @@ async def test_health_checks_disabled_ready_after_discovery(workers, registry_fo
     assert worker.routable
     assert worker.model_id == "m"
     assert fleet[0].health_checks == 0
-    assert (await run_one(Dispatcher(registry)))[1] == 4
+    assert (await run_one(Dispatcher(registry, default_policy=RoundRobinPolicy)))[1] == 4
 
 
 async def test_hung_worker_times_out_is_aborted_and_retried(workers, registry_for) -> None:
@@ -443,7 +445,9 @@ async def test_hung_worker_alone_gives_504_after_the_first_response_timeout(
     hung.first_delay = 60.0
     t0 = time.monotonic()
     with pytest.raises(WorkerRequestError) as err:
-        await Dispatcher(registry).open_stream("m", ROUTING, make_request("alone"), timeout=30)
+        await Dispatcher(registry, default_policy=RoundRobinPolicy).open_stream(
+            "m", ROUTING, make_request("alone"), timeout=30
+        )
     assert time.monotonic() - t0 < 3
     assert err.value.status == 504
     assert err.value.worker_fault
@@ -484,7 +488,7 @@ async def test_cancelled_wait_is_not_booked_as_a_success(workers, registry_for) 
     worker.breaker.record_failure()
     worker.breaker.record_failure()
     fleet[0].chunk_delay = 5.0  # the first chunk comes, then the worker goes quiet
-    dispatcher = Dispatcher(registry)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     session = await dispatcher.open_stream("m", ROUTING, make_request("quiet"), timeout=30)
     await session.__anext__()
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import turnout
+from turnout.plugins.policies.simple import RoundRobinPolicy
 from turnout.routing.dispatch import Dispatcher
 from turnout.sim import SimWorker
 from turnout.workers.errors import WorkerRequestError
@@ -64,7 +65,7 @@ async def test_a_request_failed_after_a_retry_leaves_no_cycles(no_gc: None) -> N
     try:
         for worker in registry.all():
             assert await registry.wait_ready(worker.id, 10)
-        dispatcher = Dispatcher(registry)
+        dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
         assert [await failed_open(dispatcher, f"retried {i}") for i in range(3)] == [503] * 3
         assert our_garbage() == []
     finally:

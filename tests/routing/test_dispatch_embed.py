@@ -99,7 +99,9 @@ async def test_all_failing_gives_up_after_max_attempts(workers, registry_for) ->
     for w in fleet:
         w.fail_code = grpc.StatusCode.INTERNAL
     with pytest.raises(WorkerRequestError) as err:
-        await Dispatcher(registry).embed("m", ROUTING, embed_request(), timeout=5)
+        await Dispatcher(registry, default_policy=RoundRobinPolicy).embed(
+            "m", ROUTING, embed_request(), timeout=5
+        )
     assert (err.value.status, err.value.attempts) == (500, 2)
     assert "after 2 attempts" in err.value.message
     assert sum(w.embeds for w in fleet) == 2
@@ -130,7 +132,7 @@ async def test_in_flight_while_running_and_cancel_aborts(workers, registry_for) 
     (slow,) = await workers(1)
     registry = await registry_for([slow])
     slow.embed_delay = 60.0
-    dispatcher = Dispatcher(registry)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     call = asyncio.ensure_future(dispatcher.embed("m", ROUTING, embed_request("gone"), timeout=30))
     (worker,) = registry.all()
     assert await eventually(lambda: slow.active == 1, within=3.0)
@@ -150,5 +152,7 @@ async def test_no_worker_for_the_model(registry_for) -> None:
     late = TestWorker()
     registry = await registry_for([late], wait=False)
     with pytest.raises(NoWorkerAvailable) as err:
-        await Dispatcher(registry).embed("m", ROUTING, embed_request(), timeout=5)
+        await Dispatcher(registry, default_policy=RoundRobinPolicy).embed(
+            "m", ROUTING, embed_request(), timeout=5
+        )
     assert err.value.status == 503

@@ -15,7 +15,8 @@ from turnout.plugins.policies.hashing import ConsistentHashingPolicy, PrefixHash
 from turnout.plugins.policies.load import LeastLoadPolicy, PowerOfTwoPolicy
 from turnout.plugins.policies.manual import ManualPolicy
 from turnout.plugins.policies.simple import RandomPolicy, RoundRobinPolicy
-from turnout.routing.dispatch import Dispatcher, GenerateSession
+from turnout.routing.dispatch import Dispatcher
+from turnout.routing.session import WorkerSession
 from turnout.routing.types import Policy, RoutingRequest
 from turnout.sim import SimProcess, get_records, set_knobs
 from turnout.wire import WorkerClient, pb
@@ -71,7 +72,7 @@ async def registry_of() -> AsyncIterator[Callable[..., object]]:
 
 async def open_one(
     dispatcher: Dispatcher, rid: str, tokens: list[int], max_new: int = 2, key: str | None = None
-) -> GenerateSession:
+) -> WorkerSession:
     routing = RoutingRequest(model=MODEL, token_ids=tuple(tokens), routing_key=key)
     return await dispatcher.open_stream(MODEL, routing, request(rid, tokens, max_new), timeout=60)
 
@@ -98,7 +99,7 @@ async def test_a_dp_worker_offers_one_candidate_per_rank(dp_sims, registry_of) -
     assert all(isinstance(c, DpRank) and c.worker is worker for c in candidates)
     assert [r["rank"] for r in worker.info()["dp_ranks"]] == [0, 1, 2, 3]
     ring = ConsistentHashingPolicy()
-    Dispatcher(registry, policies={MODEL: ring})
+    Dispatcher(registry, policies={MODEL: ring}, default_policy=RoundRobinPolicy)
     assert ring._ring.members == {c.id for c in candidates}  # policies learn the ranks
     # Every request carries the rank the router chose, and the sim serves it on that rank.
     dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
@@ -118,7 +119,7 @@ async def test_long_requests_spread_over_ranks_instead_of_queueing_on_one(
     (sim,) = await dp_sims(1, "--delay-ms", "5")
     registry = await registry_of([WorkerSpec(url=sim.url)])
     dispatcher = Dispatcher(registry, default_policy=LeastLoadPolicy)
-    long_ones: list[GenerateSession] = []
+    long_ones: list[WorkerSession] = []
     try:
         for turn in range(4):
             # Long enough to outlast the whole sequence even on a busy machine (closed below).

@@ -4,15 +4,17 @@ get the request with one rendezvous, the answer comes from decode, both legs alw
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 
-from turnout.routing.dispatch import Dispatcher, GenerateSession
+from turnout.plugins.policies.simple import RoundRobinPolicy
+from turnout.routing.dispatch import Dispatcher
 from turnout.routing.pd import ChoicesSession, PairSession, draw_room
-from turnout.routing.types import RoutingRequest
+from turnout.routing.session import WorkerSession
+from turnout.routing.types import Candidate, RoutingRequest
 from turnout.sim import SimWorker
 from turnout.wire import pb
 from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError
@@ -21,6 +23,7 @@ from turnout.workers.roles import Role
 from turnout.workers.settings import WorkerSpec
 
 from ..wire._helpers import chat_ids, request
+from ._cands import Prefers
 from .conftest import fast_settings
 
 MODEL = "turnout-demo"
@@ -71,7 +74,7 @@ async def start_fleet(
     await registry.start()
     for worker in registry.all():
         assert await registry.wait_ready(worker.id, 10)
-    return Fleet(p_sims, d_sims, registry, Dispatcher(registry))
+    return Fleet(p_sims, d_sims, registry, Dispatcher(registry, default_policy=RoundRobinPolicy))
 
 
 @pytest.fixture
@@ -206,17 +209,64 @@ async def test_a_cancelled_open_leaves_nothing_running(fleet_of) -> None:
 
 @pytest.mark.parametrize("failing", ["prefill", "decode"])
 async def test_a_failing_leg_retries_the_pair_without_its_worker(fleet_of, failing) -> None:
+    """The failing role's policy would pick the failed worker again: only the dispatcher's
+    exclusion keeps each request's retry off it."""
     fleet = await fleet_of(2, 2)
     bad = fleet.prefills[0] if failing == "prefill" else fleet.decodes[0]
     bad.knobs.update({"fail_status": "UNAVAILABLE"})
     bad_id = bad.url.removeprefix("grpc://")
+    role = Role(failing)
+    dispatcher = Dispatcher(
+        fleet.registry,
+        default_policy=RoundRobinPolicy,
+        role_policy=lambda model, r: Prefers(bad_id) if r is role else RoundRobinPolicy(),
+    )
     for i in range(6):
         req = request(f"try {i}", request_id=f"t{i}", max_new_tokens=4)
-        session = await fleet.dispatcher.open_stream(MODEL, routing(f"try {i}"), req, 30)
+        session = await dispatcher.open_stream(MODEL, routing(f"try {i}"), req, 30)
         used = session.prefill_worker.id if failing == "prefill" else session.worker.id
         assert used != bad_id
         await read_all(session)
+        assert [r.request_id for r in bad.requests].count(f"t{i}") <= 1
     assert fleet.registry.get(bad_id).failures_total >= 1
+    assert await fleet.all_ended()
+
+
+async def test_decode_workers_are_offered_whole_not_per_rank(fleet_of) -> None:
+    """A decode worker's own scheduler picks its rank (from the bootstrap room): its policy is
+    offered, and told of, whole workers; prefill workers offer their ranks."""
+    fleet = await fleet_of(1, 2, dp_size=2)
+    seen: dict[Role, list[list[str]]] = {Role.PREFILL: [], Role.DECODE: []}
+    told: dict[Role, list[list[str]]] = {Role.PREFILL: [], Role.DECODE: []}
+
+    class Recording(RoundRobinPolicy):
+        def __init__(self, role: Role) -> None:
+            super().__init__()
+            self.role = role
+
+        def select(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Candidate:
+            seen[self.role].append([c.id for c in candidates])
+            return super().select(request, candidates)
+
+        def on_workers_changed(self, worker_ids: Sequence[str]) -> None:
+            told[self.role].append(list(worker_ids))
+
+    dispatcher = Dispatcher(
+        fleet.registry,
+        default_policy=RoundRobinPolicy,
+        role_policy=lambda model, role: Recording(role),
+    )
+    session = await dispatcher.open_stream(
+        MODEL, routing(), request("ranks", request_id="whole", max_new_tokens=4), 30
+    )
+    await read_all(session)
+    decode_ids = sorted(s.url.removeprefix("grpc://") for s in fleet.decodes)
+    prefill_id = fleet.prefills[0].url.removeprefix("grpc://")
+    assert seen[Role.DECODE]
+    assert told[Role.DECODE]
+    assert all(sorted(ids) == decode_ids for ids in seen[Role.DECODE] + told[Role.DECODE])
+    assert seen[Role.PREFILL] == [[f"{prefill_id}@0", f"{prefill_id}@1"]]
+    assert not session.worker.id.count("@")
     assert await fleet.all_ended()
 
 
@@ -308,7 +358,7 @@ async def test_regular_sessions_stay_regular(fleet_of) -> None:
         session = await fleet.dispatcher.open_stream(
             "plain", RoutingRequest("plain"), request(request_id="reg", max_new_tokens=3), 30
         )
-        assert isinstance(session, GenerateSession)
+        assert isinstance(session, WorkerSession)
         await read_all(session)
         assert not sim.requests[0].HasField("disaggregated_params")
     finally:

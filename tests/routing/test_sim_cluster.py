@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 import pytest
 
 from turnout.plugins.policies.cache_aware import CacheAwarePolicy
+from turnout.plugins.policies.simple import RoundRobinPolicy
 from turnout.routing.dispatch import Dispatcher
 from turnout.routing.types import RoutingRequest
 from turnout.sim import SimWorker
@@ -78,7 +79,7 @@ async def test_cache_aware_conversations_stick_over_real_workers(cluster) -> Non
 
 async def test_worker_outage_and_recovery(cluster) -> None:
     sims, registry = cluster
-    dispatcher = Dispatcher(registry)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     victim = sims[2]
     victim_id = victim.url.removeprefix("grpc://")
     await victim.stop_serving()
@@ -99,7 +100,7 @@ async def test_worker_outage_and_recovery(cluster) -> None:
 
 async def test_sim_faults_retry_and_client_errors(cluster) -> None:
     sims, registry = cluster
-    dispatcher = Dispatcher(registry)
+    dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     sims[0].knobs.update({"fail_status": "UNAVAILABLE"})
     for i in range(8):
         await generate(dispatcher, f"f{i}", [9, 10, 11])
