@@ -46,7 +46,7 @@ class CallLinesParser:
         *lines, self._pending = self._pending.split("\n")
         return self._emit([line + "\n" for line in lines])
 
-    def finish(self) -> ToolParseStep:
+    def finish(self, truncated: bool = False) -> ToolParseStep:
         rest, self._pending = self._pending, ""
         return self._emit([rest] if rest else [])
 
