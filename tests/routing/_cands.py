@@ -1,16 +1,13 @@
-"""A plain Candidate for policy unit tests (no sockets needed)."""
+"""A plain Candidate for policy unit tests (no sockets needed): turnout.testing's, as plugin
+authors use it."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from turnout.testing.policies import PlainCandidate as Cand
+from turnout.testing.policies import candidates
 
-
-@dataclass
-class Cand:
-    id: str
-    url: str = ""
-    load: int = 0
+__all__ = ["Cand", "fleet"]
 
 
 def fleet(n: int) -> list[Cand]:
-    return [Cand(f"w{i}", f"grpc://10.0.0.{i}:30000") for i in range(n)]
+    return candidates(n)
