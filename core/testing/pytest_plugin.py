@@ -18,6 +18,9 @@ Fixtures (each may be overridden, in a module or a conftest):
   (``tool_parser``, ``reasoning_parser``, ``policy``...; default ``{}``);
 * ``turnout_sim_script`` - what the simulated workers answer (default ``None``: they echo);
 * ``turnout_sims`` - how many simulated workers (default 1);
+* ``turnout_plugins`` - the plugins the router loads (default ``None``: the installed ones;
+  ``load_plugins(allow=["turnout"], extra=[(my_module, "my-plugin", "0")])`` tests a plugin
+  module that is not installed);
 * ``turnout_router`` - the running router (:class:`~turnout.testing.router.RunningRouter`),
   started per test from the fixtures above and stopped after it.
 """
@@ -29,11 +32,13 @@ from typing import Any
 
 import pytest
 
+from turnout.plugin_loader import Plugins
 from turnout.testing.router import RunningRouter, run_router
 
 __all__ = [
     "turnout_config",
     "turnout_model",
+    "turnout_plugins",
     "turnout_router",
     "turnout_sim_script",
     "turnout_sims",
@@ -65,14 +70,25 @@ def turnout_sims() -> int:
 
 
 @pytest.fixture
+def turnout_plugins() -> Plugins | None:
+    """The plugins the router loads (``None``: every installed plugin)."""
+    return None
+
+
+@pytest.fixture
 def turnout_router(
     turnout_config: dict[str, Any],
     turnout_model: dict[str, Any],
     turnout_sim_script: Any,
     turnout_sims: int,
+    turnout_plugins: Plugins | None,
 ) -> Iterator[RunningRouter]:
-    """A router with the installed plugins, in front of ``turnout_sims`` simulated workers."""
+    """A router with ``turnout_plugins``, in front of ``turnout_sims`` simulated workers."""
     with run_router(
-        turnout_config, sims=turnout_sims, model=turnout_model, script=turnout_sim_script
+        turnout_config,
+        sims=turnout_sims,
+        model=turnout_model,
+        script=turnout_sim_script,
+        plugins=turnout_plugins,
     ) as router:
         yield router
