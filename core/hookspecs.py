@@ -6,13 +6,16 @@ specs below, made known to turnout by an entry point in the group ``turnout.plug
     [project.entry-points."turnout.plugins"]
     my_parsers = "my_package.turnout_plugin"
 
-Each hook receives a ``register`` callable::
+Each hook receives a ``register`` callable, typed by what its factories make
+(:data:`ToolParserRegister`, :data:`ReasoningParserRegister`, :data:`PolicyRegister`,
+:data:`DiscoveryRegister`, :data:`ChatFormatRegister`)::
 
     register(name, factory, *, models=(), aliases=(), description="")
 
 - ``name``: the canonical name users put in the config (``tool_parser: my_format``).
-- ``factory``: a class or callable returning a fresh instance, or a lazy ``"module:attr"`` string
-  that turnout imports only when the name is selected (keeps start-up cheap).
+- ``factory``: a class or callable returning a fresh instance (:data:`ToolParserFactory`, ...),
+  or a lazy ``"module:attr"`` string that turnout imports only when the name is selected (keeps
+  start-up cheap).
 - ``models``: model-name glob patterns (case-insensitive, ``fnmatch`` style) served by default
   when the config names no parser/policy for a model.
 - ``aliases``: other names that select the same factory.
@@ -23,23 +26,34 @@ Hooks run once, at start-up. Requests never go through pluggy.
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Protocol, TypeAlias, TypeVar
 
 import pluggy
+
+if TYPE_CHECKING:
+    from turnout.chat_formats.types import ChatFormat
+    from turnout.discovery.types import DiscoveryProvider
+    from turnout.reasoning.types import ReasoningParser
+    from turnout.routing.types import Policy
+    from turnout.tool_calls.types import ToolParser
 
 PROJECT_NAME = "turnout"
 
 hookspec = pluggy.HookspecMarker(PROJECT_NAME)
 hookimpl = pluggy.HookimplMarker(PROJECT_NAME)
 
+F_contra = TypeVar("F_contra", contravariant=True)
 
-class Register(Protocol):
-    """The ``register`` callable handed to every ``turnout_register_*`` hook."""
+
+class Register(Protocol[F_contra]):
+    """The ``register`` callable handed to every ``turnout_register_*`` hook; ``F_contra`` is
+    the type of the hook's factories (a lazy ``"module:attr"`` string is always accepted)."""
 
     def __call__(
         self,
         name: str,
-        factory: object,
+        factory: F_contra | str,
         *,
         models: tuple[str, ...] | list[str] = (),
         aliases: tuple[str, ...] | list[str] = (),
@@ -47,6 +61,37 @@ class Register(Protocol):
     ) -> None:
         """Register ``factory`` under ``name`` (see the module docstring)."""
         ...
+
+
+class ReasoningParserFactory(Protocol):
+    """Makes one reasoning parser per output; ``start_in_reasoning=None``: the family's
+    default. turnout also reads its class attributes ``start_marker``, ``end_markers`` and
+    ``needs_special_tokens`` (a :class:`~turnout.reasoning.ReasoningParser` class is one)."""
+
+    def __call__(self, *, start_in_reasoning: bool | None = None) -> ReasoningParser:
+        """A fresh parser for one output."""
+        ...
+
+
+#: Makes one tool parser per output, called with no arguments (a parser class is one).
+ToolParserFactory: TypeAlias = "Callable[[], ToolParser]"
+#: Makes a model's policy, called with the policy's ``params`` from the config.
+PolicyFactory: TypeAlias = "Callable[..., Policy]"
+#: Makes the provider of a ``discovery`` entry, called with its ``options``.
+DiscoveryFactory: TypeAlias = "Callable[..., DiscoveryProvider]"
+#: Makes a model's chat format, called with no arguments.
+ChatFormatFactory: TypeAlias = "Callable[[], ChatFormat]"
+
+#: ``register`` of :func:`turnout_register_tool_parsers`.
+ToolParserRegister: TypeAlias = Register[ToolParserFactory]
+#: ``register`` of :func:`turnout_register_reasoning_parsers`.
+ReasoningParserRegister: TypeAlias = Register[ReasoningParserFactory]
+#: ``register`` of :func:`turnout_register_policies`.
+PolicyRegister: TypeAlias = Register[PolicyFactory]
+#: ``register`` of :func:`turnout_register_discovery`.
+DiscoveryRegister: TypeAlias = Register[DiscoveryFactory]
+#: ``register`` of :func:`turnout_register_chat_formats`.
+ChatFormatRegister: TypeAlias = Register[ChatFormatFactory]
 
 
 # -- Registration hooks -----------------------------------------------------------------------
@@ -59,7 +104,7 @@ class Register(Protocol):
 
 
 @hookspec
-def turnout_register_tool_parsers(register: Register) -> None:
+def turnout_register_tool_parsers(register: ToolParserRegister) -> None:
     """Register tool-call parsers, which turn a model's output into OpenAI ``tool_calls``.
 
     :param register: call ``register(name, factory, *, models=(), aliases=(), description="")``
@@ -76,7 +121,7 @@ def turnout_register_tool_parsers(register: Register) -> None:
 
 
 @hookspec
-def turnout_register_reasoning_parsers(register: Register) -> None:
+def turnout_register_reasoning_parsers(register: ReasoningParserRegister) -> None:
     """Register reasoning parsers, which split reasoning text from the answer.
 
     :param register: call ``register(name, factory, *, models=(), aliases=(), description="")``
@@ -94,7 +139,7 @@ def turnout_register_reasoning_parsers(register: Register) -> None:
 
 
 @hookspec
-def turnout_register_policies(register: Register) -> None:
+def turnout_register_policies(register: PolicyRegister) -> None:
     """Register worker selection policies, which pick the worker for each request.
 
     :param register: call ``register(name, factory, *, models=(), aliases=(), description="")``
@@ -111,7 +156,7 @@ def turnout_register_policies(register: Register) -> None:
 
 
 @hookspec
-def turnout_register_discovery(register: Register) -> None:
+def turnout_register_discovery(register: DiscoveryRegister) -> None:
     """Register discovery providers (sources of workers that join and leave at run time).
 
     :param register: call ``register(name, factory, *, models=(), aliases=(), description="")``
@@ -129,7 +174,7 @@ def turnout_register_discovery(register: Register) -> None:
 
 
 @hookspec
-def turnout_register_chat_formats(register: Register) -> None:
+def turnout_register_chat_formats(register: ChatFormatRegister) -> None:
     """Register chat formats, which render chat prompts and read outputs as token ids.
 
     :param register: call ``register(name, factory, *, models=(), aliases=(), description="")``

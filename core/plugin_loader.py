@@ -170,7 +170,7 @@ def load_plugins(
     return Plugins(registries, loaded=list(origins.values()), failures=failures)
 
 
-def _registrar(registry: Registry[Any], origin: LoadedPlugin) -> hookspecs.Register:
+def _registrar(registry: Registry[Any], origin: LoadedPlugin) -> hookspecs.Register[Any]:
     def register(
         name: str,
         factory: object,

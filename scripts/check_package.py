@@ -40,7 +40,10 @@ def main() -> None:
     by_dist = {p["distribution"]: p for p in report["plugins"]}
     assert not report["failures"], report["failures"]
     assert "qwen" in {p["name"] for p in by_dist["turnout"]["tool_parsers"]}, by_dist
-    assert by_dist["turnout-example-plugin"]["policies"][0]["name"] == "first_worker", by_dist
+    listed = by_dist["turnout-example-plugin"]
+    assert [p["name"] for p in listed["tool_parsers"]] == ["bracket_calls"], listed
+    assert [p["name"] for p in listed["policies"]] == ["pinned"], listed
+    assert [p["name"] for p in listed["discovery"]] == ["static_list"], listed
     # Every lazily registered built-in must import from the wheel.
     check = (
         "import turnout\n"

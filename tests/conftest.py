@@ -15,6 +15,9 @@ SHARED_DIR = REPO_ROOT.parent / "shared"
 
 __all__ = ["pytest_make_collect_report", "pytest_runtest_makereport"]
 
+#: The fixtures turnout ships to plugin authors (turnout_router, ...), tested on turnout itself.
+pytest_plugins = ["turnout.testing.pytest_plugin"]
+
 
 @pytest.fixture
 def shared_dir() -> Path:

@@ -67,24 +67,27 @@ def test_pip_installed_third_party_plugin_is_listed(example_site: Path) -> None:
     report = json.loads(result.stdout)
     (example,) = [p for p in report["plugins"] if p["distribution"] == "turnout-example-plugin"]
     assert example["version"] == "0.1.0"
-    assert [p["name"] for p in example["tool_parsers"]] == ["call_lines"]
+    assert [p["name"] for p in example["tool_parsers"]] == ["bracket_calls"]
     assert example["tool_parsers"][0]["models"] == ["example-*"]
-    assert [p["name"] for p in example["policies"]] == ["first_worker"]
+    assert [p["name"] for p in example["policies"]] == ["pinned"]
+    assert [p["name"] for p in example["discovery"]] == ["static_list"]
 
 
 def test_config_can_select_the_third_party_plugin(example_site: Path, tmp_path: Path) -> None:
     config = tmp_path / "turnout.yaml"
     config.write_text(
         "workers: [{url: 'grpc://127.0.0.1:1', model: example-7b}]\n"
-        "models:\n  example-7b: {policy: first_worker}\n"
+        "models:\n  example-7b: {policy: {name: pinned, params: {url: 'grpc://127.0.0.1:1'}}}\n"
+        "discovery: [{provider: static_list, options: {urls: ['grpc://127.0.0.1:2']}}]\n"
     )
     result = run_turnout("check", "--config", str(config), env={"PYTHONPATH": str(example_site)})
     assert result.returncode == 0, result.stderr
-    assert "example-7b: tool_parser=call_lines" in result.stdout
-    assert "policy=first_worker" in result.stdout
+    assert "example-7b: tool_parser=bracket_calls" in result.stdout
+    assert "policy=pinned" in result.stdout
+    assert "1 listed worker(s)" in result.stdout
     without = run_turnout("check", "--config", str(config), env={"TURNOUT_PLUGINS": "turnout"})
     assert without.returncode == 2
-    assert "unknown policy 'first_worker'" in without.stderr
+    assert "unknown policy 'pinned'" in without.stderr
 
 
 def test_the_example_plugins_own_tests_pass_with_the_shipped_harness(
@@ -103,7 +106,9 @@ def test_the_example_plugins_own_tests_pass_with_the_shipped_harness(
         check=False,
     )  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "2 passed" in result.stdout
+    assert " passed" in result.stdout
+    assert "failed" not in result.stdout
+    assert "skipped" not in result.stdout
 
 
 def test_prefill_and_decode_flags_make_a_pd_fleet(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ class Touchy:
             raise RuntimeError("tool parser exploded")
         return ToolParseStep(delta)
 
-    def finish(self):
+    def finish(self, truncated=False):
         return ToolParseStep()
 
 

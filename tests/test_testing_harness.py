@@ -18,6 +18,7 @@ from turnout.testing import (
     assert_chunking_invariant,
     assert_cut_off_consistent,
     chunking_property,
+    run_tool_parser,
     split,
     tools_for,
 )
@@ -63,7 +64,7 @@ class CallLines:
         *lines, self._pending = self._pending.split("\n")
         return self._emit([line + "\n" for line in lines])
 
-    def finish(self) -> ToolParseStep:
+    def finish(self, truncated: bool = False) -> ToolParseStep:
         rest, self._pending = self._pending, ""
         return self._emit([rest] if rest else [])
 
@@ -192,9 +193,24 @@ def test_reasoning_parsers_are_told_apart_and_checked() -> None:
         assert_chunking_invariant(Hasty, text)
 
 
-def test_a_parser_without_truncated_ends_a_cut_off_output_as_usual() -> None:
+def test_a_cut_off_output_ends_like_any_other_when_the_parser_keeps_no_open_call() -> None:
     cut = TEXT + "CALL get_weather {"
     assert assert_cut_off_consistent(CallLines, cut) == CallLines().parse_complete(cut, None)
+
+
+def test_finish_is_always_told_by_keyword_whether_the_output_was_cut_off() -> None:
+    """One declared signature, ``finish(truncated=False)``: nothing probes what a parser's
+    ``finish`` accepts (a wrapper's ``**kwargs`` hides nothing)."""
+    told: list[object] = []
+
+    class Recording(CallLines):
+        def finish(self, *args: object, **kwargs: bool) -> ToolParseStep:
+            told.append(kwargs.get("truncated"))
+            return super().finish(*args, **kwargs)
+
+    run_tool_parser(Recording(), ["CALL f {"], truncated=True)
+    run_tool_parser(Recording(), ["CALL f {"])
+    assert told == [True, False]
 
 
 def test_split_cycles_the_sizes() -> None:

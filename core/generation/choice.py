@@ -23,7 +23,7 @@ from turnout.errors import ParserError
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, TokenLogprob, ToolCallPiece
 from turnout.observability.metrics import note_parser_error
 from turnout.reasoning.types import ReasoningParser
-from turnout.tool_calls.types import ToolCallDelta, ToolParser, Tools, finish_tool_parser
+from turnout.tool_calls.types import ToolCallDelta, ToolParser, Tools
 
 log = logging.getLogger(__name__)
 
@@ -403,7 +403,7 @@ class ChoiceProcessor:
                 self._content(step.normal_text, delta)
         if self._tool_parser is not None:
             try:
-                step_t = finish_tool_parser(self._tool_parser, truncated)
+                step_t = self._tool_parser.finish(truncated=truncated)
             except Exception as exc:
                 self._parser_failed("tool", exc)
             else:

@@ -38,6 +38,10 @@ class ReasoningParser(Protocol):
     #: The marker that opens reasoning (``"<think>"``); the pipeline uses it to notice a prompt
     #: that already ends inside reasoning. Empty when the family has no textual start marker.
     start_marker: ClassVar[str]
+    #: The markers that close reasoning (``("</think>",)``); the pipeline uses them to notice a
+    #: prompt that already closed reasoning (thinking switched off by the template). Empty when
+    #: the family has no textual end marker.
+    end_markers: ClassVar[tuple[str, ...]]
     #: True when the markers are special tokens that must not be skipped in decoding.
     needs_special_tokens: ClassVar[bool]
 

@@ -32,7 +32,6 @@ from turnout.tool_calls.types import (
     ToolParseResult,
     ToolParseStep,
     Tools,
-    finish_tool_parser,
     fold_steps,
 )
 
@@ -89,9 +88,9 @@ def run_tool_parser(
 ) -> tuple[ToolParseResult, list[ToolParseStep]]:
     """Feed ``chunks`` to ``parser`` as turnout does, then ``finish``; return the folded
     result and the raw steps. ``truncated`` ends as an output cut off by the token limit
-    (passed to ``finish`` only when it declares the parameter, as turnout does)."""
+    (``finish(truncated=True)``, as turnout calls it)."""
     steps = [parser.parse_incremental(chunk, tools) for chunk in chunks]
-    steps.append(finish_tool_parser(parser, truncated))
+    steps.append(parser.finish(truncated=truncated))
     return fold_steps(steps), steps
 
 

@@ -1,9 +1,9 @@
 """Shared machinery for incremental tool-call parsers written as a grammar over streamed text.
 
 A parser subclasses :class:`GrammarToolParser` and writes its format as a generator method
-:meth:`GrammarToolParser._grammar`. The grammar reads the buffered output with small helper
-generators (``yield from self._peek()``, ``self._ws()``, ``self._expect(lit)``, ``self._text_until
-(markers)``, ``self._call_object(shape)``, ``self._named_call(name)``...). A helper that needs
+:meth:`GrammarToolParser.grammar`. The grammar reads the buffered output with small helper
+generators (``yield from self.peek()``, ``self.skip_ws()``, ``self.expect(lit)``, ``self.text_until
+(markers)``, ``self.call_object(shape)``, ``self.named_call(name)``...). A helper that needs
 more text yields; the driver resumes the grammar when the next delta arrives, or at ``finish``
 with ``eof`` set, where every helper decides without waiting. Every decision therefore depends
 only on the text, never on how it was chunked, and ``parse_complete`` simply runs the same
@@ -24,7 +24,7 @@ Project-wide rules implemented here (parsers document their format-specific choi
   that turns out broken can still become normal text: an agent never receives a call whose
   arguments it cannot trust (see docs/plugins.md, "When calls are released").
 * With a non-empty ``tools`` list, a call to another name is *rejected*: its raw text (from the
-  element start, see :meth:`GrammarToolParser._mark_element`) stays in the normal text verbatim.
+  element start, see :meth:`GrammarToolParser.mark_element`) stays in the normal text verbatim.
 * Arguments are the model's JSON text verbatim (raw control characters inside strings escaped).
   A JSON string holding a JSON object is unwrapped once; ``null`` or missing arguments become
   ``{}``.
@@ -60,7 +60,7 @@ _PASS: Final = 0
 _HOLD: Final = 1
 _DROP: Final = 2
 
-#: Outcomes of :meth:`GrammarToolParser._call_object` / :meth:`GrammarToolParser._named_call`.
+#: Outcomes of :meth:`GrammarToolParser.call_object` / :meth:`GrammarToolParser.named_call`.
 OK: Final = "ok"  # the call ended properly and was released
 REJECTED: Final = "rejected"  # well-formed call to a function not offered: its text was released
 FAILED: Final = "failed"  # not a call, or broken: held text still to release, resume at pos
@@ -102,7 +102,26 @@ def finish_arguments(text: str, first: str) -> str:
 
 
 class GrammarToolParser:
-    """Base class of the grammar-driven parsers (see the module docstring)."""
+    """Base class of the grammar-driven parsers (see the module docstring).
+
+    Most formats need no method at all: subclass :class:`~turnout.tool_calls.BlockCallsParser`
+    (markers around JSON call objects), :class:`~turnout.tool_calls.BareJsonParser` or
+    :class:`~turnout.tool_calls.TaggedCallsParser` and set their class attributes. A format of its
+    own overrides :meth:`grammar` and writes it with the public helpers below:
+
+    * reading (generators, used as ``yield from self.peek()``): :meth:`peek`, :meth:`skip_ws`,
+      :meth:`expect`, :meth:`expect_any`, :meth:`text_until`, :meth:`name_until`, :meth:`word`,
+      :meth:`skip_value`;
+    * calls: :meth:`call_object`, :meth:`call_array`, :meth:`named_call` (they announce, read,
+      confirm or reject a call and return ``OK``, ``REJECTED`` or ``FAILED``), or by hand
+      :meth:`announce`, :meth:`read_arguments`, :meth:`confirm`, :meth:`emit_call`,
+      :meth:`allowed`;
+    * what happens to consumed text: :meth:`start_block`, :meth:`hold`, :meth:`mark_element`,
+      :meth:`release`, :meth:`drop`, :meth:`reject`, :meth:`close_block`.
+
+    Class attributes: ``call_id_style`` (see :class:`~turnout.tool_calls.ToolParser`) and
+    ``needs_special_tokens`` (default True: set it False when the markers are plain text).
+    """
 
     call_id_style: ClassVar[CallIdStyle] = "openai"
     needs_special_tokens: ClassVar[bool] = True
@@ -119,7 +138,7 @@ class GrammarToolParser:
         self._mode = _PASS
         self._held: list[str] = []
         self._elem = 0
-        self._gen: Generator[None, None, None] | None = self._grammar()
+        self._gen: Generator[None, None, None] | None = self.grammar()
         self._dead = False
         # The call being read (announced, not yet released): its name, its arguments text, and
         # where in ``_held`` the raw text of its arguments value starts (``None``: not reading).
@@ -129,8 +148,15 @@ class GrammarToolParser:
 
     # -- the format -------------------------------------------------------------------------------
 
-    def _grammar(self) -> Generator[None, None, None]:
-        """The format, as a generator over ``self._buf`` (see the module docstring)."""
+    def grammar(self) -> Generator[None, None, None]:
+        """The format: override it in a parser with a format of its own.
+
+        A generator that reads the output with the reading helpers (``yield from
+        self.text_until(markers)``...) and returns when the output is used up; it is started
+        once per output and never sees how the text was chunked. Text it consumes is normal
+        text unless :meth:`hold` or :meth:`announce` changed the mode; whatever it leaves
+        unconsumed at the end is normal text too.
+        """
         raise NotImplementedError
 
     # -- public API --------------------------------------------------------------------------
@@ -243,21 +269,21 @@ class GrammarToolParser:
                 self._held.append(raw)
         return raw
 
-    def _start_block(self, marker: str) -> None:
+    def start_block(self, marker: str) -> None:
         """A block starts with ``marker`` (already read): hold it, the element starts here."""
         self._mode = _HOLD
         self._held.append(marker)
         self._elem = 0
 
-    def _hold(self) -> None:
+    def hold(self) -> None:
         """Hold consumed text from here on (it is kept until released or dropped)."""
         self._mode = _HOLD
 
-    def _mark_element(self) -> None:
+    def mark_element(self) -> None:
         """The current call element's raw text starts here (what a rejection releases)."""
         self._elem = len(self._held)
 
-    def _release(self) -> None:
+    def release(self) -> None:
         """Held text was not a call after all (or a call broke): emit it as normal text;
         consumed text passes."""
         if self._held:
@@ -267,22 +293,22 @@ class GrammarToolParser:
         self._elem = 0
         self._mode = _PASS
 
-    def _drop(self) -> None:
+    def drop(self) -> None:
         """Held text was format syntax: discard it; consumed text passes from here on."""
         self._held.clear()
         self._elem = 0
         self._mode = _PASS
 
-    def _reject(self) -> None:
+    def reject(self) -> None:
         """The current element is a call to a function not offered: keep its raw text."""
         self._text.extend(self._held[self._elem :])
         self._held.clear()
         self._elem = 0
         self._mode = _PASS
 
-    def _announce(self, name: str, arguments: str = "") -> None:
-        """A call to ``name`` starts: from here its text is held until :meth:`_confirm` releases
-        the call or :meth:`_release` turns it into normal text."""
+    def announce(self, name: str, arguments: str = "") -> None:
+        """A call to ``name`` starts: from here its text is held until :meth:`confirm` releases
+        the call or :meth:`release` turns it into normal text."""
         self._mode = _HOLD
         self._call = name
         self._call_args = [arguments] if arguments else []
@@ -292,7 +318,7 @@ class GrammarToolParser:
         if text:
             self._call_args.append(text)
 
-    def _confirm(self) -> None:
+    def confirm(self) -> None:
         """The call being read is complete and valid: release it, drop its syntax."""
         assert self._call is not None
         self._pieces.append((self._count, self._call, "".join(self._call_args)))
@@ -302,17 +328,18 @@ class GrammarToolParser:
         self._elem = 0
         self._mode = _DROP
 
-    def _emit_call(self, name: str, arguments: str) -> None:
+    def emit_call(self, name: str, arguments: str) -> None:
         """Release a complete call at once (formats that validate a call before announcing it)."""
-        self._announce(name, arguments)
-        self._confirm()
+        self.announce(name, arguments)
+        self.confirm()
 
-    def _allowed(self, name: str) -> bool:
+    def allowed(self, name: str) -> bool:
+        """Whether a call to ``name`` may be released (the request offered it, or no tools)."""
         return is_allowed(name, self._names)
 
     # -- reading helpers (generators) -------------------------------------------------------------
 
-    def _peek(self) -> Generator[None, None, str | None]:
+    def peek(self) -> Generator[None, None, str | None]:
         """The next character (not consumed), or ``None`` at end of output."""
         while self._pos >= len(self._buf):
             if self._eof:
@@ -320,7 +347,7 @@ class GrammarToolParser:
             yield
         return self._buf[self._pos]
 
-    def _ws(self) -> Generator[None, None, None]:
+    def skip_ws(self) -> Generator[None, None, None]:
         """Consume whitespace up to the next other character (or the end of output)."""
         while True:
             end = _WS.match(self._buf, self._pos).end()  # type: ignore[union-attr]
@@ -329,7 +356,7 @@ class GrammarToolParser:
                 return
             yield
 
-    def _expect(self, literal: str) -> Generator[None, None, bool]:
+    def expect(self, literal: str) -> Generator[None, None, bool]:
         """Consume ``literal`` if the text continues with it; else consume nothing."""
         while True:
             avail = self._buf[self._pos : self._pos + len(literal)]
@@ -340,7 +367,7 @@ class GrammarToolParser:
                 return False
             yield
 
-    def _expect_any(self, literals: Sequence[str]) -> Generator[None, None, str | None]:
+    def expect_any(self, literals: Sequence[str]) -> Generator[None, None, str | None]:
         """Consume and return the first of ``literals`` the text continues with (or ``None``).
 
         Waits while an earlier literal could still match, so list longer literals first.
@@ -363,7 +390,7 @@ class GrammarToolParser:
                 return None
             yield
 
-    def _text_until(
+    def text_until(
         self, markers: Sequence[str], consume: bool = True
     ) -> Generator[None, None, str | None]:
         """Emit normal text up to the first marker and return it (``None`` at end of output).
@@ -392,7 +419,7 @@ class GrammarToolParser:
             self._consume(len(self._buf) - keep)
             yield
 
-    def _name_until(
+    def name_until(
         self, markers: Sequence[str], allowed: re.Pattern[str], limit: int = 256
     ) -> Generator[None, None, tuple[str, str] | None]:
         """Read a name made of ``allowed`` characters that ends at one of ``markers``.
@@ -415,9 +442,7 @@ class GrammarToolParser:
                 return None
             yield
 
-    def _word(
-        self, allowed: re.Pattern[str], limit: int = 256
-    ) -> Generator[None, None, str | None]:
+    def word(self, allowed: re.Pattern[str], limit: int = 256) -> Generator[None, None, str | None]:
         """Read and consume a run of ``allowed`` characters (``None`` if longer than ``limit``)."""
         while True:
             end = allowed.match(self._buf, self._pos).end()  # type: ignore[union-attr]
@@ -440,7 +465,7 @@ class GrammarToolParser:
 
     # -- calls ------------------------------------------------------------------------------------
 
-    def _read_arguments(self) -> Generator[None, None, bool]:
+    def read_arguments(self) -> Generator[None, None, bool]:
         """Read the current (announced) call's arguments value; ``True`` if it is valid JSON.
 
         Its raw text stays held (a broken value makes the whole call normal text).
@@ -458,29 +483,29 @@ class GrammarToolParser:
                 return False
             yield
 
-    def _skip_value(self) -> Generator[None, None, bool]:
+    def skip_value(self) -> Generator[None, None, bool]:
         """Consume one JSON value in the current mode; ``True`` if it was valid."""
         scanner = JsonScanner(capture=False)
         yield from self._scan(scanner)
         return scanner.status == DONE
 
-    def _named_call(self, name: str) -> Generator[None, None, str]:
+    def named_call(self, name: str) -> Generator[None, None, str]:
         """A call whose name came from the format's syntax; its arguments value follows.
 
         Announces the call (or rejects it) and reads the arguments. Returns ``OK`` (the call
         was released), ``REJECTED`` or ``FAILED`` (broken arguments: the caller releases the
         held text, the call included).
         """
-        if not name or not self._allowed(name):
-            self._reject()
-            return REJECTED if (yield from self._skip_value()) else FAILED
-        self._announce(name)
-        if not (yield from self._read_arguments()):
+        if not name or not self.allowed(name):
+            self.reject()
+            return REJECTED if (yield from self.skip_value()) else FAILED
+        self.announce(name)
+        if not (yield from self.read_arguments()):
             return FAILED
-        self._confirm()
+        self.confirm()
         return OK
 
-    def _call_object(self, shape: CallShape) -> Generator[None, None, str]:
+    def call_object(self, shape: CallShape) -> Generator[None, None, str]:
         """Read a ``{"name": ..., "arguments": ...}`` call object starting at ``{``.
 
         Returns ``OK`` (object closed, the call released), ``REJECTED`` (a call to a function not
@@ -492,8 +517,8 @@ class GrammarToolParser:
         args: str | None = None  # arguments captured before the name was known
         have_args = False
         state = "open"  # "open" (not recognised), "call", "rejected", "other" (not a call)
-        yield from self._ws()
-        c = yield from self._peek()
+        yield from self.skip_ws()
+        c = yield from self.peek()
         if c == "}":
             self._consume(self._pos + 1)
             return FAILED
@@ -505,23 +530,23 @@ class GrammarToolParser:
             if key_scanner.status != DONE:
                 break
             key = json.loads(key_scanner.take())
-            yield from self._ws()
-            if not (yield from self._expect(":")):
+            yield from self.skip_ws()
+            if not (yield from self.expect(":")):
                 break
-            yield from self._ws()
+            yield from self.skip_ws()
             is_name = key in shape.name_keys and name is None
             is_args = key in shape.args_keys and not have_args
             strict_other = shape.strict and not (is_name or is_args or key in shape.extra_keys)
             if state == "open" and strict_other:
-                self._release()
+                self.release()
                 state = "other"
             if state == "open" and is_args and name is not None:
                 # Strict shapes are recognised here: name known, arguments starting.
-                if self._allowed(name):
-                    self._announce(name)
+                if self.allowed(name):
+                    self.announce(name)
                     state = "call"
                 else:
-                    self._reject()
+                    self.reject()
                     state = "rejected"
             if state in ("open", "call") and is_name:
                 scanner = JsonScanner(capture=True)
@@ -532,20 +557,20 @@ class GrammarToolParser:
                 if state == "call":
                     pass  # a second name key after recognition is ignored
                 elif not isinstance(value, str) or not value:
-                    self._release()
+                    self.release()
                     state = "other"
                 else:
                     name = value
                     if not shape.strict or have_args:
-                        if self._allowed(name):
-                            self._announce(name, "" if args is None else args)
+                        if self.allowed(name):
+                            self.announce(name, "" if args is None else args)
                             state = "call"
                         else:
-                            self._reject()
+                            self.reject()
                             state = "rejected"
             elif state == "call" and is_args:
                 have_args = True
-                if not (yield from self._read_arguments()):
+                if not (yield from self.read_arguments()):
                     return FAILED
             elif state == "open" and is_args:
                 have_args = True
@@ -554,21 +579,21 @@ class GrammarToolParser:
                 if scanner.status != DONE:
                     break
                 args = finish_arguments(scanner.take(), scanner.first)
-            elif not (yield from self._skip_value()):
+            elif not (yield from self.skip_value()):
                 break
-            yield from self._ws()
-            c = yield from self._peek()
+            yield from self.skip_ws()
+            c = yield from self.peek()
             if c == ",":
                 self._consume(self._pos + 1)
-                yield from self._ws()
-                c = yield from self._peek()
+                yield from self.skip_ws()
+                c = yield from self.peek()
                 continue
             if c == "}":
                 self._consume(self._pos + 1)
                 if state == "call":
                     if not have_args:
                         self._args("{}")
-                    self._confirm()
+                    self.confirm()
                     return OK
                 if state == "rejected":
                     return REJECTED
@@ -576,29 +601,29 @@ class GrammarToolParser:
             break
         return FAILED  # broken object
 
-    def _call_array(self, shape: CallShape) -> Generator[None, None, str]:
+    def call_array(self, shape: CallShape) -> Generator[None, None, str]:
         """Read ``[call, call, ...]`` starting at ``[`` (the wrapper before it is held).
 
         Returns ``OK`` when the array closed after at least one element (the mode is then
         ``HOLD``, with the closing bracket held for the caller to drop), else ``FAILED`` (held
         text still to release, resume at the current position).
         """
-        self._hold()
+        self.hold()
         self._consume(self._pos + 1)  # "["
-        yield from self._ws()
-        c = yield from self._peek()
+        yield from self.skip_ws()
+        c = yield from self.peek()
         while c == "{":
-            self._mark_element()
-            outcome = yield from self._call_object(shape)
+            self.mark_element()
+            outcome = yield from self.call_object(shape)
             if outcome == FAILED:
                 return FAILED
-            self._hold()
-            yield from self._ws()
-            c = yield from self._peek()
+            self.hold()
+            yield from self.skip_ws()
+            c = yield from self.peek()
             if c == ",":
                 self._consume(self._pos + 1)
-                yield from self._ws()
-                c = yield from self._peek()
+                yield from self.skip_ws()
+                c = yield from self.peek()
                 continue
             if c == "]":
                 self._consume(self._pos + 1)
@@ -606,15 +631,15 @@ class GrammarToolParser:
             return FAILED
         return FAILED
 
-    def _close_block(self, end_markers: Sequence[str]) -> Generator[None, None, None]:
+    def close_block(self, end_markers: Sequence[str]) -> Generator[None, None, None]:
         """After a block: drop held syntax, then an optional end marker (whitespace before it
         is dropped with it; without it the whitespace stays normal text)."""
-        self._drop()
+        self.drop()
         if not end_markers:
             return
-        self._hold()
-        yield from self._ws()
-        if (yield from self._expect_any(end_markers)) is not None:
-            self._drop()
+        self.hold()
+        yield from self.skip_ws()
+        if (yield from self.expect_any(end_markers)) is not None:
+            self.drop()
         else:
-            self._release()
+            self.release()

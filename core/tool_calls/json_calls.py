@@ -25,60 +25,76 @@ NAME_CHARS = re.compile(r"[^\s<>{}\[\]\"'`]*")
 class BlockCallsParser(GrammarToolParser):
     """``START`` + (call object | ``[`` call objects ``]``) + optional ``END``.
 
+    The declarative base of every "marker + JSON" format: a subclass sets its markers and is a
+    complete parser, streaming and one-shot, under the project rules (a call is released once
+    its object is complete; broken calls and calls to functions not offered stay normal text)::
+
+        class ArrowCalls(BlockCallsParser):
+            START_MARKERS = (">>>",)
+            END_MARKERS = ("<<<",)
+            needs_special_tokens = False  # plain-text markers
+
     A single object's raw text counts from the start marker (a rejected call keeps its markers);
-    in an array each element's raw text is the object itself and the wrapper is dropped.
+    in an array each element's raw text is the object itself and the wrapper is dropped. A start
+    marker followed by anything else is handed to :meth:`other_block` (by default: text).
     """
 
+    #: Markers that open a block (the first found in the text wins; list longer ones first).
     START_MARKERS: ClassVar[tuple[str, ...]] = ()
+    #: Markers that close a block; optional at the end of output. Empty: no end marker.
     END_MARKERS: ClassVar[tuple[str, ...]] = ()
     #: Markers removed from normal text wherever they appear (e.g. response wrappers).
     DROP_MARKERS: ClassVar[tuple[str, ...]] = ()
+    #: Keys of the call object (``name``, ``arguments`` or ``parameters`` by default).
     SHAPE: ClassVar[CallShape] = CallShape()
+    #: Accept one call object after the start marker.
     ALLOW_OBJECT: ClassVar[bool] = True
+    #: Accept an array of call objects after the start marker.
     ALLOW_ARRAY: ClassVar[bool] = True
 
-    def _grammar(self) -> Generator[None, None, None]:
+    def grammar(self) -> Generator[None, None, None]:
         markers = self.START_MARKERS + self.DROP_MARKERS
         while True:
-            marker = yield from self._text_until(markers)
+            marker = yield from self.text_until(markers)
             if marker is None:
                 return
             if marker in self.DROP_MARKERS:
                 continue
-            self._start_block(marker)
-            yield from self._ws()
-            c = yield from self._peek()
+            self.start_block(marker)
+            yield from self.skip_ws()
+            c = yield from self.peek()
             if c == "{" and self.ALLOW_OBJECT:
-                outcome = yield from self._call_object(self.SHAPE)
+                outcome = yield from self.call_object(self.SHAPE)
                 if outcome == FAILED:
-                    self._release()
+                    self.release()
                     continue
-                yield from self._after_object(outcome)
+                yield from self.after_object(outcome)
             elif c == "[" and self.ALLOW_ARRAY:
-                if (yield from self._call_array(self.SHAPE)) == FAILED:
-                    self._release()
+                if (yield from self.call_array(self.SHAPE)) == FAILED:
+                    self.release()
                     continue
-                yield from self._close_block(self.END_MARKERS)
+                yield from self.close_block(self.END_MARKERS)
             else:
-                yield from self._other_block()
+                yield from self.other_block()
 
-    def _after_object(self, outcome: str) -> Generator[None, None, None]:
+    def after_object(self, outcome: str) -> Generator[None, None, None]:
+        """After one call object (``outcome`` of :meth:`call_object`): read the end marker."""
         if not self.END_MARKERS:
-            self._drop()
+            self.drop()
             return
         if outcome == OK:
-            self._hold()
+            self.hold()
         # A rejected call passes its own end marker through as normal text.
-        yield from self._ws()
-        end = yield from self._expect_any(self.END_MARKERS)
+        yield from self.skip_ws()
+        end = yield from self.expect_any(self.END_MARKERS)
         if end is not None and outcome == OK:
-            self._drop()
+            self.drop()
         else:
-            self._release()
+            self.release()
 
-    def _other_block(self) -> Generator[None, None, None]:
+    def other_block(self) -> Generator[None, None, None]:
         """The start marker is followed by something else: by default it stays normal text."""
-        self._release()
+        self.release()
         yield from ()
 
 
@@ -97,50 +113,50 @@ class BareJsonParser(GrammarToolParser):
     ALLOW_ARRAY: ClassVar[bool] = True
     needs_special_tokens: ClassVar[bool] = False
 
-    def _grammar(self) -> Generator[None, None, None]:
+    def grammar(self) -> Generator[None, None, None]:
         starts = ("{", "[") if self.ALLOW_ARRAY else ("{",)
         markers = self.TAGS + starts
         while True:
-            marker = yield from self._text_until(markers, consume=False)
+            marker = yield from self.text_until(markers, consume=False)
             if marker is None:
                 return
-            self._hold()
+            self.hold()
             if marker in self.TAGS:
                 self._consume(self._pos + len(marker))
-                yield from self._ws()
+                yield from self.skip_ws()
             while True:
-                c = yield from self._peek()
+                c = yield from self.peek()
                 if c == "{":
-                    self._mark_element()
-                    if (yield from self._call_object(self.SHAPE)) == FAILED:
-                        self._release()
+                    self.mark_element()
+                    if (yield from self.call_object(self.SHAPE)) == FAILED:
+                        self.release()
                         break
-                    self._hold()
+                    self.hold()
                 elif c == "[" and self.ALLOW_ARRAY:
-                    if (yield from self._call_array(self.SHAPE)) == FAILED:
-                        self._release()
+                    if (yield from self.call_array(self.SHAPE)) == FAILED:
+                        self.release()
                         break
-                    self._drop()
-                    self._hold()
+                    self.drop()
+                    self.hold()
                 else:
-                    self._release()
+                    self.release()
                     break
-                yield from self._ws()
-                if self.END_MARKERS and (yield from self._expect_any(self.END_MARKERS)):
-                    self._drop()
-                    self._hold()
-                    yield from self._ws()
-                if self.SEPARATOR and (yield from self._expect(self.SEPARATOR)):
-                    yield from self._ws()
-                if self.TAGS and (yield from self._expect_any(self.TAGS)) is not None:
-                    yield from self._ws()
+                yield from self.skip_ws()
+                if self.END_MARKERS and (yield from self.expect_any(self.END_MARKERS)):
+                    self.drop()
+                    self.hold()
+                    yield from self.skip_ws()
+                if self.SEPARATOR and (yield from self.expect(self.SEPARATOR)):
+                    yield from self.skip_ws()
+                if self.TAGS and (yield from self.expect_any(self.TAGS)) is not None:
+                    yield from self.skip_ws()
 
 
 class TaggedCallsParser(GrammarToolParser):
     """A block begin (optional) + (``CALL_BEGIN`` head args tail)* + a block end.
 
-    Subclasses read the head (up to where the arguments start) in :meth:`_call_head`, which
-    returns the function name, and may override :meth:`_call_tail` (default: ``CALL_END``). A
+    Subclasses read the head (up to where the arguments start) in :meth:`call_head`, which
+    returns the function name, and may override :meth:`call_tail` (default: ``CALL_END``). A
     call is accepted without the block begin token; a missing block end is tolerated.
     """
 
@@ -149,49 +165,52 @@ class TaggedCallsParser(GrammarToolParser):
     CALL_BEGIN: ClassVar[str] = ""
     CALL_END: ClassVar[str] = ""
 
-    def _call_head(self) -> Generator[None, None, str | None]:
+    def call_head(self) -> Generator[None, None, str | None]:
+        """Read a call's head after ``CALL_BEGIN``, up to its arguments; return the function
+        name, or ``None`` when this is not a call (its text stays normal text)."""
         raise NotImplementedError
 
-    def _call_tail(self) -> Generator[None, None, bool]:
-        yield from self._ws()
-        return (yield from self._expect(self.CALL_END))
+    def call_tail(self) -> Generator[None, None, bool]:
+        """Read what follows a call's arguments; ``False`` when it is not ``CALL_END``."""
+        yield from self.skip_ws()
+        return (yield from self.expect(self.CALL_END))
 
-    def _grammar(self) -> Generator[None, None, None]:
+    def grammar(self) -> Generator[None, None, None]:
         starts = (*self.BLOCK_BEGINS, self.CALL_BEGIN)
         closers = (self.CALL_BEGIN, *self.BLOCK_ENDS)
         while True:
-            marker = yield from self._text_until(starts, consume=False)
+            marker = yield from self.text_until(starts, consume=False)
             if marker is None:
                 return
-            self._hold()
+            self.hold()
             if marker != self.CALL_BEGIN:
                 self._consume(self._pos + len(marker))
-                yield from self._ws()
+                yield from self.skip_ws()
             while True:
-                self._mark_element()
-                tag = yield from self._expect_any(closers)
+                self.mark_element()
+                tag = yield from self.expect_any(closers)
                 if tag is None:
-                    self._release()
+                    self.release()
                     break
                 if tag != self.CALL_BEGIN:
-                    self._drop()
+                    self.drop()
                     break
-                name = yield from self._call_head()
+                name = yield from self.call_head()
                 if name is None:
-                    self._release()
+                    self.release()
                     break
-                outcome = yield from self._named_call(name)
+                outcome = yield from self.named_call(name)
                 if outcome == FAILED:
-                    self._release()
+                    self.release()
                     break
                 if outcome == OK:
-                    self._hold()
-                if not (yield from self._call_tail()):
-                    self._release()
+                    self.hold()
+                if not (yield from self.call_tail()):
+                    self.release()
                     break
                 if outcome == REJECTED:
-                    self._hold()
+                    self.hold()
                 else:
-                    self._drop()
-                    self._hold()
-                yield from self._ws()
+                    self.drop()
+                    self.hold()
+                yield from self.skip_ws()

@@ -10,8 +10,6 @@ cannot be taken back, and an agent must never run a tool with broken arguments.
 
 from __future__ import annotations
 
-import functools
-import inspect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
@@ -84,8 +82,8 @@ class ToolParser(Protocol):
 
         ``truncated`` is True when the output was cut off by the token limit (the answer ends
         with ``finish_reason: length``): a call still open is then returned with its arguments
-        as received; otherwise an unfinished call is normal text. (turnout passes it only to
-        parsers whose ``finish`` declares it.)
+        as received; otherwise an unfinished call is normal text. turnout always passes it,
+        by keyword: every parser declares it.
         """
         ...
 
@@ -103,19 +101,3 @@ def fold_steps(steps: Sequence[ToolParseStep]) -> ToolParseResult:
             args.setdefault(delta.index, []).append(delta.arguments)
     calls = [ToolCall(names.get(i, ""), "".join(args.get(i, []))) for i in sorted(args)]
     return ToolParseResult("".join(text_parts), calls)
-
-
-@functools.cache
-def _takes_truncated(parser_type: type[ToolParser]) -> bool:
-    try:
-        return "truncated" in inspect.signature(parser_type.finish).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def finish_tool_parser(parser: ToolParser, truncated: bool) -> ToolParseStep:
-    """End a tool parser's output; ``truncated`` (cut off by the token limit) is passed only to
-    parsers that take it (plugins written before it existed keep working)."""
-    if truncated and _takes_truncated(type(parser)):
-        return parser.finish(truncated=True)
-    return parser.finish()

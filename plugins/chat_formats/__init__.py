@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turnout.hookspecs import Register, hookimpl
+from turnout.hookspecs import ChatFormatRegister, hookimpl
 
 # (canonical name, "module:Class", aliases, description)
 BUILTIN_CHAT_FORMATS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
@@ -16,7 +16,7 @@ BUILTIN_CHAT_FORMATS: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 
 
 @hookimpl
-def turnout_register_chat_formats(register: Register) -> None:
+def turnout_register_chat_formats(register: ChatFormatRegister) -> None:
     """Register every built-in chat format by its lazy import path. None is chosen by model
     name: a model uses one when the config names it (``models.<id>.chat_format``)."""
     for name, target, aliases, description in BUILTIN_CHAT_FORMATS:

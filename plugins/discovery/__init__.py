@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turnout.hookspecs import Register, hookimpl
+from turnout.hookspecs import DiscoveryRegister, hookimpl
 
 _PKG = "turnout.plugins.discovery"
 
@@ -19,7 +19,7 @@ BUILTIN_DISCOVERY: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 
 
 @hookimpl
-def turnout_register_discovery(register: Register) -> None:
+def turnout_register_discovery(register: DiscoveryRegister) -> None:
     """Register every built-in discovery provider by its lazy import path."""
     for name, target, aliases, description in BUILTIN_DISCOVERY:
         register(name, f"{_PKG}.{target}", aliases=aliases, description=description)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turnout.hookspecs import Register, hookimpl
+from turnout.hookspecs import PolicyRegister, hookimpl
 
 _PKG = "turnout.plugins.policies"
 
@@ -35,7 +35,7 @@ BUILTIN_POLICIES: tuple[tuple[str, str, tuple[str, ...], str], ...] = (
 
 
 @hookimpl
-def turnout_register_policies(register: Register) -> None:
+def turnout_register_policies(register: PolicyRegister) -> None:
     """Register every built-in policy by its lazy import path."""
     for name, target, aliases, description in BUILTIN_POLICIES:
         register(name, f"{_PKG}.{target}", aliases=aliases, description=description)

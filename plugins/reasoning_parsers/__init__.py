@@ -6,7 +6,7 @@ across all parsers (``*qwen3*thinking*`` beats ``*qwen3*`` for ``Qwen3-…-Think
 
 from __future__ import annotations
 
-from turnout.hookspecs import Register, hookimpl
+from turnout.hookspecs import ReasoningParserRegister, hookimpl
 
 _PKG = "turnout.plugins.reasoning_parsers"
 
@@ -55,7 +55,7 @@ BUILTIN_REASONING_PARSERS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...
 
 
 @hookimpl
-def turnout_register_reasoning_parsers(register: Register) -> None:
+def turnout_register_reasoning_parsers(register: ReasoningParserRegister) -> None:
     """Register every built-in reasoning parser by its lazy import path."""
     for name, target, aliases, models, description in BUILTIN_REASONING_PARSERS:
         register(name, f"{_PKG}.{target}", aliases=aliases, models=models, description=description)

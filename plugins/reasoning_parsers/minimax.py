@@ -30,6 +30,8 @@ class MiniMaxAppendThinkReasoningParser:
     """
 
     start_marker: ClassVar[str] = "<think>"
+    #: None: nothing is separated, so a prompt that closed reasoning changes nothing.
+    end_markers: ClassVar[tuple[str, ...]] = ()
     needs_special_tokens: ClassVar[bool] = False
 
     __slots__ = ("_held", "_leading", "_prefix")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turnout.hookspecs import Register, hookimpl
+from turnout.hookspecs import ToolParserRegister, hookimpl
 
 _PKG = "turnout.plugins.tool_parsers"
 
@@ -60,7 +60,7 @@ BUILTIN_TOOL_PARSERS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...], st
 
 
 @hookimpl
-def turnout_register_tool_parsers(register: Register) -> None:
+def turnout_register_tool_parsers(register: ToolParserRegister) -> None:
     """Register every built-in tool parser by its lazy import path."""
     for name, target, aliases, models, description in BUILTIN_TOOL_PARSERS:
         register(

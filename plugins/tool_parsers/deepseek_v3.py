@@ -35,19 +35,19 @@ class DeepSeekV3ToolParser(TaggedCallsParser):
     CALL_BEGIN: ClassVar[str] = CALL_BEGIN
     CALL_END: ClassVar[str] = CALL_END
 
-    def _call_head(self) -> Generator[None, None, str | None]:
-        if (yield from self._name_until((SEP,), _TYPE, 32)) is None:
+    def call_head(self) -> Generator[None, None, str | None]:
+        if (yield from self.name_until((SEP,), _TYPE, 32)) is None:
             return None
-        name = yield from self._word(NAME_CHARS)
+        name = yield from self.word(NAME_CHARS)
         if not name:
             return None
-        yield from self._ws()
-        if (yield from self._expect_any(("```json", _FENCE))) is None:
+        yield from self.skip_ws()
+        if (yield from self.expect_any(("```json", _FENCE))) is None:
             return None
         return name
 
-    def _call_tail(self) -> Generator[None, None, bool]:
-        yield from self._ws()
-        yield from self._expect(_FENCE)
-        yield from self._ws()
-        return (yield from self._expect(CALL_END))
+    def call_tail(self) -> Generator[None, None, bool]:
+        yield from self.skip_ws()
+        yield from self.expect(_FENCE)
+        yield from self.skip_ws()
+        return (yield from self.expect(CALL_END))

@@ -36,6 +36,6 @@ class DeepSeekV31ToolParser(TaggedCallsParser):
     CALL_BEGIN: ClassVar[str] = CALL_BEGIN
     CALL_END: ClassVar[str] = CALL_END
 
-    def _call_head(self) -> Generator[None, None, str | None]:
-        found = yield from self._name_until((SEP,), NAME_CHARS)
+    def call_head(self) -> Generator[None, None, str | None]:
+        found = yield from self.name_until((SEP,), NAME_CHARS)
         return None if found is None or not found[0] else found[0]

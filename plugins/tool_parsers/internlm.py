@@ -32,17 +32,17 @@ class InternLmToolParser(BlockCallsParser):
     ALLOW_OBJECT: ClassVar[bool] = False
     ALLOW_ARRAY: ClassVar[bool] = False
 
-    def _other_block(self) -> Generator[None, None, None]:
+    def other_block(self) -> Generator[None, None, None]:
         # Reached for every action block: only the plugin channel carries calls.
-        if not (yield from self._expect(PLUGIN)):
-            self._release()
+        if not (yield from self.expect(PLUGIN)):
+            self.release()
             return
-        yield from self._ws()
-        if (yield from self._peek()) != "{":
-            self._release()
+        yield from self.skip_ws()
+        if (yield from self.peek()) != "{":
+            self.release()
             return
-        outcome = yield from self._call_object(self.SHAPE)
+        outcome = yield from self.call_object(self.SHAPE)
         if outcome == FAILED:
-            self._release()
+            self.release()
             return
-        yield from self._after_object(outcome)
+        yield from self.after_object(outcome)

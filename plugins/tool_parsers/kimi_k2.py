@@ -64,12 +64,12 @@ class KimiK2ToolParser(TaggedCallsParser):
     CALL_BEGIN: ClassVar[str] = CALL_BEGIN
     CALL_END: ClassVar[str] = CALL_END
 
-    def _call_head(self) -> Generator[None, None, str | None]:
-        yield from self._ws()
-        call_id = yield from self._word(_ID_CHARS)
+    def call_head(self) -> Generator[None, None, str | None]:
+        yield from self.skip_ws()
+        call_id = yield from self.word(_ID_CHARS)
         if not call_id:
             return None
-        yield from self._ws()
-        if not (yield from self._expect(ARG_BEGIN)):
+        yield from self.skip_ws()
+        if not (yield from self.expect(ARG_BEGIN)):
             return None
         return function_name(call_id, self._names)

@@ -41,19 +41,19 @@ class MistralToolParser(BlockCallsParser):
     call_id_style: ClassVar[CallIdStyle] = "mistral"
     START_MARKERS: ClassVar[tuple[str, ...]] = (TOOL_CALLS,)
 
-    def _other_block(self) -> Generator[None, None, None]:
-        found = yield from self._name_until((ARGS, CALL_ID), NAME_CHARS)
+    def other_block(self) -> Generator[None, None, None]:
+        found = yield from self.name_until((ARGS, CALL_ID), NAME_CHARS)
         if (
             found is not None
             and found[1] == CALL_ID
-            and (yield from self._name_until((ARGS,), _ID_CHARS, 64)) is None
+            and (yield from self.name_until((ARGS,), _ID_CHARS, 64)) is None
         ):
             found = None
         if found is None or not found[0]:
-            self._release()
+            self.release()
             return
-        outcome = yield from self._named_call(found[0])
+        outcome = yield from self.named_call(found[0])
         if outcome == FAILED:
-            self._release()
+            self.release()
         elif outcome == OK:
-            self._drop()
+            self.drop()

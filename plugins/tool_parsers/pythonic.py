@@ -73,45 +73,45 @@ class PythonicToolParser(GrammarToolParser):
 
     needs_special_tokens: ClassVar[bool] = False
 
-    def _grammar(self) -> Generator[None, None, None]:
+    def grammar(self) -> Generator[None, None, None]:
         while True:
-            marker = yield from self._text_until(("[", START), consume=False)
+            marker = yield from self.text_until(("[", START), consume=False)
             if marker is None:
                 return
-            self._hold()
+            self.hold()
             wrapped = marker == START
             if wrapped:
                 self._consume(self._pos + len(START))
-                yield from self._ws()
-                if (yield from self._peek()) != "[":
-                    self._release()
+                yield from self.skip_ws()
+                if (yield from self.peek()) != "[":
+                    self.release()
                     continue
             start = len(self._held)
             self._consume(self._pos + 1)  # "["
-            yield from self._ws()
-            name = yield from self._word(_IDENT)
+            yield from self.skip_ws()
+            name = yield from self.word(_IDENT)
             if not name:
-                self._release()
+                self.release()
                 continue
-            yield from self._ws()
-            if not (yield from self._expect("(")) or not (yield from self._to_close(2)):
-                self._release()
+            yield from self.skip_ws()
+            if not (yield from self.expect("(")) or not (yield from self._to_close(2)):
+                self.release()
                 continue
             calls = parse_call_list("".join(self._held[start:]))
-            if calls is None or not all(self._allowed(n) for n, _ in calls):
-                self._release()
+            if calls is None or not all(self.allowed(n) for n, _ in calls):
+                self.release()
                 continue
-            self._drop()
+            self.drop()
             for call_name, arguments in calls:
-                self._emit_call(call_name, arguments)
-            self._drop()
+                self.emit_call(call_name, arguments)
+            self.drop()
             if wrapped:
-                self._hold()
-                yield from self._ws()
-                if (yield from self._expect(END)):
-                    self._drop()
+                self.hold()
+                yield from self.skip_ws()
+                if (yield from self.expect(END)):
+                    self.drop()
                 else:
-                    self._release()
+                    self.release()
 
     def _to_close(self, depth: int) -> Generator[None, None, bool]:
         """Consume up to the bracket closing the list (strings skipped); ``False`` at the end."""

@@ -157,3 +157,22 @@ def test_a_third_party_family_registers_like_the_builtins() -> None:
     result = registry.create("brk", start_in_reasoning=None).parse_complete("[[think]]a[[/think]]b")
     assert (result.reasoning_text, result.normal_text) == ("a", "b")
     assert registry.get("bracket").distribution == "turnout-bracket"
+
+
+def test_end_markers_are_part_of_the_protocol() -> None:
+    """The pipeline reads ``end_markers`` of every reasoning parser: one without them is not
+    a :class:`ReasoningParser`."""
+
+    class WithoutEnd:
+        start_marker = "<think>"
+        needs_special_tokens = False
+
+        def parse_complete(self, text: str) -> None: ...
+        def parse_incremental(self, delta: str) -> None: ...
+        def finish(self) -> None: ...
+
+    class WithEnd(WithoutEnd):
+        end_markers = ("</think>",)
+
+    assert not isinstance(WithoutEnd(), ReasoningParser)
+    assert isinstance(WithEnd(), ReasoningParser)

@@ -1,22 +1,19 @@
-"""A plain Candidate for policy unit tests (no sockets needed), and a policy for retry tests."""
+"""A plain Candidate for policy unit tests (no sockets needed): turnout.testing's, as plugin
+authors use it; and a policy for retry tests."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from turnout.routing.types import Candidate, RoutingRequest
+from turnout.testing.policies import PlainCandidate as Cand
+from turnout.testing.policies import candidates
 
-
-@dataclass
-class Cand:
-    id: str
-    url: str = ""
-    load: int = 0
+__all__ = ["Cand", "Prefers", "fleet"]
 
 
 def fleet(n: int) -> list[Cand]:
-    return [Cand(f"w{i}", f"grpc://10.0.0.{i}:30000") for i in range(n)]
+    return candidates(n)
 
 
 class Prefers:

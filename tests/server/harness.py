@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
-import socket
-import threading
-import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import httpx
-import uvicorn
 from litestar import Litestar
 
 from turnout.config import Config, build_config
@@ -21,15 +15,9 @@ from turnout.demo_model import path as demo_path
 from turnout.server.app import create_app
 from turnout.server.connections import ConnectionLimits, guarded_protocol
 from turnout.sim import SimWorker
+from turnout.testing.router import RunningRouter, free_port, serve_in_thread
 
 MODEL = "turnout-demo"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def _role_entry(role: str) -> dict[str, Any]:
@@ -37,25 +25,8 @@ def _role_entry(role: str) -> dict[str, Any]:
     return {} if role == "regular" else {"role": role}
 
 
-class Router:
-    """A running router; ``sims`` are the simulated workers behind it (same event loop)."""
-
-    def __init__(self, sims: list[SimWorker], port: int, loop: asyncio.AbstractEventLoop) -> None:
-        self.sims = sims
-        self.port = port
-        self.loop = loop
-        self.base_url = f"http://127.0.0.1:{port}"
-
-    def call(self, fn: Callable[[], Any]) -> Any:
-        """Run ``fn`` (a coroutine factory) on the router's loop and wait for it."""
-        return asyncio.run_coroutine_threadsafe(fn(), self.loop).result(30)
-
-    def wait_until(self, check: Callable[[], bool], timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while not check():
-            if time.monotonic() > deadline:
-                raise AssertionError("condition not reached in time")
-            time.sleep(0.02)
+#: The running router of turnout.testing (``sims``, ``base_url``, ``call``, ``wait_until``).
+Router = RunningRouter
 
 
 @contextlib.contextmanager
@@ -130,40 +101,6 @@ def run_router(
     # Keep-alive as `turnout serve` has it (server.idle_timeout_s, 75 s), not uvicorn's 5 s: a
     # server that drops idle connections exactly when httpx's pool expires them (also 5 s)
     # races a client reusing one, and the client's request meets a reset.
-    server = uvicorn.Server(
-        uvicorn.Config(
-            app,
-            host="127.0.0.1",
-            port=http_port,
-            log_level="warning",
-            lifespan="on",
-            timeout_keep_alive=cfg.server.idle_timeout_s or 24 * 3600,
-            **protocol,
-        )
-    )
-    loop_box: list[asyncio.AbstractEventLoop] = []
-
-    def run() -> None:
-        loop = asyncio.new_event_loop()
-        loop_box.append(loop)
-        loop.run_until_complete(server.serve())
-        loop.close()
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if httpx.get(f"http://127.0.0.1:{http_port}/readiness", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        if time.monotonic() > deadline or not thread.is_alive():
-            server.should_exit = True
-            raise RuntimeError("router did not become ready")
-        time.sleep(0.05)
-    try:
-        yield Router(workers, http_port, loop_box[0])
-    finally:
-        server.should_exit = True
-        thread.join(15)
+    keep_alive = cfg.server.idle_timeout_s or 24 * 3600
+    with serve_in_thread(app, http_port, timeout_keep_alive=keep_alive, **protocol) as loop:
+        yield Router(workers, http_port, loop)
