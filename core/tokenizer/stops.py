@@ -5,26 +5,38 @@ output ends at the first stop to be *completed* reading left to right — the pl
 checking its output after every token would stop — ties going to the longest stop. The matched
 stop is cut off, or kept when ``keep_matched`` (SGLang's ``no_stop_trim``) is set.
 
-Stop regexes (SGLang's ``stop_regex``) follow the same rules: the output ends where the text
-first contains a match, and text that could still be the start of a match (a partial match, as
-the ``regex`` package finds it) is held back — at most :data:`REGEX_HOLD_CHARS` characters, so
-a pattern such as ``a.*b`` cannot hold the whole output. A pattern is searched in the text not
-yet released; assertions about what follows a match (``$``, ``\\b``, lookahead) see the text
-received so far.
+Stop regexes (SGLang's ``stop_regex``) follow the same rules: the output ends after the
+shortest prefix of the text that holds a match, and text that could still be the start of a
+match (a partial match, as the ``regex`` package finds it) is held back — at most
+:data:`REGEX_HOLD_CHARS` characters, so a pattern such as ``a.*b`` cannot hold the whole output.
+Matches start in the text not yet released; lookbehinds, ``^`` and ``\\b`` also see up to
+:data:`REGEX_HOLD_CHARS` characters of released text before it. How the text is cut into chunks
+changes none of this: a lookahead's match ends where it does but counts as completed where its
+lookahead was satisfied, and a pattern whose match can depend on what follows it (``$``,
+``\\b``, a negative lookahead, ...) is checked at every character of new text.
 
-Each chunk is searched once together with the held-back tail (shorter than the longest stop),
-so the total work is linear in the output length.
+Each chunk is searched once together with the held-back tail (shorter than the longest stop,
+or :data:`REGEX_HOLD_CHARS`), so the total work is linear in the output length (a stop regex
+that can depend on what follows its match: once per new character).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection, Iterable, Sequence
 
 import regex
 
 #: The most text a stop regex's partial match holds back (a longer match is still found when
-#: it arrives within one chunk of the held text).
+#: it arrives within one chunk of the held text), and the most released text its lookbehinds see.
 REGEX_HOLD_CHARS = 256
+
+#: Syntax with which whether a text holds a match can change when more text follows (end
+#: anchors, word boundaries, negative lookahead, atomic groups, possessive quantifiers,
+#: conditionals): such a pattern cannot be bisected, it is tried at every new character. The
+#: test is on the pattern's text, so it errs towards false alarms (an escaped ``\\$``), which
+#: only cost time.
+_END_SENSITIVE = regex.compile(r"\$|\\[ZzbBmMG]|\(\?!|\(\?>|\(\?\(|[*+?}]\+")
 
 #: Seconds one search of a stop regex may take (a pathological pattern must not stall the
 #: event loop); beyond it :class:`StopRegexTimeout` is raised.
@@ -38,6 +50,16 @@ class StopRegexTimeout(ValueError):
 #: A stop found in a text: ``(start, end, confirmed, stop)``. ``end`` is where the match ends,
 #: ``confirmed`` how much text was needed to know it matched (past ``end`` after a lookahead).
 Hit = tuple[int, int, int, str]
+
+
+def _first(hit: Hit | None, other: Hit | None) -> Hit | None:
+    """The stop completed first (then the one starting first, then ending first); ``hit`` on a
+    tie."""
+    if other is None or (
+        hit is not None and (hit[2], hit[0], hit[1]) <= (other[2], other[0], other[1])
+    ):
+        return hit
+    return other
 
 
 def _held_suffix(text: str, stops: Sequence[str]) -> int:
@@ -85,41 +107,58 @@ def compile_stop_regexes(patterns: Iterable[str]) -> list[regex.Pattern[str]]:
 
 
 def _search(
-    pattern: regex.Pattern[str], text: str, end: int | None = None, partial: bool = False
+    pattern: regex.Pattern[str],
+    text: str,
+    pos: int = 0,
+    end: int | None = None,
+    partial: bool = False,
 ) -> regex.Match[str] | None:
     try:
-        return pattern.search(text, 0, end, partial=partial, timeout=REGEX_TIMEOUT_S)
+        return pattern.search(text, pos, end, partial=partial, timeout=REGEX_TIMEOUT_S)
     except TimeoutError:
         raise StopRegexTimeout(f"stop regex {pattern.pattern!r} took too long") from None
 
 
-def find_stop_regex(text: str, patterns: Iterable[regex.Pattern[str]]) -> Hit | None:
-    """The regex match completed first in ``text``: the shortest prefix of ``text`` that holds
-    a match (found by bisection), and that match."""
+@functools.lru_cache(maxsize=256)
+def _end_sensitive(pattern: regex.Pattern[str]) -> bool:
+    return _END_SENSITIVE.search(pattern.pattern) is not None
+
+
+def find_stop_regex(
+    text: str, patterns: Iterable[regex.Pattern[str]], pos: int = 0, new: int = 0
+) -> Hit | None:
+    """The regex match completed first in ``text``: the shortest prefix of ``text`` that holds a
+    match starting at ``pos`` or later (``text[:pos]`` is context for lookbehinds), and that
+    match. ``text[:new]`` is known to hold none."""
     best: Hit | None = None
     for pattern in patterns:
-        found = _search(pattern, text)
-        if found is None:
+        low, high = max(new, pos) + 1, len(text)
+        if _end_sensitive(pattern):
+            while low <= high and _search(pattern, text, pos, low) is None:
+                low += 1
+            high = low
+        elif _search(pattern, text, pos) is not None:
+            # Holding a match is monotone in the prefix length here (a lookahead that held
+            # goes on holding): bisect for the shortest prefix, the whole text being one.
+            while low < high:
+                mid = (low + high) // 2
+                if _search(pattern, text, pos, mid) is None:
+                    low = mid + 1
+                else:
+                    high = mid
+        else:
             continue
-        low, high = 1, max(found.end(), 1)
-        while low < high:  # smallest prefix length that still holds a match
-            mid = (low + high) // 2
-            if _search(pattern, text, mid) is None:
-                low = mid + 1
-            else:
-                high = mid
-        match = _search(pattern, text, high) or found
-        hit = (match.start(), match.end(), max(high, match.end()), pattern.pattern)
-        if best is None or (hit[2], hit[0]) < (best[2], best[0]):
-            best = hit
+        match = _search(pattern, text, pos, high) if high <= len(text) else None
+        if match is not None:
+            best = _first(best, (match.start(), match.end(), high, pattern.pattern))
     return best
 
 
-def _regex_hold(text: str, patterns: Iterable[regex.Pattern[str]]) -> int:
-    """Length of the tail of ``text`` that could start a regex match (capped)."""
+def _regex_hold(text: str, patterns: Iterable[regex.Pattern[str]], pos: int = 0) -> int:
+    """Length of the tail of ``text[pos:]`` that could start a regex match (capped)."""
     start = len(text)
     for pattern in patterns:
-        partial = _search(pattern, text, partial=True)
+        partial = _search(pattern, text, pos, partial=True)
         if partial is not None and partial.partial:
             start = min(start, partial.start())
     return min(len(text) - start, REGEX_HOLD_CHARS)
@@ -143,7 +182,15 @@ class StopStringMatcher:
     held back because it might have started a stop string.
     """
 
-    __slots__ = ("_held", "_patterns", "_stops", "keep_matched", "matched", "overshoot")
+    __slots__ = (
+        "_context",
+        "_held",
+        "_patterns",
+        "_stops",
+        "keep_matched",
+        "matched",
+        "overshoot",
+    )
 
     def __init__(
         self,
@@ -161,6 +208,8 @@ class StopStringMatcher:
         self._stops = unique
         self._patterns = tuple(patterns)
         self._held = ""
+        #: The end of the released text, which stop regexes' lookbehinds see.
+        self._context = ""
         self.keep_matched = keep_matched
         self.matched: str | None = None
         #: Characters of the text pushed last that came after the end of the matched stop.
@@ -178,7 +227,9 @@ class StopStringMatcher:
         if not (self._stops or self._patterns):
             return text, None
         window = self._held + text
-        hit = self._first_hit(window)
+        context = len(self._context)
+        searched = self._context + window if self._patterns else window
+        hit = self._first_hit(window, searched, context, len(self._held))
         if hit is not None:
             start, end, confirmed, stop = hit
             self.matched = stop
@@ -187,11 +238,17 @@ class StopStringMatcher:
             return window[: end if self.keep_matched else start], stop
         hold = _held_suffix(window, self._stops) if self._stops else 0
         if self._patterns:
-            hold = max(hold, _regex_hold(window, self._patterns))
-        self._held = window[len(window) - hold :] if hold else ""
-        return window[: len(window) - hold], None
+            hold = max(hold, _regex_hold(searched, self._patterns, context))
+        released = window[: len(window) - hold]
+        self._held = window[len(released) :]
+        if self._patterns and released:
+            self._context = (self._context + released)[-REGEX_HOLD_CHARS:]
+        return released, None
 
-    def _first_hit(self, window: str) -> Hit | None:
+    def _first_hit(self, window: str, searched: str, context: int, new: int) -> Hit | None:
+        """The stop completed first in ``window``, whose first ``new`` characters (the held
+        text) hold none; ``searched`` is ``window`` after ``context`` characters of released
+        text, for the stop regexes."""
         hit: Hit | None = None
         if self._stops:
             found = find_stop(window, self._stops)
@@ -199,11 +256,10 @@ class StopStringMatcher:
                 start, end, stop = found
                 hit = (start, end, end, stop)
         if self._patterns:
-            found_regex = find_stop_regex(window, self._patterns)
-            if found_regex is not None and (
-                hit is None or (found_regex[2], found_regex[0]) < (hit[2], hit[0])
-            ):
-                hit = found_regex
+            found_regex = find_stop_regex(searched, self._patterns, context, context + new)
+            if found_regex is not None:
+                start, end, confirmed, pattern = found_regex
+                hit = _first(hit, (start - context, end - context, confirmed - context, pattern))
         return hit
 
     def finish(self) -> str:

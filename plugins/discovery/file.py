@@ -5,7 +5,8 @@ writes the file decides the fleet. The file is polled (its modification time, si
 every ``poll_interval_s``; its content hashed when those change, and every
 ``reread_interval_s`` regardless, which catches a rewrite that kept both). Each new content is
 one :class:`~turnout.discovery.Snapshot`. A missing, unreadable or invalid file changes nothing:
-the workers of the last good read stay (an error is logged once per bad content).
+the workers of the last good read stay (an invalid content is logged once, and a missing or
+unreadable file once per change of state, not at every poll).
 
 ```yaml
 workers:                       # or the list alone at the top level
@@ -132,30 +133,36 @@ class FileProvider:
         signature: tuple[int, int, int] | None = None
         digest: bytes | None = None
         read_at = float("-inf")
-        missing_logged = False
+        #: The problem logged last (missing, unreadable): logged again only when it changes.
+        trouble: str | None = None
         while True:
             current = await asyncio.to_thread(_signature, self.path)
             now = time.monotonic()
             if current is None:
-                if not missing_logged:
-                    missing_logged = True
-                    log.warning("%s is missing; the workers stay as they are", self.path)
+                problem: str | None = "is missing"
             elif current != signature or now - read_at >= options.reread_interval_s:
-                missing_logged = False
                 signature, read_at = current, now
                 try:
                     content = await asyncio.to_thread(self.path.read_bytes)
                 except OSError as exc:
-                    log.warning("cannot read %s: %s", self.path, exc.strerror or exc)
+                    # Not an empty file: the workers of the last good read stay. Tried again
+                    # at the next poll (a chmod changes none of the signature's fields).
+                    problem = f"cannot be read ({exc.strerror or exc})"
                     signature = None
-                    content = None
-                new_digest = None if content is None else hashlib.sha256(content).digest()
-                if content is not None and new_digest != digest:
-                    digest = new_digest
-                    try:
-                        snapshot = parse_workers(content, self.path.suffix.lower())
-                    except ValueError as exc:
-                        log.error("%s: %s; the workers stay as they are", self.path, exc)
-                    else:
-                        yield snapshot
+                else:
+                    problem = None
+                    new_digest = hashlib.sha256(content).digest()
+                    if new_digest != digest:
+                        digest = new_digest
+                        try:
+                            snapshot = parse_workers(content, self.path.suffix.lower())
+                        except ValueError as exc:
+                            log.error("%s: %s; the workers stay as they are", self.path, exc)
+                        else:
+                            yield snapshot
+            else:
+                problem = None
+            if problem != trouble and problem is not None:
+                log.warning("%s %s; the workers stay as they are", self.path, problem)
+            trouble = problem
             await asyncio.sleep(options.poll_interval_s)

@@ -110,6 +110,40 @@ async def test_rewrites_are_seen_and_bad_or_missing_files_change_nothing(
         await stream.aclose()
 
 
+async def test_an_unreadable_file_keeps_the_workers_and_is_logged_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A file that cannot be read is not an empty file (that would drain every worker): no
+    snapshot until it reads again, and one warning per change of state, not one per poll."""
+    path = tmp_path / "workers.yaml"
+    path.write_text("- grpc://h:1\n")
+    provider = FileProvider(path=str(path), poll_interval_s=0.02, reread_interval_s=0.1)
+    stream = provider.watch()
+    try:
+        assert [w.url for w in (await next_snapshot(stream)).workers] == ["grpc://h:1"]
+        with caplog.at_level(logging.WARNING, logger="turnout.plugins.discovery.file"):
+            path.unlink()
+            path.mkdir()  # stat works, reading fails (root reads any file whatever its mode)
+            nothing = asyncio.ensure_future(anext(stream))
+            await asyncio.sleep(0.6)  # some 30 polls and several periodic re-reads
+            assert not nothing.done()
+            assert caplog.text.count("cannot be read") == 1
+            path.rmdir()
+            await asyncio.sleep(0.2)
+            path.mkdir()  # unreadable again after being missing: a new state, logged again
+            await asyncio.sleep(0.3)
+            assert not nothing.done()
+            assert caplog.text.count("cannot be read") == 2
+            assert caplog.text.count("is missing") == 1
+            path.rmdir()
+            path.write_text("- grpc://h:1\n- grpc://h:2\n")
+            change = await asyncio.wait_for(nothing, 10)
+        assert isinstance(change, Snapshot)
+        assert [w.url for w in change.workers] == ["grpc://h:1", "grpc://h:2"]
+    finally:
+        await stream.aclose()
+
+
 @pytest.fixture(scope="module")
 def sims() -> Iterator[list[SimProcess]]:
     started = [

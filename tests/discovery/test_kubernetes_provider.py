@@ -117,6 +117,16 @@ def test_pod_to_worker() -> None:
     )
     for change in (
         {"status": {**pod["status"], "conditions": [{"type": "Ready", "status": "False"}]}},
+        # The node stopped reporting (its kubelet is away): not known to be ready, so not ready.
+        {"status": {**pod["status"], "conditions": [{"type": "Ready", "status": "Unknown"}]}},
+        {"status": {**pod["status"], "conditions": [{"type": "Ready"}]}},
+        {
+            "status": {
+                **pod["status"],
+                "conditions": [{"type": "ContainersReady", "status": "True"}],
+            }
+        },
+        {"status": {**pod["status"], "conditions": []}},
         {"status": {**pod["status"], "phase": "Pending"}},
         {"status": {**pod["status"], "podIP": None}},
         {"metadata": {**pod["metadata"], "deletionTimestamp": "2026-01-01T00:00:00Z"}},

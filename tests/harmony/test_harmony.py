@@ -215,7 +215,45 @@ def test_cut_off_and_malformed_outputs_keep_their_text(encoding: Any) -> None:
     assert preamble.calls == [HarmonyCall("browser.search", "{}")]  # not a function: whole name
 
 
-OUTPUTS = [OUTPUT, ANSWER, OUTPUT + ANSWER, "<|channel|>final<|message|>x<|end|><|end|>émoji 😀"]
+#: A second call after the first, when the worker does not stop at ``<|call|>``.
+SECOND_CALL = (
+    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
+    '<|message|>{"city": "Bern"}<|call|>'
+)
+
+
+def test_two_calls_in_one_output_stay_two(encoding: Any) -> None:
+    both = parse_output(encoding, tokens(encoding, OUTPUT + SECOND_CALL))
+    assert both.calls == [
+        HarmonyCall("get_weather", '{"city": "Zürich"}'),
+        HarmonyCall("get_weather", '{"city": "Bern"}'),
+    ]
+    assert both.content == ""
+
+
+def test_a_streamed_call_names_its_function_once(encoding: Any) -> None:
+    """Token by token, each call's name comes with its first piece of arguments only (a name
+    on every piece would be a new call id on every streamed chunk)."""
+    stream = HarmonyStream(encoding)
+    pieces = [
+        delta
+        for token in tokens(encoding, OUTPUT + SECOND_CALL)
+        for delta in stream.feed([token])
+        if delta.kind == "call"
+    ]
+    for call in (0, 1):
+        names = [piece.name for piece in pieces if piece.call == call]
+        assert len(names) > 2  # the arguments came in several pieces
+        assert names == ["get_weather"] + [None] * (len(names) - 1)
+
+
+OUTPUTS = [
+    OUTPUT,
+    ANSWER,
+    OUTPUT + ANSWER,
+    OUTPUT + SECOND_CALL,
+    "<|channel|>final<|message|>x<|end|><|end|>émoji 😀",
+]
 
 
 @settings(max_examples=60, deadline=None)

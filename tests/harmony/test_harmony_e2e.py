@@ -82,6 +82,7 @@ def _prompt_of(router: Router, request_id: str) -> str:
 
 def _folded_stream(stream: Any) -> dict[str, Any]:
     out: dict[str, Any] = {"content": "", "reasoning": "", "calls": {}, "finish": None}
+    out["named"] = {}  # call index: how many chunks gave it a name (and an id): one each
     for chunk in stream:
         for choice in chunk.choices:
             delta = choice.delta
@@ -91,6 +92,8 @@ def _folded_stream(stream: Any) -> dict[str, Any]:
                 entry = out["calls"].setdefault(call.index, {"name": "", "arguments": ""})
                 if call.function and call.function.name:
                     entry["name"] = call.function.name
+                    out["named"][call.index] = out["named"].get(call.index, 0) + 1
+                    assert call.id
                 entry["arguments"] += (call.function.arguments if call.function else None) or ""
             out["finish"] = choice.finish_reason or out["finish"]
     return out
@@ -122,6 +125,7 @@ def test_a_tool_call_streamed_is_the_same(router: Router, client: openai.OpenAI)
     folded = _folded_stream(stream)
     assert folded["finish"] == "tool_calls"
     assert folded["calls"] == {0: {"name": "get_weather", "arguments": '{"city": "Zürich"}'}}
+    assert folded["named"] == {0: 1}
     assert folded["reasoning"] == "The user wants the weather; call the tool."
     assert folded["content"] == ""
 

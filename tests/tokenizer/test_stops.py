@@ -6,7 +6,7 @@ import itertools
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from turnout.tokenizer.stops import (
@@ -88,7 +88,24 @@ def test_holds_back_only_what_could_still_match(text: str, stops: list[str]) -> 
         assert held == "" or any(stop.startswith(held) and stop != held for stop in stops)
 
 
-REGEXES = ["b+c", "a[bc]a", "😀\\s", "c{2}", "é.b", "(ab|ba)c", " \\n?a"]
+REGEXES = [
+    "b+c",
+    "a[bc]a",
+    "😀\\s",
+    "c{2}",
+    "é.b",
+    "(ab|ba)c",
+    " \\n?a",
+    # Assertions: what precedes a match (possibly released already), what follows it.
+    "a(?=bc)",
+    "(?<=ab)c",
+    "(?<!a)bb",
+    "^b",
+    "\\bc",
+    "ca(?!a)",
+    "c$",
+    "a\\b",
+]
 
 
 def regex_reference(
@@ -114,6 +131,20 @@ def regex_reference(
     cuts=st.lists(st.integers(0, 80), max_size=15),
     keep=st.booleans(),
 )
+# A partial match begun in the held text and continued by the next chunk must stay held.
+@example(text="aba", stops=[], patterns=["a[bc]a"], cuts=[1, 2], keep=False)
+@example(text="xéab", stops=[], patterns=["é.b"], cuts=[2, 3], keep=True)
+# A lookahead completes where its lookahead is satisfied, whatever the chunks: "ba" first.
+@example(text="xfoobar", stops=["ba"], patterns=["foo(?=bar)"], cuts=[], keep=False)
+@example(text="cabc", stops=["ab"], patterns=["a(?=bc)"], cuts=[], keep=True)
+@example(text="cabca", stops=[], patterns=["a(?=bc)"], cuts=[], keep=False)
+# What precedes a match was released already: a lookbehind, ^ and \\b still see it.
+@example(text="abc", stops=[], patterns=["(?<=ab)c"], cuts=[1, 2], keep=False)
+@example(text="ab", stops=[], patterns=["^b"], cuts=[1], keep=False)
+@example(text="ac", stops=[], patterns=["\\bc"], cuts=[1], keep=False)
+# Whether a prefix holds a match can change as text follows: every prefix counts.
+@example(text="cab", stops=[], patterns=["c$"], cuts=[], keep=False)
+@example(text="caab", stops=[], patterns=["ca(?!a)"], cuts=[], keep=True)
 def test_stop_regexes_stream_like_one_shot(
     text: str, stops: list[str], patterns: list[str], cuts: list[int], keep: bool
 ) -> None:
@@ -128,6 +159,25 @@ def test_stop_regex_holds_a_partial_match_and_reports_the_pattern() -> None:
     assert matcher.push("er: x") == ("Answer: x", None)
     assert matcher.push(" Answer: 42 more") == (" ", r"Answer: \d")
     assert matcher.overshoot == len("2 more")
+
+
+def test_a_lookahead_completes_where_it_is_satisfied_whatever_the_chunks() -> None:
+    """``foo(?=bar)`` on "xfoobar" with the stop "ba": "ba" is completed first (at "xfooba"),
+    in one chunk as character by character; alone, the regex's overshoot counts from the end
+    of its lookahead (the text needed to know it matched), not from the end of its match."""
+    for chunks in (["xfoobar"], list("xfoobar"), ["xfoob", "ar"]):
+        matcher = StopStringMatcher(["ba"], patterns=compile_stop_regexes(["foo(?=bar)"]))
+        released = ""
+        for chunk in chunks:
+            out, hit = matcher.push(chunk)
+            released += out
+            if hit is not None:
+                break
+        assert (released, matcher.matched) == ("xfoo", "ba"), chunks
+    matcher = StopStringMatcher([], patterns=compile_stop_regexes(["foo(?=bar)"]))
+    assert matcher.push("xfoob") == ("x", None)
+    assert matcher.push("ar and more") == ("", "foo(?=bar)")
+    assert matcher.overshoot == len(" and more")
 
 
 def test_stop_regex_hold_is_bounded() -> None:
