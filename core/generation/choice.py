@@ -220,7 +220,10 @@ class ChoiceProcessor:
         self.tokens += len(token_ids)
         delta.completion_tokens = self.tokens
         if logprobs is not None and self._token_piece is not None:
-            delta.logprobs = self._logprobs(logprobs, len(token_ids))
+            # Logprobs cover the tokens the answer shows: a hidden stop token is left out,
+            # unless the answer returns every output id (``/generate``).
+            shown = len(token_ids) if self._keep_token_ids else min(len(token_ids), len(visible))
+            delta.logprobs = self._logprobs(logprobs, shown) or None
         if self._keep_token_ids:
             # The stream driver hands each push a list of its own (a slice of the worker's
             # ids), which the delta keeps; the decoder copies what it needs.
