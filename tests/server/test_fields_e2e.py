@@ -19,7 +19,9 @@ def test_completions_logprobs_zero_gives_objects_with_the_sampled_token(
 ) -> None:
     reply = client.completions.create(model=MODEL, prompt="Hello there", max_tokens=4, logprobs=0)
     logprobs = reply.choices[0].logprobs
-    assert logprobs is not None and logprobs.tokens and logprobs.top_logprobs
+    assert logprobs is not None
+    assert logprobs.tokens
+    assert logprobs.top_logprobs
     assert [list(top) for top in logprobs.top_logprobs] == [[t] for t in logprobs.tokens]
     assert [top[t] for top, t in zip(logprobs.top_logprobs, logprobs.tokens, strict=True)] == (
         logprobs.token_logprobs
@@ -50,7 +52,8 @@ def test_no_stop_trim_does_not_show_the_stop_token_a_parser_needed(
         content = post(special_router, "/v1/chat/completions", body).json()["choices"][0][
             "message"
         ]["content"]
-    assert content and EOS not in content
+    assert content
+    assert EOS not in content
     # the client's own skip_special_tokens: false still shows it
     shown = post(
         special_router,
@@ -63,7 +66,8 @@ def test_no_stop_trim_does_not_show_the_stop_token_a_parser_needed(
 def test_the_stop_token_is_not_in_logprobs_nor_an_empty_chunk(router: Router) -> None:
     answer = post(router, "/v1/chat/completions", chat(logprobs=True)).json()["choices"][0]
     tokens = [entry["token"] for entry in answer["logprobs"]["content"]]
-    assert tokens and EOS not in tokens
+    assert tokens
+    assert EOS not in tokens
     assert "".join(tokens) == answer["message"]["content"]
     chunks = stream_chunks(router, "/v1/chat/completions", chat(logprobs=True))
     for chunk in chunks:
@@ -75,4 +79,5 @@ def test_the_stop_token_is_not_in_logprobs_nor_an_empty_chunk(router: Router) ->
     completion = post(
         router, "/v1/completions", {"model": MODEL, "prompt": "Hello there", "logprobs": 1}
     ).json()["choices"][0]
-    assert completion["logprobs"]["tokens"] and EOS not in completion["logprobs"]["tokens"]
+    assert completion["logprobs"]["tokens"]
+    assert EOS not in completion["logprobs"]["tokens"]
