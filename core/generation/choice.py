@@ -315,6 +315,10 @@ class ChoiceProcessor:
                 self._emit(piece.text, delta)
         return True
 
+    def reasoning_tokens(self, counted: int) -> int:
+        """The reasoning tokens so far: ``counted`` (the worker's count), else the estimate."""
+        return counted or self._estimated_reasoning_tokens(self.tokens)
+
     def _estimated_reasoning_tokens(self, tokens: int) -> int:
         """The tokens' share of reasoning by characters: the same however the output was
         chunked (the parsers release the same text whatever the chunking)."""

@@ -117,6 +117,7 @@ def _renderer(request: GenerateRequestBody, plan: Plan, ctx: RequestContext) -> 
         top_logprobs=request.top_logprobs_num > 0,
         text_in_logprobs=request.return_text_in_logprobs,
         started=ctx.started,
+        prompt_tokens=[len(prompt.ids) for prompt in plan.prompts],
     )
 
 

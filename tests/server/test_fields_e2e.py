@@ -11,7 +11,7 @@ import pytest
 
 from .conftest import MODEL, TOOLS
 from .harness import Router, run_router
-from .test_response_details_e2e import chat, post, stream_chunks
+from .test_response_details_e2e import chat, post, stream_chunks, user
 
 
 def test_completions_logprobs_zero_gives_objects_with_the_sampled_token(
@@ -81,3 +81,40 @@ def test_the_stop_token_is_not_in_logprobs_nor_an_empty_chunk(router: Router) ->
     ).json()["choices"][0]
     assert completion["logprobs"]["tokens"]
     assert EOS not in completion["logprobs"]["tokens"]
+
+
+# -- running counts ----------------------------------------------------------------------------
+
+
+def test_streamed_generate_reports_prompt_and_reasoning_tokens_in_every_chunk(
+    router: Router,
+) -> None:
+    body = {"text": "ponder this", "require_reasoning": True}
+    chunks = stream_chunks(router, "/generate", body)
+    metas = [c["meta_info"] for c in chunks]
+    assert len(metas) > 2
+    prompt = metas[-1]["prompt_tokens"]
+    assert prompt > 0
+    assert [m["prompt_tokens"] for m in metas] == [prompt] * len(metas)
+    reasoning = [m["reasoning_tokens"] for m in metas]
+    assert reasoning == sorted(reasoning)
+    assert reasoning[0] > 0
+    assert reasoning[-1] == post(router, "/generate", body).json()["meta_info"]["reasoning_tokens"]
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_continuous_usage_stats_count_reasoning_tokens(router: Router, path: str) -> None:
+    body = (
+        chat(messages=user("ponder this"))
+        if "chat" in path
+        else {
+            "model": MODEL,
+            "prompt": "ponder this",
+        }
+    )
+    options = {"include_usage": True, "continuous_usage_stats": True}
+    *running, last = stream_chunks(router, path, {**body, "stream_options": options})
+    counts = [c["usage"]["completion_tokens_details"]["reasoning_tokens"] for c in running]
+    assert counts == sorted(counts)
+    if "chat" in path:  # the qwen3 parser splits the reasoning off
+        assert counts[-1] == last["usage"]["completion_tokens_details"]["reasoning_tokens"] > 0
