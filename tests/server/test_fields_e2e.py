@@ -5,13 +5,21 @@ of echoed prompts, and ``/generate`` stream metadata."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import openai
 import pytest
 
+from turnout.demo_model import path as demo_path
+from turnout.sim.embedding import DEFAULT_EMBEDDING_DIM, embed_ids
+from turnout.tokenizer import ModelTokenizer
+
 from .conftest import MODEL, TOOLS
 from .harness import Router, run_router
+from .test_embeddings_e2e import float32
 from .test_response_details_e2e import chat, post, stream_chunks, user
+
+TOKENIZER = ModelTokenizer.from_dir(demo_path())
 
 
 def test_completions_logprobs_zero_gives_objects_with_the_sampled_token(
@@ -118,3 +126,95 @@ def test_continuous_usage_stats_count_reasoning_tokens(router: Router, path: str
     assert counts == sorted(counts)
     if "chat" in path:  # the qwen3 parser splits the reasoning off
         assert counts[-1] == last["usage"]["completion_tokens_details"]["reasoning_tokens"] > 0
+
+
+# -- unknown fields and vLLM's extensions ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/v1/chat/completions", chat(temprature=0.2), "temprature"),
+        ("/v1/chat/completions", chat(guided_json={"type": "object"}), "guided_json"),
+        ("/v1/completions", {"model": MODEL, "prompt": "x", "max_tokns": 3}, "max_tokns"),
+        ("/v1/embeddings", {"model": MODEL, "input": "x", "normalize": False}, "normalize"),
+    ],
+)
+def test_an_unknown_field_is_refused_by_name(
+    client: openai.OpenAI, path: str, body: dict[str, Any], field: str
+) -> None:
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.post(path.removeprefix("/v1"), body=body, cast_to=object)
+    error = caught.value.body
+    assert isinstance(error, dict)
+    assert (error["code"], error["param"]) == ("unsupported_parameter", field)
+    assert field in error["message"]
+
+
+def test_what_popular_clients_send_is_accepted(client: openai.OpenAI) -> None:
+    """Every field of OpenAI's chat request a client library may send (the Agents SDK, the
+    Vercel AI SDK, pydantic-ai, langchain…) is taken, those that change nothing included."""
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=user("Hello there"),
+        frequency_penalty=0,
+        presence_penalty=0,
+        logit_bias={},
+        logprobs=False,
+        max_completion_tokens=8,
+        metadata={"k": "v"},
+        modalities=["text"],
+        n=1,
+        parallel_tool_calls=True,
+        prediction={"type": "content", "content": "Hello"},
+        prompt_cache_key="k",
+        prompt_cache_retention="in_memory",
+        reasoning_effort="low",
+        safety_identifier="s",
+        seed=1,
+        service_tier="auto",
+        stop=None,
+        store=False,
+        stream_options=None,
+        temperature=0,
+        top_p=1,
+        user="u",
+        verbosity="low",
+        extra_body={"top_k": 5, "separate_reasoning": True},
+    )
+    assert reply.choices[0].message.content
+    text = client.completions.create(
+        model=MODEL, prompt="x", best_of=1, echo=False, suffix=None, user="u", seed=1
+    )
+    assert text.choices[0].text
+    vector = client.embeddings.create(model=MODEL, input="x", dimensions=None, user="u")
+    assert vector.data[0].embedding
+
+
+def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(router: Router) -> None:
+    text = "one two three four five six seven eight"
+    ids = TOKENIZER.encode(text, add_special_tokens=True)
+    kept = ids[-3:]
+    whole = post(router, "/v1/embeddings", {"model": MODEL, "input": text}).json()
+    cut = post(
+        router, "/v1/embeddings", {"model": MODEL, "input": text, "truncate_prompt_tokens": 3}
+    ).json()
+    assert cut["usage"]["prompt_tokens"] == 3
+    assert cut["data"][0]["embedding"] == pytest.approx(
+        float32(embed_ids(kept, DEFAULT_EMBEDDING_DIM)), abs=1e-6
+    )
+    assert cut["data"][0]["embedding"] != whole["data"][0]["embedding"]
+    for prompt in (text, ids):
+        answer = post(
+            router,
+            "/v1/completions",
+            {"model": MODEL, "prompt": prompt, "truncate_prompt_tokens": 3, "echo": True},
+        ).json()
+        assert answer["usage"]["prompt_tokens"] == 3
+        assert answer["choices"][0]["text"].startswith(TOKENIZER.decode(kept))
+        assert not answer["choices"][0]["text"].startswith("one")
+    # -1: as many as the model takes, so a short prompt stays whole
+    full = post(
+        router, "/v1/completions", {"model": MODEL, "prompt": text, "truncate_prompt_tokens": -1}
+    ).json()
+    assert full["usage"]["prompt_tokens"] == len(ids)

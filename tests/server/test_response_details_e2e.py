@@ -248,7 +248,7 @@ def test_unimplemented_fields_are_refused_by_name(
 def test_fields_that_ask_for_nothing_are_accepted(router: Router) -> None:
     for body in (
         chat(modalities=["text"], user="u", metadata={"k": "v"}, store=False),
-        {"model": MODEL, "prompt": "x", "best_of": 1, "functions": []},
+        {"model": MODEL, "prompt": "x", "best_of": 1, "user": "u"},
     ):
         path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
         assert post(router, path, body).status_code == 200
