@@ -61,7 +61,7 @@ async def embed(
     """Answer one embeddings request."""
     runtime = await model_runtime(backend.models, request.model)
     check_dimensions(request.dimensions, runtime)
-    prompts = await embedding_prompts(request.input, runtime)
+    prompts = await embedding_prompts(request.input, runtime, request.truncate_prompt_tokens)
     answers = await _embed_all(backend.embed, runtime.model_id, prompts, ctx)
     data = []
     tokens = 0

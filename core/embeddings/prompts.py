@@ -8,15 +8,18 @@ from turnout.errors import bad_request
 from turnout.generation.completions import given_prompts
 from turnout.generation.models import ModelRuntime
 from turnout.generation.plan import Prompt
-from turnout.generation.prompt_size import check_prompt_ids, encode_prompts
+from turnout.generation.prompt_size import check_prompt_ids, encode_prompts, truncate_prompt
 from turnout.generation.requests import PromptItem
 
 __all__ = ["embedding_prompts"]
 
 
-async def embedding_prompts(given: str | list[PromptItem], runtime: ModelRuntime) -> list[Prompt]:
+async def embedding_prompts(
+    given: str | list[PromptItem], runtime: ModelRuntime, keep_last: int | None = None
+) -> list[Prompt]:
     """One prompt per input, in order: texts with the tokenizer's special tokens (as SGLang
-    tokenizes embedding inputs), token ids as given. 400s name the input (``input[i]``)."""
+    tokenizes embedding inputs), token ids as given; each input's last ``keep_last`` tokens
+    only, when given (vLLM's ``truncate_prompt_tokens``). 400s name the input (``input[i]``)."""
     items = given_prompts(given, "input")
     if len(items) > MAX_INPUTS:
         raise bad_request(f"input has {len(items)} items, more than {MAX_INPUTS}", "input")
@@ -31,6 +34,7 @@ async def embedding_prompts(given: str | list[PromptItem], runtime: ModelRuntime
         [text for _, text in texts],
         add_special_tokens=True,
         params=[params[i] for i, _ in texts],
+        keep_last=keep_last,
     )
     prompts: list[Prompt] = []
     text_ids = iter(encoded)
@@ -38,6 +42,7 @@ async def embedding_prompts(given: str | list[PromptItem], runtime: ModelRuntime
         if isinstance(item, str):
             prompts.append(Prompt(next(text_ids), item))
         else:
-            check_prompt_ids(runtime, item, params[i])
-            prompts.append(Prompt(item))
+            ids = truncate_prompt(runtime, item, keep_last)
+            check_prompt_ids(runtime, ids, params[i])
+            prompts.append(Prompt(ids))
     return prompts

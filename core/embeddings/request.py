@@ -7,7 +7,12 @@ from typing import Annotated, Final, Literal
 import msgspec
 from msgspec import Meta
 
-from turnout.generation.requests import INT32_MAX, PromptItem
+from turnout.generation.requests import (
+    INT32_MAX,
+    PromptItem,
+    TruncatePromptTokens,
+    check_truncate_prompt_tokens,
+)
 
 __all__ = ["MAX_INPUTS", "EmbeddingRequest"]
 
@@ -15,8 +20,8 @@ __all__ = ["MAX_INPUTS", "EmbeddingRequest"]
 MAX_INPUTS: Final = 2048
 
 
-class EmbeddingRequest(msgspec.Struct, kw_only=True):
-    """``POST /v1/embeddings``."""
+class EmbeddingRequest(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    """``POST /v1/embeddings`` (an unknown field is refused)."""
 
     #: A string, a list of strings, a list of token ids, or a list of token-id lists.
     input: str | Annotated[list[PromptItem], Meta(min_length=1)]
@@ -27,3 +32,8 @@ class EmbeddingRequest(msgspec.Struct, kw_only=True):
     dimensions: Annotated[int, Meta(ge=1, le=INT32_MAX)] | None = None
     #: Accepted and ignored, as OpenAI-compatible servers do.
     user: str | None = None
+    #: vLLM: embed only each input's last k tokens (-1: as many as the model takes).
+    truncate_prompt_tokens: TruncatePromptTokens | None = None
+
+    def __post_init__(self) -> None:
+        check_truncate_prompt_tokens(self.truncate_prompt_tokens)

@@ -220,7 +220,10 @@ class ChoiceProcessor:
         self.tokens += len(token_ids)
         delta.completion_tokens = self.tokens
         if logprobs is not None and self._token_piece is not None:
-            delta.logprobs = self._logprobs(logprobs, len(token_ids))
+            # Logprobs cover the tokens the answer shows: a hidden stop token is left out,
+            # unless the answer returns every output id (``/generate``).
+            shown = len(token_ids) if self._keep_token_ids else min(len(token_ids), len(visible))
+            delta.logprobs = self._logprobs(logprobs, shown) or None
         if self._keep_token_ids:
             # The stream driver hands each push a list of its own (a slice of the worker's
             # ids), which the delta keeps; the decoder copies what it needs.
@@ -311,6 +314,10 @@ class ChoiceProcessor:
                 self._normal_chars += len(piece.text)
                 self._emit(piece.text, delta)
         return True
+
+    def reasoning_tokens(self, counted: int) -> int:
+        """The reasoning tokens so far: ``counted`` (the worker's count), else the estimate."""
+        return counted or self._estimated_reasoning_tokens(self.tokens)
 
     def _estimated_reasoning_tokens(self, tokens: int) -> int:
         """The tokens' share of reasoning by characters: the same however the output was

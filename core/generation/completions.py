@@ -10,7 +10,7 @@ from turnout.generation.flow import Endpoint
 from turnout.generation.models import ModelRuntime
 from turnout.generation.output import output_options
 from turnout.generation.plan import Plan, Prompt
-from turnout.generation.prompt_size import check_prompt_ids, encode_prompt
+from turnout.generation.prompt_size import check_prompt_ids, encode_prompt, truncate_prompt
 from turnout.generation.requests import CompletionRequest, PromptItem
 from turnout.generation.tool_choice import plan_tools
 from turnout.generation.unsupported import COMPLETIONS, refuse_unsupported, unsupported
@@ -58,13 +58,18 @@ async def _prompts(request: CompletionRequest, runtime: ModelRuntime, ctx: Reque
     if len(given) * request.n > MAX_CHOICES:
         raise bad_request(f"at most {MAX_CHOICES} choices (prompts × n) per request", "prompt")
     prompts = []
+    keep = request.truncate_prompt_tokens
     for item in given:
         if isinstance(item, str):
-            ids = await encode_prompt(runtime, item, add_special_tokens=True, param="prompt")
-            prompts.append(Prompt(ids, item))
+            ids = await encode_prompt(
+                runtime, item, add_special_tokens=True, param="prompt", keep_last=keep
+            )
+            # A truncated prompt is what its ids say (what echo repeats).
+            prompts.append(Prompt(ids, item if keep is None else runtime.tokenizer.decode(ids)))
         else:
-            check_prompt_ids(runtime, item, "prompt")
-            prompts.append(Prompt(item, runtime.tokenizer.decode(item)))
+            ids = truncate_prompt(runtime, item, keep)
+            check_prompt_ids(runtime, ids, "prompt")
+            prompts.append(Prompt(ids, runtime.tokenizer.decode(ids)))
     logprobs = request.logprobs is not None
     return Plan(
         runtime,

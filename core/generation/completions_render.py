@@ -10,12 +10,16 @@ from turnout.generation.usage import RunningUsage, add_usage, usage_dict
 
 def openai_logprobs(entries: list[TokenLogprob], offset: int) -> dict[str, Any]:
     """OpenAI's completions ``logprobs`` object; ``offset``: where the first token's text
-    starts in the choice's text."""
-    tokens, values, tops, offsets = [], [], [], []
+    starts in the choice's text. Each ``top_logprobs`` object holds the sampled token too (so
+    up to ``logprobs + 1`` entries, as OpenAI documents; one with ``logprobs: 0``)."""
+    tokens, values, offsets = [], [], []
+    tops: list[dict[str, float]] = []
     for lp in entries:
         tokens.append(lp.token)
         values.append(lp.logprob)
-        tops.append({top.token: top.logprob for top in lp.top} if lp.top else None)
+        top = {alt.token: alt.logprob for alt in lp.top}
+        top.setdefault(lp.token, lp.logprob)
+        tops.append(top)
         offsets.append(offset)
         offset += len(lp.token)
     return {

@@ -48,6 +48,8 @@ class ChoiceDelta(msgspec.Struct):
     token_ids: list[int] | None = None
     #: The choice's tokens so far, this delta's included (running usage).
     completion_tokens: int = 0
+    #: How many of them are reasoning (the worker's count, else turnout's estimate).
+    reasoning_tokens: int = 0
 
     def is_empty(self) -> bool:
         """True when there is nothing to send."""

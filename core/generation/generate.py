@@ -16,7 +16,7 @@ from turnout.generation.output import output_options
 from turnout.generation.plan import Plan, Prompt
 from turnout.generation.prompt_size import check_prompt_ids, encode_prompt
 from turnout.generation.requests import GenerateRequestBody, NativeSamplingParams
-from turnout.generation.unsupported import GENERATE, refuse_unsupported
+from turnout.generation.unsupported import GENERATE, refuse_unsupported, unsupported
 from turnout.wire.sampling import Constraint, ConstraintKind
 
 _CONSTRAINTS: tuple[ConstraintKind, ...] = ("json_schema", "structural_tag", "regex", "ebnf")
@@ -26,7 +26,11 @@ _UNSET = (None, None, None, None)
 def _check(request: GenerateRequestBody) -> None:
     refuse_unsupported(request, GENERATE)
     if request.logprob_start_len != -1:
-        raise bad_request("input (prompt) logprobs are not supported", "logprob_start_len")
+        raise unsupported(
+            "logprob_start_len",
+            "logprob_start_len other than -1 is not supported: prompt logprobs are not returned "
+            "by /generate",
+        )
     _given_constraints(request.sampling_params)
 
 
@@ -113,6 +117,7 @@ def _renderer(request: GenerateRequestBody, plan: Plan, ctx: RequestContext) -> 
         top_logprobs=request.top_logprobs_num > 0,
         text_in_logprobs=request.return_text_in_logprobs,
         started=ctx.started,
+        prompt_tokens=[len(prompt.ids) for prompt in plan.prompts],
     )
 
 

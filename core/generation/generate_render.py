@@ -12,7 +12,7 @@ from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogpro
 class _Output:
     """One choice's output so far."""
 
-    __slots__ = ("end", "ids", "lps", "text", "tops")
+    __slots__ = ("end", "ids", "lps", "reasoning", "text", "tops")
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -21,6 +21,8 @@ class _Output:
         self.lps: list[list[Any]] = []
         self.tops: list[list[list[Any]]] = []
         self.end: ChoiceEnd | None = None
+        #: Its reasoning tokens so far.
+        self.reasoning = 0
 
 
 class GenerateRenderer:
@@ -35,6 +37,7 @@ class GenerateRenderer:
         "_n",
         "_one",
         "_outputs",
+        "_prompt_tokens",
         "_rid",
         "_started",
         "_top",
@@ -53,10 +56,14 @@ class GenerateRenderer:
         top_logprobs: bool = False,
         text_in_logprobs: bool = False,
         started: float | None = None,
+        prompt_tokens: list[int] | None = None,
     ) -> None:
         """``rid``: the request id (``<rid>-<i>`` per choice when there are several);
-        ``started``: when the request arrived (``time.monotonic``), for ``e2e_latency``."""
+        ``started``: when the request arrived (``time.monotonic``), for ``e2e_latency``;
+        ``prompt_tokens``: each prompt's length, reported in every chunk before the worker's
+        count arrives with the last."""
         self._rid, self._n = rid, n
+        self._prompt_tokens = prompt_tokens or [0] * prompts
         self._started = time.monotonic() if started is None else started
         self._logprobs = logprobs
         self._top = top_logprobs
@@ -121,6 +128,7 @@ class GenerateRenderer:
         if isinstance(event, ChoiceDelta):
             out = self._outputs[event.index]
             out.text.append(event.content)
+            out.reasoning = event.reasoning_tokens
             if event.token_ids:
                 out.ids.extend(event.token_ids)
             if event.logprobs and self._logprobs:
@@ -141,14 +149,14 @@ class GenerateRenderer:
         meta: dict[str, Any] = {
             "id": self._rid if self._count == 1 else f"{self._rid}-{i}",
             "finish_reason": None if end is None else _finish_reason(end),
-            "prompt_tokens": usage.prompt_tokens if usage else 0,
+            "prompt_tokens": usage.prompt_tokens if usage else self._prompt_tokens[i // self._n],
             "completion_tokens": len(out.ids) if end is None else end.completion_tokens,
             "cached_tokens": usage.cached_tokens if usage else 0,
             "e2e_latency": time.monotonic() - self._started,
         }
         if end is not None:
             meta["matched_stop"] = end.matched_stop
-            meta["reasoning_tokens"] = end.reasoning_tokens
+        meta["reasoning_tokens"] = out.reasoning if end is None else end.reasoning_tokens
         if self._logprobs:
             meta["output_token_logprobs"] = out.lps
             if self._top:

@@ -77,7 +77,10 @@ def make_processors(
     skip_special = options.skip_special_tokens and not (
         runtime.parsers_need_special_tokens and (options.tool_parser or options.reasoning)
     )
-    hidden = frozenset() if options.no_stop_trim else runtime.stop_token_ids
+    # The stop token ends the output, not part of its text: ``no_stop_trim`` shows it only where
+    # special tokens are shown at the client's wish (not where only the parsers need them).
+    shown = options.no_stop_trim and not options.skip_special_tokens
+    hidden = frozenset() if shown else runtime.stop_token_ids
     token_piece = tokenizer.pieces.piece if options.logprobs else None
     processors = []
     for index in range(first_index, first_index + options.n):

@@ -236,6 +236,7 @@ class SessionEvents:
         )
         delta = processor.push(token_ids, logprobs)
         if delta is not None:
+            delta.reasoning_tokens = processor.reasoning_tokens(chunk.reasoning_tokens)
             events.append(delta)
         if processor.matched_stop is not None:  # stopped early
             tail, end = processor.finish("stop", None)

@@ -80,22 +80,42 @@ def _positive(value: str | None) -> int | None:
 
 
 async def encode_prompt(
-    runtime: ModelRuntime, text: str, *, add_special_tokens: bool, param: str
+    runtime: ModelRuntime,
+    text: str,
+    *,
+    add_special_tokens: bool,
+    param: str,
+    keep_last: int | None = None,
 ) -> list[int]:
     """Token ids of a prompt text: a 400 when it is empty or cannot fit the model's context
-    (before encoding, when its length proves it); long texts are encoded off the event loop."""
+    (before encoding, when its length proves it); long texts are encoded off the event loop.
+    ``keep_last``: see :func:`truncate_prompt`."""
     limit = runtime.prompt_limit()
     try:
         ids = await runtime.tokenizer.encode_off_loop(
             text,
             add_special_tokens,
-            max_tokens=limit.max_prompt_tokens if limit is not None else None,
+            max_tokens=limit.max_prompt_tokens if limit is not None and keep_last is None else None,
         )
     except TooManyTokens as exc:
         assert limit is not None
         raise _too_long(limit, exc.tokens, param, at_least=exc.at_least) from None
+    ids = truncate_prompt(runtime, ids, keep_last)
     _check_ids(ids, limit, param)
     return ids
+
+
+def truncate_prompt(runtime: ModelRuntime, ids: list[int], keep_last: int | None) -> list[int]:
+    """vLLM's ``truncate_prompt_tokens``: the last ``keep_last`` tokens of a prompt (-1: as many
+    as the model's workers take; ``None``: all of them)."""
+    if keep_last is None:
+        return ids
+    if keep_last < 0:
+        limit = runtime.prompt_limit()
+        if limit is None:
+            return ids
+        keep_last = limit.max_prompt_tokens
+    return ids[-keep_last:] if len(ids) > keep_last else ids
 
 
 async def encode_prompts(
@@ -104,13 +124,14 @@ async def encode_prompts(
     *,
     add_special_tokens: bool,
     params: Sequence[str],
+    keep_last: int | None = None,
 ) -> list[list[int]]:
     """:func:`encode_prompt` for many texts: encoded as one batch, on a tokenizer thread when
     they are long together; a 400 naming ``params[i]`` for text ``i`` when it is empty or too
     long (before encoding anything, when its length proves it)."""
     limit = runtime.prompt_limit()
     tokenizer = runtime.tokenizer
-    if limit is not None:
+    if limit is not None and keep_last is None:
         for text, param in zip(texts, params, strict=True):
             least = tokenizer.min_token_count(text)
             if least > limit.max_prompt_tokens:
@@ -119,6 +140,8 @@ async def encode_prompts(
         batch = tokenizer.encode_batch(texts, add_special_tokens)
     else:
         batch = await offloader().run(tokenizer.encode_batch, texts, add_special_tokens)
+    if keep_last is not None:
+        batch = [truncate_prompt(runtime, ids, keep_last) for ids in batch]
     for ids, param in zip(batch, params, strict=True):
         _check_ids(ids, limit, param)
     return batch

@@ -134,17 +134,40 @@ class SamplingFields(msgspec.Struct, kw_only=True):
             )
 
 
+#: vLLM's ``truncate_prompt_tokens``: keep the prompt's last k tokens (-1: as many as the model
+#: takes); 0 is refused after decoding.
+TruncatePromptTokens = Annotated[int, Meta(ge=-1, le=INT32_MAX)]
+
+
+def check_truncate_prompt_tokens(value: int | None) -> None:
+    """Refuse ``truncate_prompt_tokens: 0`` (nothing of the prompt would be left)."""
+    if value == 0:
+        raise InvalidField(
+            "truncate_prompt_tokens", "truncate_prompt_tokens must be -1 (the context) or >= 1"
+        )
+
+
 class OpenAIRequest(SamplingFields, kw_only=True):
-    """Fields of both OpenAI generation requests besides sampling."""
+    """Fields of both OpenAI generation requests besides sampling.
+
+    The subclasses refuse unknown fields (``forbid_unknown_fields``): every field a client may
+    send is declared, those that change nothing included (``user``…)."""
 
     model: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     user: str | None = None
     rid: str | None = None
+    # vLLM's extensions.
+    #: Log probabilities of the prompt's tokens, with this many alternatives each.
+    prompt_logprobs: TopLogprobs | None = None
+    #: The answer carries the prompt's and each choice's token ids.
+    return_token_ids: bool = False
+    #: Logprob tokens are named ``token_id:<id>`` instead of their text.
+    return_tokens_as_token_ids: bool = False
 
 
-class ChatCompletionRequest(OpenAIRequest, kw_only=True):
+class ChatCompletionRequest(OpenAIRequest, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/chat/completions``."""
 
     messages: Annotated[list[ChatMessage], Meta(min_length=1)]
@@ -164,12 +187,25 @@ class ChatCompletionRequest(OpenAIRequest, kw_only=True):
     documents: list[dict[str, Any]] | None = None
     #: SGLang: the LoRA adapter to run (like ``model: "<model>:<adapter>"``).
     lora_path: LoraPath | None = None
+    #: vLLM: the answer starts with the last message's content when it is the assistant's.
+    echo: bool = False
+    # OpenAI's fields that change nothing here: accepted and ignored.
+    metadata: Any = None
+    store: Any = None
+    service_tier: Any = None
+    prompt_cache_key: Any = None
+    prompt_cache_retention: Any = None
+    safety_identifier: Any = None
+    prediction: Any = None
+    verbosity: Any = None
     # Known but not implemented: a request setting one is refused (see ``unsupported``).
     functions: Any = None
     function_call: Any = None
     audio: Any = None
     modalities: list[str] | None = None
     web_search_options: Any = None
+    moderation: Any = None
+    prompt_cache_options: Any = None
     return_hidden_states: Any = None
     custom_logit_processor: Any = None
     session_params: Any = None
@@ -187,7 +223,7 @@ class ChatCompletionRequest(OpenAIRequest, kw_only=True):
 PromptItem = str | TokenId | Annotated[list[TokenId], Meta(min_length=1)]
 
 
-class CompletionRequest(OpenAIRequest, kw_only=True):
+class CompletionRequest(OpenAIRequest, kw_only=True, forbid_unknown_fields=True):
     """``POST /v1/completions``."""
 
     #: A string, a list of strings, token ids, or a list of token-id lists.
@@ -201,10 +237,16 @@ class CompletionRequest(OpenAIRequest, kw_only=True):
     json_schema: str | None = None
     #: SGLang: the LoRA adapter to run (like ``model: "<model>:<adapter>"``).
     lora_path: LoraPath | None = None
+    #: vLLM: keep only the prompt's last k tokens (-1: as many as the model takes).
+    truncate_prompt_tokens: TruncatePromptTokens | None = None
     # Known but not implemented: a request setting one is refused (see ``unsupported``).
     return_hidden_states: Any = None
     custom_logit_processor: Any = None
     session_params: Any = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_truncate_prompt_tokens(self.truncate_prompt_tokens)
 
 
 class NativeSamplingParams(SamplingFields, kw_only=True, forbid_unknown_fields=True):

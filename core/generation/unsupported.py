@@ -24,6 +24,8 @@ CHAT: Mapping[str, str] = {
     "function_call": "use tool_choice",
     "audio": "audio output is not supported",
     "web_search_options": "web search is not supported",
+    "moderation": "moderation policies are not supported",
+    "prompt_cache_options": "the prefix cache is the workers' own: it takes no options",
     **_SGLANG,
 }
 

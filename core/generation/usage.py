@@ -25,26 +25,30 @@ def add_usage(total: Usage, usage: Usage) -> None:
     total.prompt_tokens += usage.prompt_tokens
     total.completion_tokens += usage.completion_tokens
     total.cached_tokens += usage.cached_tokens
+    total.reasoning_tokens += usage.reasoning_tokens
 
 
 class RunningUsage:
     """Token counts so far, for ``stream_options.continuous_usage_stats``: like SGLang and
-    vLLM, a chunk of a choice carries its prompt's tokens and that choice's tokens so far."""
+    vLLM, a chunk of a choice carries its prompt's tokens and that choice's tokens so far (and
+    how many of them are reasoning)."""
 
-    __slots__ = ("_choices", "_n", "_prompts")
+    __slots__ = ("_choices", "_n", "_prompts", "_reasoning")
 
     def __init__(self, prompt_tokens: Sequence[int], n: int) -> None:
         """``prompt_tokens``: per prompt; choice ``i`` answers prompt ``i // n``."""
         self._prompts = list(prompt_tokens)
         self._n = n
         self._choices: dict[int, int] = {}
+        self._reasoning: dict[int, int] = {}
 
     def note(self, event: Event) -> None:
         """Take the counts an event carries."""
         if isinstance(event, ChoiceDelta | ChoiceEnd):
             self._choices[event.index] = event.completion_tokens
+            self._reasoning[event.index] = event.reasoning_tokens
 
-    def of(self, index: int) -> dict[str, int]:
+    def of(self, index: int) -> dict[str, Any]:
         """The ``usage`` object of a chunk of choice ``index``."""
         prompt = self._prompts[index // self._n]
         completion = self._choices.get(index, 0)
@@ -52,6 +56,7 @@ class RunningUsage:
             "prompt_tokens": prompt,
             "completion_tokens": completion,
             "total_tokens": prompt + completion,
+            "completion_tokens_details": {"reasoning_tokens": self._reasoning.get(index, 0)},
         }
 
 

@@ -130,7 +130,7 @@ def nested_too_deeply() -> ApiError:
 
 
 #: msgspec's messages about a field that it names in the message rather than in the path.
-_NAMED_FIELD = re.compile(r"Object (?:contains unknown|missing required) field `([^`]*)`")
+_NAMED_FIELD = re.compile(r"Object (contains unknown|missing required) field `([^`]*)`")
 
 
 def _invalid(exc: msgspec.ValidationError, prefix: str = "") -> ApiError:
@@ -139,11 +139,20 @@ def _invalid(exc: msgspec.ValidationError, prefix: str = "") -> ApiError:
     message, _, path = str(exc).partition(" - at `$")
     parts = [prefix, path.rstrip("`").lstrip(".")]
     cause = exc.__cause__
+    named = None
     if isinstance(cause, InvalidField):
         parts.append(cause.param)
     elif named := _NAMED_FIELD.fullmatch(message):
-        parts.append(named.group(1))
+        parts.append(named.group(2))
     param = ".".join(p for p in parts if p).replace(".[", "[") or None
+    if named and named.group(1) == "contains unknown":  # a field turnout does not take
+        return ApiError(
+            400,
+            f"{param} is not supported: turnout does not take this field (docs/api.md lists "
+            "the fields it takes)",
+            param=param,
+            code="unsupported_parameter",
+        )
     if param is not None and not isinstance(cause, InvalidField):
         message = f"{param}: {message}"
     return ApiError(400, message, param=param, code="invalid_value")

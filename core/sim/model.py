@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -224,14 +225,18 @@ class SimModel:
             texts.append(text)
         return texts
 
+    def check_vocabulary(self, input_ids: Iterable[int]) -> None:
+        """Refuse token ids past the vocabulary, as SGLang does (Generate and Embed)."""
+        bad = next((t for t in input_ids if t >= self.vocab_size), None)
+        if bad is not None:
+            raise InvalidRequest(f"token id {bad} is out of range (vocab size {self.vocab_size})")
+
     def plan(self, request: pb.GenerateRequest) -> list[ChoicePlan]:
         """Decide every choice's tokens and finish reason, honouring the sampling limits."""
         input_ids = list(request.tokenized.input_ids)
         if not input_ids:
             raise InvalidRequest("input_ids must not be empty")
-        bad = next((t for t in input_ids if t >= self.vocab_size), None)
-        if bad is not None:
-            raise InvalidRequest(f"token id {bad} is out of range (vocab size {self.vocab_size})")
+        self.check_vocabulary(input_ids)
         room = self.files.context_length - len(input_ids)
         if room <= 0:
             raise InvalidRequest(

@@ -585,6 +585,10 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, "Tokenized input must be provided"
             )
+        try:
+            self.model.check_vocabulary(ids)
+        except InvalidRequest as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         knobs = self.knobs
         if (knobs.fail_status or knobs.hang) and self._take_fault():
             if knobs.fail_status:

@@ -24,7 +24,7 @@ BUILTIN_REASONING_PARSERS: tuple[tuple[str, str, tuple[str, ...], tuple[str, ...
      "DeepSeek V3.1/V3.2/V4: <think>…</think>, thinking per request"),
     ("glm45", "glm45:Glm45ReasoningParser", ("glm47", "glm"),
      ("*glm-4.5*", "*glm-4.6*", "*glm-4.7*", "*glm-5*", "*glm45*", "*glm47*"),
-     "GLM-4.5/4.6/4.7/5: <think>…</think>, starts in reasoning; <tool_call> also ends it"),
+     "GLM-4.5/4.6/4.7/5: <think>…</think> (or a prompt that opens it); <tool_call> also ends it"),
     ("kimi", "kimi:KimiReasoningParser", (),
      ("*kimi-vl*",), "Kimi-VL / k1.5: ◁think▷…◁/think▷"),
     ("kimi_k2", "kimi_k2:KimiK2ReasoningParser", ("kimik2", "kimi-k2", "kimi_thinking"),

@@ -116,19 +116,20 @@ def test_logprobs_are_sglang_triples_with_text_when_asked() -> None:
 
 
 def test_a_stream_sends_the_output_so_far_and_the_final_chunk_after_usage() -> None:
-    renderer = GenerateRenderer("rid", 1, 1)
+    renderer = GenerateRenderer("rid", 1, 1, prompt_tokens=[4])
     assert renderer.opening(0) == []
-    first = [without_latency(c) for c in renderer.stream([delta(0, "He", [1])])]
+    first = [without_latency(c) for c in renderer.stream([delta(0, "He", [1], reasoning_tokens=1)])]
     assert first == [
         {
             "text": "He",
             "output_ids": [1],
-            "meta_info": {
+            "meta_info": {  # every chunk has the prompt's tokens and the reasoning so far
                 "id": "rid",
                 "finish_reason": None,
-                "prompt_tokens": 0,
+                "prompt_tokens": 4,
                 "completion_tokens": 1,
                 "cached_tokens": 0,
+                "reasoning_tokens": 1,
             },
             "index": 0,
         }

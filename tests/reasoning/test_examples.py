@@ -44,8 +44,10 @@ CASES: list[tuple[str, bool | None, str, str, str]] = [
     ("deepseek_v31", True, "thinking</think>answer", "thinking", "answer"),
     ("glm45", None, "<think>Let me see.</think>\nSunny.", "Let me see.", "\nSunny."),
     ("glm45", None, "<think></think>Direct.", "", "Direct."),
-    # GLM-4.7/5 templates open <think> in the prompt: a lone </think> ends that reasoning.
-    ("glm45", None, "The user wants weather.</think>Sunny.", "The user wants weather.", "Sunny."),
+    # Plain text is content (as in SGLang and smg); GLM-4.7/5 templates open <think> in the
+    # prompt (the pipeline then passes True): a lone </think> ends that reasoning.
+    ("glm45", None, "Plain answer.", "", "Plain answer."),
+    ("glm45", True, "The user wants weather.</think>Sunny.", "The user wants weather.", "Sunny."),
     ("glm45", None, "<tool_call>get_weather\n<arg_key>city</arg_key>",
      "", "<tool_call>get_weather\n<arg_key>city</arg_key>"),
     ("glm45", False, "Direct answer.", "", "Direct answer."),
@@ -194,7 +196,7 @@ def test_start_marker_is_held_only_while_it_can_still_match() -> None:
         ("qwen3", ["normal text ", "<think>", "reasoning"], "reasoning", "normal text "),
         ("qwen3", ["normal text <th", "ink>reasoning"], "reasoning", "normal text "),
         ("qwen3", ["<think>plan", "<tool_", "call>{}"], "plan", "<tool_call>{}"),
-        ("glm45", ["thinking", "</th", "ink>", "answer"], "thinking", "answer"),
+        ("glm45", ["<think>thinking", "</th", "ink>", "answer"], "thinking", "answer"),
     ],
 )
 def test_streamed_chunks(name: str, chunks: list[str], reasoning: str, normal: str) -> None:

@@ -42,9 +42,9 @@ TOOLS = [
 CASES = [
     ("qwen3", "late start", "Sure. It is 42.", "Six times seven."),
     ("qwen3", "lone end", "The prompt opened it.</think>Sunny.", ""),
-    # GLM starts in reasoning (its templates open <think> in the prompt).
-    ("glm45", "lone end", "Sunny.", "The prompt opened it."),
-    ("glm45", "late start", "It is 42.", "Sure. <think>Six times seven."),
+    # GLM starts outside reasoning, like SGLang's and smg's parsers: the prompt decides.
+    ("glm45", "lone end", "The prompt opened it.</think>Sunny.", ""),
+    ("glm45", "late start", "Sure. It is 42.", "Six times seven."),
     ("mistral", "magistral", "It is 42.", "Six times seven."),
     ("mistral", "late start", "Sure. <think>Six times seven.</think>It is 42.", ""),
 ]
@@ -130,7 +130,7 @@ def test_tool_call_inside_unterminated_reasoning_is_a_call(
 @pytest.mark.parametrize(
     ("parser", "text", "reasoning", "normal"),
     [
-        ("glm45", "opened by the prompt</think>answer", "opened by the prompt", "answer"),
+        ("glm45", "plain answer", "", "plain answer"),
         ("kimi_k2", "opened by the prompt</think>answer", "opened by the prompt", "answer"),
         ("qwen3_thinking", "opened by the prompt</think>answer", "opened by the prompt", "answer"),
         ("minimax", "opened by the prompt</think>answer", "opened by the prompt", "answer"),
@@ -147,6 +147,27 @@ def test_parse_reasoning_endpoint_uses_the_parser_on_its_own(
     )
     assert answer.status_code == 200
     assert answer.json() == {"reasoning_text": reasoning, "normal_text": normal}
+
+
+def test_prompt_that_opens_reasoning_makes_glm_start_in_it(
+    routers: Callable[[str], Router],
+) -> None:
+    """A prompt ending with ``<think>`` (as GLM-4.7/5 templates leave it) puts the output in
+    reasoning: a lone ``</think>`` ends it."""
+    client = openai.OpenAI(
+        base_url=f"{routers('glm45').base_url}/v1", api_key="unused", max_retries=0
+    )
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=[
+            {"role": "user", "content": "lone end"},
+            {"role": "assistant", "content": "<think>"},
+        ],
+        extra_body={"continue_final_message": True, "add_generation_prompt": False},
+    )
+    message = reply.choices[0].message
+    assert message.content == "Sunny."
+    assert (message.model_extra or {}).get("reasoning_content") == "The prompt opened it."
 
 
 def test_prompt_that_closed_reasoning_makes_the_output_normal_text(

@@ -136,6 +136,7 @@ def test_generate_refuses_prompt_logprobs_clearly(router: Router) -> None:
     response = httpx.post(f"{router.base_url}/generate", json={"text": "x", "logprob_start_len": 0})
     assert response.status_code == 400
     assert response.json()["error"]["param"] == "logprob_start_len"
+    assert response.json()["error"]["code"] == "unsupported_parameter"  # as docs/api.md says
 
 
 def test_generate_treats_an_empty_constraint_as_none(router: Router) -> None:

@@ -146,7 +146,7 @@ async def test_a_run_of_one_choice_is_one_delta_with_every_logprob() -> None:
     deltas = [e for e in seen[0] if isinstance(e, ChoiceDelta)]
     assert len(deltas) == 1
     assert deltas[0].content == "hello world, hello router"
-    assert [lp.token_id for lp in deltas[0].logprobs or []] == [*ids, EOS]
+    assert [lp.token_id for lp in deltas[0].logprobs or []] == ids  # EOS ends it: no logprob
     assert isinstance(seen[0][-2], ChoiceEnd)
     usage = seen[0][-1]
     assert isinstance(usage, Usage)

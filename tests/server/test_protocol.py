@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from turnout.embeddings import EmbeddingRequest
 from turnout.errors import ApiError
 from turnout.generation.requests import (
     ChatCompletionRequest,
@@ -90,20 +91,43 @@ def sampling(**params: Any) -> tuple[type[Any], dict[str, Any]]:
         (generate(top_logprobs_num=21), "top_logprobs_num"),
         (sampling(top_k=0), "sampling_params.top_k"),
         (sampling(min_new_tokens=5, max_new_tokens=2), "sampling_params.min_new_tokens"),
-        (sampling(max_tokens=5), "sampling_params.max_tokens"),  # OpenAI's name is not SGLang's
-        (sampling(stream=True), "sampling_params.stream"),
+        (completion(truncate_prompt_tokens=0), "truncate_prompt_tokens"),
+        (completion(truncate_prompt_tokens=-2), "truncate_prompt_tokens"),
+        (chat(prompt_logprobs=21), "prompt_logprobs"),
     ],
 )
 def test_bad_values_are_a_400_naming_the_field(
     case: tuple[type[Any], dict[str, Any]], param: str
 ) -> None:
+    assert refusal(case) == (400, param, "invalid_value")
+
+
+def refusal(case: tuple[type[Any], dict[str, Any]]) -> tuple[int, str | None, str | None]:
     kind, body = case
     body = {k: v for k, v in body.items() if v is not None}
     with pytest.raises(ApiError) as caught:
         decode_body(json.dumps(body).encode(), kind)
     error = caught.value
-    assert (error.status, error.param, error.code) == (400, param, "invalid_value")
     assert error.message
+    return error.status, error.param, error.code
+
+
+@pytest.mark.parametrize(
+    ("case", "param"),
+    [
+        (sampling(max_tokens=5), "sampling_params.max_tokens"),  # OpenAI's name is not SGLang's
+        (sampling(stream=True), "sampling_params.stream"),
+        (chat(temprature=0.5), "temprature"),
+        (chat(guided_json={}), "guided_json"),  # vLLM's, not implemented
+        (completion(max_completion_tokens=5), "max_completion_tokens"),  # chat's only
+        (chat(truncate_prompt_tokens=5), "truncate_prompt_tokens"),  # completions' only
+        ((EmbeddingRequest, {"input": "x", "normalize": True}), "normalize"),
+    ],
+)
+def test_unknown_fields_are_unsupported_parameters(
+    case: tuple[type[Any], dict[str, Any]], param: str
+) -> None:
+    assert refusal(case) == (400, param, "unsupported_parameter")
 
 
 def test_numbers_beyond_a_double_are_refused() -> None:

@@ -79,3 +79,10 @@ def test_embed_ids_counts_repeated_tokens() -> None:
     assert embed_ids([3, 3, 4], 32) != once
     with pytest.raises(ValueError, match="at least one token"):
         embed_ids([], 32)
+
+
+async def test_out_of_vocabulary_ids_are_invalid_as_in_generate(client: WorkerClient) -> None:
+    with pytest.raises(WorkerCallError) as info:
+        await client.embed(embed_request([5, 10**9]))
+    assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT
+    assert "out of range" in str(info.value)
