@@ -86,6 +86,13 @@ class ServerConfig(_Section):
     body_timeout_s: _Seconds = 60.0
     #: Close a connection whose client has read nothing of a pending response for this long.
     send_timeout_s: _Seconds = 60.0
+    #: Longest request line or header field line (bytes); a longer one is answered 414 (the
+    #: request target) or 431. 0 disables each of these three head limits.
+    max_header_line_bytes: _Count = 16 * 1024
+    #: Largest request head (request line and header fields, bytes); larger is answered 431.
+    max_header_bytes: _Count = 64 * 1024
+    #: Most header fields in a request; more are answered 431.
+    max_headers: _Count = 100
     #: Serving processes on the one port (each has its own worker registry, health checks,
     #: policy state and limits; metrics are summed across them). 1 serves in this process.
     processes: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1
