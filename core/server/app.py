@@ -37,6 +37,7 @@ from turnout.server.info import info_routes
 from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import ENDPOINT_APP, OpsMiddleware, OpsState, gate_middleware
 from turnout.server.openapi import REQUEST_BODY, openapi_config
+from turnout.server.options import allow_every_method
 from turnout.server.protocol import decode_body, read_body
 from turnout.server.reload import admin_reload, install_sighup
 from turnout.server.respond import answer_generated, answer_json
@@ -419,6 +420,7 @@ def create_app(
     # Outermost, like Litestar's own CORS wrapper: sees every request, unknown paths included.
     # Of the layers inside it, only tracing's wraps ``send`` for body messages too.
     app.asgi_handler = OpsMiddleware(app.asgi_handler, ops, direct_body=tracing is None)
+    allow_every_method(app)
     return app
 
 

@@ -1,5 +1,5 @@
-"""Request heads over real sockets: limits on their size and number of fields (431), and the
-``Host`` field HTTP/1.1 requires once."""
+"""HTTP edges over real sockets: limits on a request head's size and number of fields (431), the
+``Host`` field HTTP/1.1 requires once, boolean query parameters, and ``Allow`` on ``OPTIONS``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import socket
 from collections.abc import Iterator
 
+import httpx
 import pytest
 
 from tests.server.harness import Router, run_router
@@ -98,3 +99,51 @@ def test_a_header_line_that_never_ends_is_refused_before_it_is_all_read(router: 
     assert sent < 16 * MIB
     status, _ = exchange(router.port, get(b"host: x"))
     assert status.startswith(b"HTTP/1.1 200 "), status
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [(), (b"host: a", b"host: b")],
+    ids=["no Host", "two Host fields"],
+)
+def test_a_request_without_one_host_gets_400(router: Router, fields: tuple[bytes, ...]) -> None:
+    status, body = exchange(router.port, get(*fields))
+    assert status.startswith(b"HTTP/1.1 400 "), status
+    assert code(body) == "invalid_host"
+
+
+def test_an_http_1_0_request_needs_no_host(router: Router) -> None:
+    status, _ = exchange(router.port, b"GET /health HTTP/1.0\r\n\r\n")
+    assert status.startswith(b"HTTP/1.1 200 "), status
+
+
+@pytest.mark.parametrize("spelling", ["false", "0", "False"])
+def test_a_boolean_query_parameter_takes_each_spelling(router: Router, spelling: str) -> None:
+    # Reaches the lookup (404), not a 400 about `stream`.
+    answer = httpx.get(f"{router.base_url}/v1/responses/resp_none?stream={spelling}", timeout=10)
+    assert answer.status_code == 404, answer.text
+    answer = httpx.delete(f"{router.base_url}/workers/none?wait={spelling}", timeout=10)
+    assert answer.status_code == 404, answer.text
+
+
+def test_a_boolean_query_parameter_refuses_other_words(router: Router) -> None:
+    for url in ("/v1/responses/resp_none?stream=maybe", "/workers/none?wait=maybe"):
+        method = "GET" if url.startswith("/v1") else "DELETE"
+        answer = httpx.request(method, f"{router.base_url}{url}", timeout=10)
+        assert answer.status_code == 400, answer.text
+        assert answer.json()["error"]["code"] == "invalid_value"
+
+
+@pytest.mark.parametrize(
+    ("path", "allowed"),
+    [
+        ("/v1/responses/resp_x", "DELETE, GET, OPTIONS"),
+        ("/workers/w0", "DELETE, GET, OPTIONS"),
+        ("/workers", "GET, OPTIONS, POST"),
+        ("/v1/chat/completions", "OPTIONS, POST"),
+    ],
+)
+def test_options_allows_every_method_of_the_path(router: Router, path: str, allowed: str) -> None:
+    answer = httpx.options(f"{router.base_url}{path}", timeout=10)
+    assert answer.status_code == 204, answer.text
+    assert answer.headers["allow"] == allowed
