@@ -71,6 +71,10 @@ class ServerConfig(_Section):
     cors_allow_origins: list[str] = msgspec.field(default_factory=list)
     #: ``/metrics`` without a key; False makes it an admin route.
     metrics_public: bool = True
+    #: Show callers without the admin key what only operators should see: tenant names and the
+    #: models some tenant may not use on ``/metrics`` (and ``metrics_port``), and the workers'
+    #: file paths in ``/get_model_info`` and ``/get_server_info``. False leaves them out.
+    expose_internals: bool = False
     #: Also serve ``/metrics`` on this port (same host); None serves it on the main port only.
     metrics_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
     #: On SIGTERM: how long in-flight requests may take to finish before they are aborted.

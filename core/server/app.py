@@ -32,6 +32,7 @@ from turnout.responses.store import make_store
 from turnout.routing.dispatch import Dispatcher
 from turnout.routing.types import RoutingRequest
 from turnout.server.context import SERVICES, ConfigSource, Services, ServicesSlot, new_request_id
+from turnout.server.disclosure import hidden_from_public
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.server.info import info_routes
 from turnout.server.metrics_server import metrics_listener
@@ -358,7 +359,7 @@ def create_app(
                 stack.enter_context(drain_hook(ops.begin_drain))
                 if server.metrics_port is not None:
                     await stack.enter_async_context(
-                        metrics_listener(server.host, server.metrics_port, ops.metrics)
+                        metrics_listener(server.host, server.metrics_port, public_metrics)
                     )
                 install_sighup(services)
                 if on_startup is not None:
@@ -380,10 +381,19 @@ def create_app(
             if tracing is not None:
                 await tracing.stop()
 
+    def public_metrics() -> bytes:
+        """The exposition for a scraper without the admin key."""
+        if server.expose_internals:
+            return ops.metrics.render()
+        return ops.metrics.render(hidden_from_public(ops.tenants))
+
     @get("/metrics", sync_to_thread=False, include_in_schema=False)
-    def metrics() -> Response[bytes]:
-        """Prometheus metrics."""
-        return Response(ops.metrics.render(), media_type=CONTENT_TYPE)
+    def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+        """Prometheus metrics (tenant names and the models some tenant may not use for the admin
+        key only, unless ``server.expose_internals``)."""
+        if ops.keys.admits_admin(request.headers.get("authorization")):
+            return Response(ops.metrics.render(), media_type=CONTENT_TYPE)
+        return Response(public_metrics(), media_type=CONTENT_TYPE)
 
     routes: list[ControllerRouterHandler] = [
         _generation_route("/v1/chat/completions", "chatcmpl", chat.ENDPOINT, provide_services),
