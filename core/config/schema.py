@@ -65,6 +65,10 @@ class ServerConfig(_Section):
     cors_allow_origins: list[str] = msgspec.field(default_factory=list)
     #: ``/metrics`` without a key; False makes it an admin route.
     metrics_public: bool = True
+    #: Show callers without the admin key what only operators should see: tenant names and the
+    #: models some tenant may not use on ``/metrics`` (and ``metrics_port``), and the workers'
+    #: file paths in ``/get_model_info`` and ``/get_server_info``. False leaves them out.
+    expose_internals: bool = False
     #: Also serve ``/metrics`` on this port (same host); None serves it on the main port only.
     metrics_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
     #: On SIGTERM: how long in-flight requests may take to finish before they are aborted.
@@ -80,6 +84,13 @@ class ServerConfig(_Section):
     body_timeout_s: _Seconds = 60.0
     #: Close a connection whose client has read nothing of a pending response for this long.
     send_timeout_s: _Seconds = 60.0
+    #: Longest request line or header field line (bytes); a longer one is answered 414 (the
+    #: request target) or 431. 0 disables each of these three head limits.
+    max_header_line_bytes: _Count = 16 * 1024
+    #: Largest request head (request line and header fields, bytes); larger is answered 431.
+    max_header_bytes: _Count = 64 * 1024
+    #: Most header fields in a request; more are answered 431.
+    max_headers: _Count = 100
     #: Serving processes on the one port (each has its own worker registry, health checks,
     #: policy state and limits; metrics are summed across them). 1 serves in this process.
     processes: Annotated[int, msgspec.Meta(ge=1, le=256)] = 1

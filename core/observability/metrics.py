@@ -10,6 +10,7 @@ aggregates all of them (several uvicorn worker processes).
 
 from __future__ import annotations
 
+import copy
 import os
 from bisect import bisect_left
 from collections.abc import Callable, Iterable
@@ -27,6 +28,7 @@ from prometheus_client import (
 )
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.metrics import MetricWrapperBase
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from turnout.errors import ParserError
@@ -182,6 +184,29 @@ class _ModelMeters:
         self.generation = Tally(metrics.generation_tokens.labels(model))
 
 
+#: Whether a label's value is hidden from a scrape: ``hidden(label, value)``.
+HiddenLabel = Callable[[str, str], bool]
+
+
+class _Without(Collector):
+    """The metrics of ``source`` without the samples that carry a hidden label value."""
+
+    def __init__(self, source: CollectorRegistry, hidden: HiddenLabel) -> None:
+        self._source = source
+        self._hidden = hidden
+
+    def collect(self) -> Iterable[Metric]:
+        hidden = self._hidden
+        for family in self._source.collect():
+            shown = copy.copy(family)
+            shown.samples = [
+                sample
+                for sample in family.samples
+                if not any(hidden(label, value) for label, value in sample.labels.items())
+            ]
+            yield shown
+
+
 def multiprocess_mode() -> bool:
     """True when prometheus_client writes values to ``PROMETHEUS_MULTIPROC_DIR``."""
     return values.ValueClass is not values.MutexValue
@@ -331,13 +356,19 @@ class Metrics:
 
     # -- scraping ------------------------------------------------------------------------------
 
-    def render(self) -> bytes:
-        """The Prometheus text exposition of every metric (all processes in multiprocess mode)."""
+    def render(self, hidden: HiddenLabel | None = None) -> bytes:
+        """The Prometheus text exposition of every metric (all processes in multiprocess mode);
+        without the samples ``hidden`` says one of whose labels is hidden, when given."""
         if not multiprocess_mode():
-            return generate_latest(self.registry)
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-        registry.register(self.workers)
+            registry = self.registry
+        else:
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
+            registry.register(self.workers)
+        if hidden is not None:
+            shown = CollectorRegistry()
+            shown.register(_Without(registry, hidden))
+            registry = shown
         return generate_latest(registry)
 
     @staticmethod

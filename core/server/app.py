@@ -30,12 +30,14 @@ from turnout.responses.endpoint import ResponsesApi
 from turnout.responses.store import make_store
 from turnout.routing.dispatch import Dispatcher
 from turnout.server.context import SERVICES, ConfigSource, Services, ServicesSlot, new_request_id
+from turnout.server.disclosure import hidden_from_public
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.server.info import info_routes
 from turnout.server.metered_dispatch import MeteredDispatch
 from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import ENDPOINT_APP, OpsMiddleware, OpsState, gate_middleware
 from turnout.server.openapi import REQUEST_BODY, openapi_config
+from turnout.server.options import allow_every_method
 from turnout.server.protocol import decode_body, read_body
 from turnout.server.reload import admin_reload, install_sighup
 from turnout.server.respond import answer_generated, answer_json
@@ -267,7 +269,7 @@ def create_app(
                 stack.enter_context(drain_hook(ops.begin_drain))
                 if server.metrics_port is not None:
                     await stack.enter_async_context(
-                        metrics_listener(server.host, server.metrics_port, ops.metrics)
+                        metrics_listener(server.host, server.metrics_port, public_metrics)
                     )
                 install_sighup(services)
                 if on_startup is not None:
@@ -289,10 +291,19 @@ def create_app(
             if tracing is not None:
                 await tracing.stop()
 
+    def public_metrics() -> bytes:
+        """The exposition for a scraper without the admin key."""
+        if server.expose_internals:
+            return ops.metrics.render()
+        return ops.metrics.render(hidden_from_public(ops.tenants))
+
     @get("/metrics", sync_to_thread=False, include_in_schema=False)
-    def metrics() -> Response[bytes]:
-        """Prometheus metrics."""
-        return Response(ops.metrics.render(), media_type=CONTENT_TYPE)
+    def metrics(request: Request[Any, Any, Any]) -> Response[bytes]:
+        """Prometheus metrics (tenant names and the models some tenant may not use for the admin
+        key only, unless ``server.expose_internals``)."""
+        if ops.keys.admits_admin(request.headers.get("authorization")):
+            return Response(ops.metrics.render(), media_type=CONTENT_TYPE)
+        return Response(public_metrics(), media_type=CONTENT_TYPE)
 
     routes: list[ControllerRouterHandler] = [
         _generation_route("/v1/chat/completions", "chatcmpl", chat.ENDPOINT, provide_services),
@@ -329,6 +340,7 @@ def create_app(
     # Outermost, like Litestar's own CORS wrapper: sees every request, unknown paths included.
     # Of the layers inside it, only tracing's wraps ``send`` for body messages too.
     app.asgi_handler = OpsMiddleware(app.asgi_handler, ops, direct_body=tracing is None)
+    allow_every_method(app)
     return app
 
 

@@ -86,6 +86,14 @@ class KeyRing:
         """True when any key is configured."""
         return bool(self._serving)
 
+    def admits_admin(self, authorization: str | None) -> bool:
+        """True when ``authorization`` would open an admin route."""
+        try:
+            self.check(Access.ADMIN, authorization)
+        except ApiError:
+            return False
+        return True
+
     def check(self, access: Access, authorization: str | None) -> Tenant | None:
         """The tenant of the key (None for an untenanted key, or no key needed); raises a 401
         :class:`ApiError` unless ``authorization`` grants ``access``."""

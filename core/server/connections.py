@@ -12,6 +12,8 @@ protocol (``http=guarded_protocol(limits)`` in uvicorn's settings) and
 * answers 408 and closes when a request's headers take longer than ``header_timeout_s``;
 * closes a connection whose client has not read its pending response for ``send_timeout_s``
   (which also ends any wait on that client's socket);
+* answers 431 (414 for the request target) and closes when a request's head is over its
+  limits: bytes of a line, of the whole head, or header fields (:mod:`~turnout.server.head_limits`);
 * sends a response's head and its body in one write (one syscall, one TCP segment) when the
   body follows in the same turn of the loop, as a non-streaming answer's does
   (:class:`JoinedWrites`);
@@ -37,7 +39,7 @@ import struct
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
 
 from litestar.types import Scope
@@ -45,6 +47,7 @@ from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
 from turnout.config import ServerConfig
 from turnout.errors import ApiError
+from turnout.server.head_limits import HeadCount, HeadLimits, HeadTooLarge
 
 if TYPE_CHECKING:
     from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
@@ -104,12 +107,13 @@ def resolve_max_connections(configured: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ConnectionLimits:
-    """The connection cap and deadlines (0 disables each)."""
+    """The connection cap, deadlines and request head limits (0 disables each)."""
 
     max_connections: int = 0
     idle_timeout_s: float = 0.0
     header_timeout_s: float = 0.0
     send_timeout_s: float = 0.0
+    head: HeadLimits = field(default_factory=HeadLimits)
 
     @classmethod
     def from_server(cls, server: ServerConfig) -> ConnectionLimits:
@@ -119,6 +123,7 @@ class ConnectionLimits:
             server.idle_timeout_s,
             server.header_timeout_s,
             server.send_timeout_s,
+            HeadLimits(server.max_header_line_bytes, server.max_header_bytes, server.max_headers),
         )
 
 
@@ -165,7 +170,12 @@ def _response(status: int, error: ApiError) -> bytes:
     ).encode() + body
 
 
-_REASONS = {408: "Request Timeout", 503: "Service Unavailable"}
+_REASONS = {
+    408: "Request Timeout",
+    414: "URI Too Long",
+    431: "Request Header Fields Too Large",
+    503: "Service Unavailable",
+}
 
 
 class JoinedWrites:
@@ -291,7 +301,7 @@ class DirectBody:
 
 def _http_protocol() -> type[asyncio.Protocol]:
     """uvicorn's protocol; the httptools one (uvicorn's choice when httptools is installed)
-    gives each request a :class:`DirectBody`."""
+    gets the request head limits and gives each request a :class:`DirectBody`."""
     try:
         from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
     except ImportError:  # pragma: no cover - without the "fast" extra: h11, no direct body
@@ -299,8 +309,63 @@ def _http_protocol() -> type[asyncio.Protocol]:
     if AutoHTTPProtocol is not HttpToolsProtocol:  # pragma: no cover
         return AutoHTTPProtocol
 
-    class DirectBodyHttpTools(HttpToolsProtocol):
+    class GuardedHttpTools(HttpToolsProtocol):
+        #: The head being read, counted against the limits (None: no limits).
+        head_count: HeadCount | None = None
+        #: Why the head being read was refused (set by a parser callback, which raises).
+        head_refused: HeadTooLarge | None = None
+
+        def data_received(self, data: bytes) -> None:
+            head = self.head_count
+            if head is None:
+                super().data_received(data)
+                return
+            if self.head_refused is not None:
+                return  # answered: closing
+            events = head.events
+            super().data_received(data)  # a refusal in a callback is answered there
+            if self.head_refused is None:
+                try:
+                    head.fed(len(data), events)
+                except HeadTooLarge as refusal:
+                    self._refuse_head(refusal)
+
+        def send_400_response(self, msg: str) -> None:
+            # uvicorn's answer to a parser error, which a callback refusing the head raises.
+            refusal = self.head_refused
+            if refusal is None:
+                super().send_400_response(msg)
+            else:
+                self._refuse_head(refusal)
+
+        def _refuse_head(self, refusal: HeadTooLarge) -> None:
+            self.head_refused = refusal
+            self.transport.write(_response(refusal.error.status, refusal.error))
+            self.transport.close()
+
+        def _counted(self, count: Callable[[HeadCount], None]) -> None:
+            head = self.head_count
+            if head is not None:
+                try:
+                    count(head)
+                except HeadTooLarge as refusal:
+                    self.head_refused = refusal
+                    raise
+
+        def on_message_begin(self) -> None:
+            self._counted(HeadCount.begin)
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._counted(lambda head: head.url(len(url)))
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._counted(lambda head: head.field(name, value))
+            super().on_header(name, value)
+
         def on_headers_complete(self) -> None:
+            self._counted(HeadCount.complete)
             scope = self.scope
             state = scope.get("state")
             writes: object = self.transport  # what GuardedProtocol gave it
@@ -319,7 +384,7 @@ def _http_protocol() -> type[asyncio.Protocol]:
             ):
                 direct.bind(cycle)
 
-    return DirectBodyHttpTools
+    return GuardedHttpTools
 
 
 _PROTOCOL = _http_protocol()
@@ -373,6 +438,8 @@ class GuardedProtocol(asyncio.Protocol):
             app_state={**app_state, CONNECTION_KEY: self},
             _loop=_loop,
         )
+        if limits.head != HeadLimits() and hasattr(self._inner, "head_count"):
+            self._inner.head_count = HeadCount(limits.head)
         self._transport: asyncio.Transport | None = None
         #: What the inner protocol writes to (the transport, joining a head with its body).
         self._writes: JoinedWrites | None = None

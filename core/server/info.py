@@ -18,6 +18,7 @@ from turnout.generation.prompt_size import render_off_loop
 from turnout.plugin_kinds import REASONING_PARSERS, TOOL_PARSERS, PluginKind
 from turnout.routing.types import RoutingRequest
 from turnout.server.context import Services, new_request_id
+from turnout.server.disclosure import without_paths
 from turnout.server.openapi import REQUEST_BODY
 from turnout.server.protocol import (
     DetokenizeRequest,
@@ -138,25 +139,37 @@ async def _unary(worker: Worker, method: str) -> dict[str, Any]:
     return result
 
 
-async def _worker_info(services: Services, model: str | None, method: str) -> Any:
+async def _worker_info(
+    services: Services, model: str | None, method: str, request: Request[Any, Any, Any]
+) -> Any:
     worker = _ready_worker(services, services.models.resolve_name(model))
-    return answer_json(await _unary(worker, method))
+    info = await _unary(worker, method)
+    shown = services.config.server.expose_internals or services.ops.keys.admits_admin(
+        request.headers.get("authorization")
+    )
+    return answer_json(info if shown else without_paths(info))
 
 
 @get("/get_model_info")
 async def get_model_info(
-    services: NamedDependency[Services], model: FromQuery[str | None] = None
+    request: Request[Any, Any, Any],
+    services: NamedDependency[Services],
+    model: FromQuery[str | None] = None,
 ) -> Any:
-    """The worker's GetModelInfo answer for a served model."""
-    return await _worker_info(services, model, "get_model_info")
+    """The worker's GetModelInfo answer for a served model (file paths cut to their last part
+    without the admin key, unless ``server.expose_internals``)."""
+    return await _worker_info(services, model, "get_model_info", request)
 
 
 @get("/get_server_info")
 async def get_server_info(
-    services: NamedDependency[Services], model: FromQuery[str | None] = None
+    request: Request[Any, Any, Any],
+    services: NamedDependency[Services],
+    model: FromQuery[str | None] = None,
 ) -> Any:
-    """The worker's GetServerInfo answer for a served model."""
-    return await _worker_info(services, model, "get_server_info")
+    """The worker's GetServerInfo answer for a served model (file paths as for
+    ``/get_model_info``)."""
+    return await _worker_info(services, model, "get_server_info", request)
 
 
 @get("/health_generate")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
-from turnout.observability.metrics import CONTENT_TYPE, Metrics, multiprocess_mode
+from turnout.observability.metrics import CONTENT_TYPE, multiprocess_mode
 
 log = logging.getLogger(__name__)
 _READ_TIMEOUT_S = 10.0
@@ -27,7 +27,7 @@ def _response(status: str, body: bytes, content_type: str) -> bytes:
 
 
 async def _handle(
-    metrics: Metrics, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    render: Callable[[], bytes], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
 ) -> None:
     try:
         async with asyncio.timeout(_READ_TIMEOUT_S):
@@ -35,7 +35,7 @@ async def _handle(
         method, _, rest = head.partition(b" ")
         target = rest.partition(b" ")[0].partition(b"?")[0]
         if method in (b"GET", b"HEAD") and target == b"/metrics":
-            answer = _response("200 OK", metrics.render(), CONTENT_TYPE)
+            answer = _response("200 OK", render(), CONTENT_TYPE)
             if method == b"HEAD":
                 answer = answer.partition(b"\r\n\r\n")[0] + b"\r\n\r\n"
         else:
@@ -51,11 +51,12 @@ async def _handle(
 
 
 @contextlib.asynccontextmanager
-async def metrics_listener(host: str, port: int, metrics: Metrics) -> AsyncIterator[int]:
-    """Serve ``/metrics`` on ``host:port`` while the block runs; yields the bound port."""
+async def metrics_listener(host: str, port: int, render: Callable[[], bytes]) -> AsyncIterator[int]:
+    """Serve ``/metrics`` (``render()``, which gets no key from the scraper) on ``host:port``
+    while the block runs; yields the bound port."""
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await _handle(metrics, reader, writer)
+        await _handle(render, reader, writer)
 
     # Several uvicorn worker processes share the port; any of them answers for all.
     server = await asyncio.start_server(handle, host, port, reuse_port=multiprocess_mode())

@@ -150,6 +150,36 @@ class OpsState:
         return True
 
 
+def _host_problem(scope: HTTPScope) -> str | None:
+    """Why the request's ``Host`` fields are wrong (HTTP/1.1 requires exactly one, and any
+    version at most one, RFC 9112 section 3.2), or None."""
+    hosts = 0
+    for name, _ in scope["headers"]:
+        if name == b"host":  # uvicorn gives names in lower case
+            hosts += 1
+    if hosts == 1 or (hosts == 0 and scope["http_version"] == "1.0"):
+        return None
+    if hosts:
+        return "the request has more than one Host header field"
+    return "an HTTP/1.1 request needs a Host header field"
+
+
+async def _refuse(error: ApiError, send: Send) -> None:
+    """Answer ``error`` and close the connection (the request goes no further)."""
+    body = error.to_json()
+    start: HTTPResponseStartEvent = {
+        "type": "http.response.start",
+        "status": error.status,
+        "headers": [
+            (b"content-type", b"application/json"),
+            (b"content-length", str(len(body)).encode()),
+            (b"connection", b"close"),
+        ],
+    }
+    await send(start)
+    await send(_last_piece(body))
+
+
 def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> bytes | None:
     for key, value in headers:
         if key.lower() == name:
@@ -213,7 +243,11 @@ class OpsMiddleware:
         token = enter_request(record)
         try:
             try:
-                await self.app(scope, body or receive, send_with_id)
+                host_problem = _host_problem(scope)
+                if host_problem is None:
+                    await self.app(scope, body or receive, send_with_id)
+                else:
+                    await _refuse(ApiError(400, host_problem, code="invalid_host"), send_with_id)
             except asyncio.CancelledError as exc:
                 if record.response_started or not cancelled_by_shutdown(exc, self.ops.draining):
                     if record.outcome == "ok":

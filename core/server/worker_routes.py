@@ -20,6 +20,7 @@ from litestar.types import Guard
 
 from turnout.errors import ApiError
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
+from turnout.server.query import query_flag
 from turnout.wire import parse_worker_url
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
 from turnout.workers.ids import default_worker_id, worker_id_problem
@@ -116,14 +117,14 @@ class WorkersController(Controller):
         self,
         worker_registry: NamedDependency[WorkerRegistry],
         worker_id: FromPath[str],
-        wait: FromQuery[bool] = False,
+        wait: FromQuery[str | None] = None,
     ) -> Response[Any]:
         """Drain a worker: no new requests, in-flight ones finish, then it is removed.
 
         Answers 202 at once (state ``draining``), or 200 after removal with ``?wait=true``.
         """
         try:
-            if wait:
+            if query_flag(wait, "wait"):
                 worker = await worker_registry.remove(worker_id)
                 return Response({**worker.info(), "state": "removed"}, status_code=200)
             worker = worker_registry.start_drain(worker_id)

@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.server.harness import MODEL, Router, run_router
+from turnout.demo_model import path as demo_path
 
 from .helpers import chat, fresh_window, scrape, value
 
@@ -160,6 +161,31 @@ def test_a_model_the_tenant_may_not_use_is_not_served_for_it(router: Router) -> 
     assert [m["id"] for m in listed.json()["data"]] == [MODEL]
 
 
+def test_metrics_without_the_admin_key_name_no_tenant_and_no_hidden_model(router: Router) -> None:
+    assert post(router, KEYS["ident"], chat()).status_code == 200
+    full = scrape(router.base_url, **bearer(ADMIN))
+    assert any(("tenant", "ident") in labels for _, labels in full)
+    assert any(("model", MODEL) in labels for _, labels in full)
+    # "blocked" is told the model does not exist: a scrape without the admin key (public, or
+    # with a serving key) shows neither the tenants nor that model.
+    for headers in ({}, bearer(PLAIN), bearer(KEYS["ident"])):
+        public = scrape(router.base_url, **headers)
+        assert public, "the rest is still there"
+        assert not any(name == "tenant" for _, labels in public for name, _ in labels)
+        assert not any(("model", MODEL) in labels for _, labels in public)
+
+
+def test_worker_info_shows_file_paths_to_the_admin_key_only(router: Router) -> None:
+    for route in ("/get_model_info", "/get_server_info"):
+        plain = httpx.get(f"{router.base_url}{route}", headers=bearer(PLAIN), timeout=10)
+        assert plain.status_code == 200, plain.text
+        assert str(demo_path()) not in plain.text
+        admin = httpx.get(f"{router.base_url}{route}", headers=bearer(ADMIN), timeout=10)
+        assert str(demo_path()) in admin.text
+    info = httpx.get(f"{router.base_url}/get_model_info", headers=bearer(PLAIN), timeout=10)
+    assert info.json()["model_path"] == demo_path().name  # still names the model
+
+
 def test_models_are_matched_by_alias_and_glob(router: Router) -> None:
     assert post(router, KEYS["alias"], {**chat(), "model": "demo-alias"}).status_code == 200
     assert post(router, KEYS["alias"], chat()).status_code == 200  # the same model by its id
@@ -189,7 +215,7 @@ def test_requests_over_the_limit_get_429_with_openai_headers(router: Router) -> 
     # Other tenants and untenanted keys are not affected.
     assert post(router, PLAIN, chat()).status_code == 200
     assert post(router, KEYS["ident"], chat()).status_code == 200
-    samples = scrape(router.base_url)
+    samples = scrape(router.base_url, **bearer(ADMIN))
     assert value(samples, "turnout_tenant_rejected_total", tenant="rpm", limit="requests") == 1
     assert value(samples, "turnout_tenant_requests_total", tenant="rpm", status="429") == 1
     assert value(samples, "turnout_tenant_requests_total", tenant="rpm", status="200") == 2
@@ -221,7 +247,7 @@ async def test_token_reservations_block_concurrent_long_answers_until_they_settl
     assert "x-ratelimit-limit-requests" not in refused.headers  # it has no request limit
     await first
     await eventually_ok(client, KEYS["tpm"], second)
-    samples = scrape(router.base_url)
+    samples = scrape(router.base_url, **bearer(ADMIN))
     assert value(samples, "turnout_tenant_rejected_total", tenant="tpm", limit="tokens") >= 1
     assert value(samples, "turnout_tenant_tokens_total", tenant="tpm", kind="prompt") >= 18
     assert value(samples, "turnout_tenant_tokens_total", tenant="tpm", kind="completion") >= 4
@@ -324,7 +350,7 @@ async def test_concurrent_requests_over_the_limit_get_429(
     assert refused.headers["retry-after"] == "1"
     await running
     await eventually_ok(client, KEYS["conc"], chat())
-    samples = scrape(router.base_url)
+    samples = scrape(router.base_url, **bearer(ADMIN))
     assert value(samples, "turnout_tenant_rejected_total", tenant="conc", limit="concurrency") >= 1
 
 
@@ -382,5 +408,5 @@ def test_reload_rotates_tenant_keys_and_applies_new_limits(reloading: Router) ->
     refused = post(reloading, "new-key", chat())
     assert refused.status_code == 429, refused.text
     assert refused.headers["x-ratelimit-limit-requests"] == "1"
-    samples = scrape(reloading.base_url)
+    samples = scrape(reloading.base_url, **bearer(ADMIN))
     assert value(samples, "turnout_tenant_requests_total", tenant="rot", status="200") == 5

@@ -119,7 +119,8 @@ def test_two_turnout_serve_processes_share_one_tenant_budget_exactly(
     tmp_path: Path, redis_server: RedisServer, sim_process: SimProcess
 ) -> None:
     sections = {"tenants": SHARED_TENANTS, "limits": limits(redis_server.url)}
-    routers = [Serve(tmp_path / str(i), sim_process.url, config=sections) for i in range(2)]
+    server = {"expose_internals": True}  # tenant labels on /metrics without a key
+    routers = [Serve(tmp_path / str(i), sim_process.url, server, config=sections) for i in range(2)]
     try:
         for router in routers:
             router.wait_ready()
@@ -196,7 +197,7 @@ def test_unreachable_redis_failing_closed_refuses_limited_tenants_only() -> None
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"]["code"] == "limits_storage_unavailable"
         assert post(r.base_url, PLAIN).status_code == 200
-        samples = scrape(r.base_url)
+        samples = scrape(r.base_url, **bearer(PLAIN))
         assert value(samples, "turnout_tenant_rejected_total", tenant="team", limit="storage") == 1
 
 

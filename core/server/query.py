@@ -1,0 +1,24 @@
+"""Query parameters every route reads the same way."""
+
+from __future__ import annotations
+
+from turnout.server.errors import ApiError, bad_request
+
+__all__ = ["FLAG_SPELLINGS", "query_flag"]
+
+#: How a boolean query parameter may be written (in any case).
+FLAG_SPELLINGS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def query_flag(value: str | None, name: str, default: bool = False) -> bool:
+    """The boolean query parameter ``name`` given as ``value`` (``default`` when absent)."""
+    if value is None:
+        return default
+    flag = FLAG_SPELLINGS.get(value.lower())
+    if flag is None:
+        raise _not_a_flag(name)
+    return flag
+
+
+def _not_a_flag(name: str) -> ApiError:
+    return bad_request(f"{name} must be true or false (or 1 or 0)", name)
