@@ -31,7 +31,14 @@ from turnout.responses.endpoint import ResponsesApi
 from turnout.responses.store import make_store
 from turnout.routing.dispatch import Dispatcher
 from turnout.routing.types import RoutingRequest
-from turnout.server.context import SERVICES, ConfigSource, Services, ServicesSlot, new_request_id
+from turnout.server.context import (
+    SERVICES,
+    ConfigSource,
+    ReloadAll,
+    Services,
+    ServicesSlot,
+    new_request_id,
+)
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.server.info import info_routes
 from turnout.server.metrics_server import metrics_listener
@@ -288,6 +295,7 @@ def create_app(
     plugins: Plugins | None = None,
     on_startup: Callable[[Services], Awaitable[None]] | None = None,
     config_source: ConfigSource | None = None,
+    reload_all: ReloadAll | None = None,
     before: Sequence[Callable[[Litestar], contextlib.AbstractAsyncContextManager[None]]] = (),
 ) -> Litestar:
     """Build the app. Workers, channels and background tasks live in its lifespan.
@@ -341,6 +349,7 @@ def create_app(
             discovery=discovery,
             ops=ops,
             config_source=config_source,
+            reload_all=reload_all,
             tracing=tracing,
         )
         provide_services.services = services
