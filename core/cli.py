@@ -89,8 +89,7 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     overrides = _serve_overrides(args)
     config = load_config(args.config, overrides)
     source = (lambda: load_config(args.config, overrides)) if args.config else None
-    serve(config, demo=args.demo, source=source)
-    return 0
+    return serve(config, demo=args.demo, source=source)
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

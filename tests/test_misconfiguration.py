@@ -7,7 +7,6 @@ import asyncio
 import contextlib
 import logging
 import queue
-import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +20,7 @@ import openai
 import pytest
 
 from turnout.demo_model import path as demo_path
+from turnout.testing.processes import GroupProcess
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import HealthSettings, WorkerSpec, WorkersSettings
 
@@ -44,9 +44,10 @@ class Served:
     """A ``turnout serve`` process whose log lines are read as they come."""
 
     def __init__(self, *args: str) -> None:
-        self.process = subprocess.Popen(
+        self.group = GroupProcess(
             [*TURNOUT, "serve", *args], stderr=subprocess.PIPE, stdout=subprocess.PIPE, text=True
         )
+        self.process = self.group.proc
         self.lines: queue.Queue[str] = queue.Queue()
         self.seen: list[str] = []
         for stream in (self.process.stdout, self.process.stderr):
@@ -75,9 +76,7 @@ class Served:
             )
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        self.process.wait(30)
+        self.group.stop(30)
 
 
 @contextlib.contextmanager

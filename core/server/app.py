@@ -29,7 +29,14 @@ from turnout.plugin_loader import Plugins, load_plugins
 from turnout.responses.endpoint import ResponsesApi
 from turnout.responses.store import make_store
 from turnout.routing.dispatch import Dispatcher
-from turnout.server.context import SERVICES, ConfigSource, Services, ServicesSlot, new_request_id
+from turnout.server.context import (
+    SERVICES,
+    ConfigSource,
+    ReloadAll,
+    Services,
+    ServicesSlot,
+    new_request_id,
+)
 from turnout.server.disclosure import hidden_from_public
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.server.info import info_routes
@@ -197,6 +204,7 @@ def create_app(
     plugins: Plugins | None = None,
     on_startup: Callable[[Services], Awaitable[None]] | None = None,
     config_source: ConfigSource | None = None,
+    reload_all: ReloadAll | None = None,
     before: Sequence[Callable[[Litestar], contextlib.AbstractAsyncContextManager[None]]] = (),
 ) -> Litestar:
     """Build the app. Workers, channels and background tasks live in its lifespan.
@@ -253,6 +261,7 @@ def create_app(
             discovery=discovery,
             ops=ops,
             config_source=config_source,
+            reload_all=reload_all,
             tracing=tracing,
         )
         provide_services.services = services

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -17,10 +17,12 @@ from turnout.routing.dispatch import Dispatcher
 from turnout.server.middleware import OpsState
 from turnout.workers.registry import WorkerRegistry
 
-__all__ = ["SERVICES", "ConfigSource", "Services", "ServicesSlot", "new_request_id"]
+__all__ = ["SERVICES", "ConfigSource", "ReloadAll", "Services", "ServicesSlot", "new_request_id"]
 
 #: Where the config comes from again on a reload (``POST /admin/reload``, SIGHUP).
 ConfigSource = Callable[[], Config]
+#: Reloads every serving process of the router; returns what changed (see ``Services``).
+ReloadAll = Callable[[], Awaitable[dict[str, Any]]]
 
 #: The dependency name handlers take the services under: ``services: NamedDependency[Services]``.
 SERVICES = "services"
@@ -50,6 +52,9 @@ class Services:
     ops: OpsState
     #: None when turnout was started without a config file (nothing to reload).
     config_source: ConfigSource | None = None
+    #: Set in each of several serving processes: reloads the config in all of them (through
+    #: their supervisor) and returns what changed; ``config_source`` is then unused.
+    reload_all: ReloadAll | None = None
     #: OpenTelemetry tracing; None while it is off.
     tracing: Tracing | None = None
 

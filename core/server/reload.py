@@ -5,6 +5,10 @@ limits) are swapped for new requests (in-flight requests keep the objects they s
 workers that left the config are drained, new ones are added. Other server settings (host,
 port, limits, timeouts), the ``limits`` section (the budget storage) and the ``responses``
 section (the response store) change on restart.
+
+With several serving processes (``turnout serve --processes N``) the supervisor reads the
+config and every process applies it (see :mod:`turnout.server.supervisor`); a reload asked of
+one process is a reload of all, and answers what each did.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from typing import Any
 
 from litestar import Response, post
 from litestar.di import NamedDependency
@@ -76,8 +81,16 @@ async def admin_reload(services: NamedDependency[Services]) -> Response[bytes]:
     return answer_json({"status": "reloaded", **await reload_from_source(services)})
 
 
-async def reload_from_source(services: Services) -> dict[str, list[str]]:
-    """Load the config again from where it came from and apply it."""
+def rejected(exc: StartupError) -> ApiError:
+    """The answer to a reload whose new configuration does not hold."""
+    return ApiError(400, f"the new configuration was rejected: {exc}")
+
+
+async def reload_from_source(services: Services) -> dict[str, Any]:
+    """Load the config again from where it came from and apply it (in every serving process,
+    when there are several)."""
+    if services.reload_all is not None:
+        return await services.reload_all()
     source = services.config_source
     if source is None:
         raise ApiError(409, "turnout was started without a config file; there is nothing to reload")
@@ -85,7 +98,7 @@ async def reload_from_source(services: Services) -> dict[str, list[str]]:
         new = source()
         return await apply_config(services, new)
     except StartupError as exc:
-        raise ApiError(400, f"the new configuration was rejected: {exc}") from None
+        raise rejected(exc) from None
 
 
 def install_sighup(services: Services) -> None:

@@ -8,9 +8,7 @@ import logging
 import math
 import os
 import socket
-import tempfile
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -19,12 +17,11 @@ from litestar import Litestar
 
 from turnout.config import Config, ModelConfig, ServerConfig
 from turnout.errors import ConfigError, StartupError
-from turnout.generation.models import STARTED_ENV, router_started
 from turnout.observability.logs import configure_logging
 from turnout.server.app import create_app
 from turnout.server.collector import settle_collector
 from turnout.server.connections import ConnectionLimits, guarded_protocol
-from turnout.server.context import Services
+from turnout.server.context import ReloadAll, Services
 from turnout.server.shutdown import DrainingServer
 from turnout.workers.settings import WorkerSpec
 
@@ -72,10 +69,17 @@ def demo_workers(ports: list[int]):  # type: ignore[no-untyped-def]
 
 
 def build(
-    config: Config, *, demo: bool = False, source: Callable[[], Config] | None = None
+    config: Config,
+    *,
+    demo: bool = False,
+    source: Callable[[], Config] | None = None,
+    reload_all: ReloadAll | None = None,
+    on_started: Callable[[Services], None] | None = None,
 ) -> tuple[Config, Litestar]:
     """The effective config and the app (with demo workers when asked). ``source`` reloads the
-    config (``POST /admin/reload``, SIGHUP); the demo has none."""
+    config (``POST /admin/reload``, SIGHUP); the demo has none. One of several serving
+    processes reloads through its supervisor instead (``reload_all``) and is told
+    ``on_started`` when its app is up."""
     before = []
     if demo:
         ports = [_free_port(), _free_port()]
@@ -85,6 +89,8 @@ def build(
 
     async def announce(services: Services) -> None:
         settle_collector()
+        if on_started is not None:
+            on_started(services)
         models = sorted({w.model for w in config.workers if w.model} | set(config.models))
         log.info(
             "turnout ready on http://%s:%d — models: %s; workers: %s; plugins: %s",
@@ -104,7 +110,11 @@ def build(
             )
 
     return config, create_app(
-        config, on_startup=announce, before=before, config_source=None if demo else source
+        config,
+        on_startup=announce,
+        before=before,
+        config_source=None if demo else source,
+        reload_all=reload_all,
     )
 
 
@@ -127,28 +137,30 @@ def app_from_env() -> Litestar:
     return build(config, source=lambda: load_config(path))[1]
 
 
-def serve(
-    config: Config, *, demo: bool = False, source: Callable[[], Config] | None = None
-) -> None:
-    """Serve until SIGTERM/SIGINT, then drain (see :mod:`turnout.server.shutdown`)."""
+def serve(config: Config, *, demo: bool = False, source: Callable[[], Config] | None = None) -> int:
+    """Serve until SIGTERM/SIGINT, then drain (see :mod:`turnout.server.shutdown`); with
+    ``server.processes`` above 1, under a supervisor (:mod:`turnout.server.supervisor`).
+    Returns the exit status."""
     server = config.server
     configure_logging(server.log_level, server.log_json)
-    if server.processes > 1:
-        if demo:
-            raise ConfigError(
-                "--processes cannot be combined with --demo (each process would "
-                "start its own simulated workers)"
-            )
-        _serve_processes(config)
-        return
+    if server.processes > 1 and demo:
+        raise ConfigError(
+            "--processes cannot be combined with --demo (each process would "
+            "start its own simulated workers)"
+        )
     # Bind before the app starts: a taken port fails start-up with one line (exit 2), and the
     # "ready" line is only logged once clients can connect.
     listener = bind_listener(server.host, server.port)
     if server.port == 0:  # the OS chose: announce the real port
         server = msgspec.structs.replace(server, port=listener.getsockname()[1])
         config = msgspec.structs.replace(config, server=server)
+    if server.processes > 1:
+        from turnout.server.supervisor import serve_processes
+
+        return serve_processes(config, source, listener)
     config, app = build(config, demo=demo, source=source)
-    DrainingServer(uvicorn.Config(app, **_uvicorn_settings(server))).run(sockets=[listener])
+    DrainingServer(uvicorn.Config(app, **uvicorn_settings(server))).run(sockets=[listener])
+    return 0
 
 
 def bind_listener(host: str, port: int, backlog: int = 2048) -> socket.socket:
@@ -170,7 +182,7 @@ def bind_listener(host: str, port: int, backlog: int = 2048) -> socket.socket:
     return sock
 
 
-def _uvicorn_settings(server: ServerConfig) -> dict[str, Any]:
+def uvicorn_settings(server: ServerConfig) -> dict[str, Any]:
     """uvicorn settings shared by the one-process and the several-process modes."""
     return {
         "host": server.host,
@@ -185,31 +197,3 @@ def _uvicorn_settings(server: ServerConfig) -> dict[str, Any]:
         "http": guarded_protocol(ConnectionLimits.from_server(server)),
         "timeout_keep_alive": server.idle_timeout_s or _NEVER_S,
     }
-
-
-def _serve_processes(config: Config) -> None:
-    """Serve with ``server.processes`` uvicorn worker processes sharing the port.
-
-    Each process builds the app from a private snapshot of the effective config (flags
-    included). Prometheus metrics use multiprocess mode so ``/metrics`` sums every process.
-    """
-    server = config.server
-    bind_listener(server.host, server.port).close()  # a taken port: one line, not N tracebacks
-    with tempfile.TemporaryDirectory(prefix="turnout-") as private:
-        snapshot = Path(private) / "config.json"
-        snapshot.write_bytes(msgspec.json.encode(config))
-        snapshot.chmod(0o600)  # may hold API keys
-        os.environ[CONFIG_ENV] = str(snapshot)
-        os.environ.setdefault(STARTED_ENV, str(router_started()))  # one `created` for all
-        metrics_dir = Path(private) / "metrics"
-        metrics_dir.mkdir()
-        os.environ.setdefault("PROMETHEUS_MULTIPROC_DIR", str(metrics_dir))
-        log.info(
-            "starting %d serving processes on %s:%d", server.processes, server.host, server.port
-        )
-        uvicorn.run(
-            "turnout.server.runner:app_from_env",
-            factory=True,
-            workers=server.processes,
-            **_uvicorn_settings(server),
-        )

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import selectors
 import subprocess
@@ -30,6 +29,7 @@ from turnout.sim.lora import SimAdapters
 from turnout.sim.model import ModelFiles, Script, SimModel
 from turnout.sim.native_server import NativeServer
 from turnout.sim.servicer import Role, SimKnobs, SimRecords, SimServicer
+from turnout.testing.processes import GroupProcess
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
 
@@ -385,6 +385,7 @@ class SimProcess:
                 self.args += [flag, "0"]
         self.python = python
         self.startup_timeout = startup_timeout
+        self.group: GroupProcess | None = None
         self.proc: subprocess.Popen[bytes] | None = None
         self.url = ""
         self.port = 0
@@ -393,14 +394,15 @@ class SimProcess:
 
     def start(self) -> Self:
         """Start the child and wait for its "listening" line; ``RuntimeError`` if it fails."""
-        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.proc = subprocess.Popen(
+        # Its own process group and TMPDIR: stop() leaves no process and no file behind.
+        self.group = GroupProcess(
             [self.python, "-m", "turnout.sim", *self.args],
             stdout=subprocess.PIPE,
             # Unbuffered: a line left in a read buffer would never wake the selector.
             bufsize=0,
-            env=env,
+            env={"PYTHONUNBUFFERED": "1"},
         )
+        self.proc = self.group.proc
         assert self.proc.stdout is not None
         deadline_at = time.monotonic() + self.startup_timeout
         with selectors.DefaultSelector() as selector:
@@ -412,7 +414,7 @@ class SimProcess:
                     raise RuntimeError(f"simulator did not start within {self.startup_timeout}s")
                 line = self.proc.stdout.readline().decode(errors="replace")
                 if not line:
-                    code = self.proc.wait()
+                    code = self.stop()
                     raise RuntimeError(f"simulator exited with status {code} before listening")
                 if line.startswith(BOOTSTRAP_PREFIX):
                     self.bootstrap_port = int(line.rsplit(":", 1)[1])
@@ -423,20 +425,12 @@ class SimProcess:
                     return self
 
     def stop(self, timeout: float = 10.0) -> int | None:
-        """Terminate (SIGTERM, then SIGKILL after ``timeout``); returns the exit status."""
-        proc, self.proc = self.proc, None
-        if proc is None:
+        """Terminate its process group (SIGTERM, then SIGKILL after ``timeout``) and remove its
+        temporary files; returns the exit status."""
+        group, self.group, self.proc = self.group, None, None
+        if group is None:
             return None
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        if proc.stdout is not None:
-            proc.stdout.close()
-        return proc.returncode
+        return group.stop(timeout)
 
     def __enter__(self) -> Self:
         return self.start()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import resource
 import subprocess
 import sys
@@ -17,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.server.harness import MODEL, free_port
 from turnout.demo_model import path as demo_path
+from turnout.testing.processes import GroupProcess
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -102,13 +102,15 @@ class Serve:
         self.base_url = f"http://127.0.0.1:{self.port}"
         self.log = tmp_path / "turnout.log"
         self._log_file = self.log.open("w")
-        self.proc = subprocess.Popen(
+        # Its own process group: close() kills every serving process, not only the first.
+        self.group = GroupProcess(
             [sys.executable, "-m", "turnout", "serve", "--config", str(self.path)],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})},
-            preexec_fn=None if fd_limit is None else lambda: _limit_fds(fd_limit),  # noqa: PLW1509
+            env={"PYTHONUNBUFFERED": "1", **(env or {})},
+            preexec_fn=None if fd_limit is None else lambda: _limit_fds(fd_limit),
         )
+        self.proc = self.group.proc
 
     def write_config(self) -> None:
         self.path.write_text(yaml.safe_dump(self.config))
@@ -126,9 +128,8 @@ class Serve:
         raise AssertionError(f"not ready in time:\n{self.log.read_text()}")
 
     def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        """Kill every process of the router (its group) and remove its temporary files."""
+        self.group.stop(grace_s=0)
         self._log_file.close()
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,6 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from turnout.demo_model import path as demo_path
 from turnout.sim import SimProcess
+from turnout.testing.processes import GroupProcess
 
 from .harness import free_port
 
@@ -46,31 +45,27 @@ def chat_when_ready(base_url: str, deadline: float) -> httpx.Response:
 def test_two_processes_serve_one_port_and_sum_their_metrics() -> None:
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
-    with SimProcess() as sim:
-        router = subprocess.Popen(
-            [sys.executable, "-m", "turnout", "serve", "--processes", "2",
-             "--worker-urls", sim.url, "--model-path", str(demo_path()),
-             "--port", str(port), "--log-level", "warning"],
-        )  # fmt: skip
-        try:
-            deadline = time.monotonic() + 60
-            while True:
-                try:
-                    if httpx.get(f"{base_url}/readiness", timeout=1).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                assert time.monotonic() < deadline, "router did not become ready"
-                assert router.poll() is None, "router exited"
-                time.sleep(0.1)
-            for _ in range(12):
-                reply = chat_when_ready(base_url, deadline)
-                assert reply.status_code == 200
-                assert reply.json()["choices"][0]["message"]["content"] == "from many processes"
-            assert requests_counted(base_url) == 12
-            children_file = Path(f"/proc/{router.pid}/task/{router.pid}/children")
-            children = children_file.read_text().split()
-            assert len(children) >= 2  # the serving processes under uvicorn's supervisor
-        finally:
-            router.send_signal(signal.SIGTERM)
-            router.wait(30)
+    with SimProcess() as sim, GroupProcess(
+        [sys.executable, "-m", "turnout", "serve", "--processes", "2",
+         "--worker-urls", sim.url, "--model-path", str(demo_path()),
+         "--port", str(port), "--log-level", "warning"],
+    ) as group:  # fmt: skip
+        router = group.proc
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if httpx.get(f"{base_url}/readiness", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            assert time.monotonic() < deadline, "router did not become ready"
+            assert router.poll() is None, "router exited"
+            time.sleep(0.1)
+        for _ in range(12):
+            reply = chat_when_ready(base_url, deadline)
+            assert reply.status_code == 200
+            assert reply.json()["choices"][0]["message"]["content"] == "from many processes"
+        assert requests_counted(base_url) == 12
+        children_file = Path(f"/proc/{router.pid}/task/{router.pid}/children")
+        children = children_file.read_text().split()
+        assert len(children) >= 2  # the serving processes under the supervisor

@@ -17,6 +17,7 @@ import yaml
 from tests.server.harness import free_port
 from turnout.demo_model import path as demo_path
 from turnout.sim import SimProcess
+from turnout.testing.processes import GroupProcess
 
 __all__ = ["RouterProcess", "router_with_sims"]
 
@@ -47,22 +48,14 @@ def router_with_sims(
         config_file = tmp_path / "turnout.yaml"
         config_file.write_text(yaml.safe_dump(config or {}))
         port = free_port()
-        proc = subprocess.Popen(
+        group = stack.enter_context(GroupProcess(
             [sys.executable, "-m", "turnout", "serve", "--config", str(config_file),
              "--worker-urls", *(w.url for w in workers), "--model-path", str(demo_path()),
              "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        )  # fmt: skip
-        router = RouterProcess(proc, port)
-        try:
-            _wait_ready(router)
-            yield router
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        ))  # fmt: skip
+        router = RouterProcess(group.proc, port)
+        _wait_ready(router)
+        yield router
 
 
 def _wait_ready(router: RouterProcess) -> None:
