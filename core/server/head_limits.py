@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from turnout.server.errors import ApiError
+from turnout.errors import ApiError
 
 __all__ = ["HeadCount", "HeadLimits", "HeadTooLarge"]
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turnout.server.errors import ApiError, bad_request
+from turnout.errors import ApiError, bad_request
 
 __all__ = ["FLAG_SPELLINGS", "query_flag"]
 
