@@ -26,26 +26,13 @@ INTENDED_CYCLES: dict[frozenset[str], str] = {
         "the optional OpenTelemetry SDK is never imported otherwise; otel.py takes its settings "
         "type from tracing.py"
     ),
-    frozenset({"turnout.routing.dispatch", "turnout.routing.pd"}): (
-        "NOT intended: being removed in parallel (issue 30 item 1, routing's session/attempts "
-        "split); delete this entry with that change"
-    ),
 }
 
 #: Core modules (``turnout.*`` outside ``turnout.plugins``) that still import a plugin.
-CORE_IMPORTS_OF_PLUGINS: dict[tuple[str, str], str] = {
-    ("turnout.routing.dispatch", "turnout.plugins.policies.simple"): (
-        "the default policy, being made an argument in parallel (issue 30 item 1)"
-    ),
-}
+CORE_IMPORTS_OF_PLUGINS: dict[tuple[str, str], str] = {}
 
 #: Modules that still import private names of another module.
-PRIVATE_IMPORTS: dict[tuple[str, str], str] = {
-    ("turnout.routing.pd", "turnout.routing.dispatch"): (
-        "pd.py's copy of the attempt loop uses dispatch.py's helpers; being removed in "
-        "parallel (issue 30 item 1, one Attempts object for both dispatchers)"
-    ),
-}
+PRIVATE_IMPORTS: dict[tuple[str, str], str] = {}
 
 
 @dataclass
