@@ -356,15 +356,16 @@ class PrefillDecode:
         routing: RoutingRequest,
         request: pb.GenerateRequest,
         deadline_at: float | None,
+        after: WorkerRequestError | None = None,
     ) -> PdSession:
         """Start ``request`` on a pair (one pair per choice when ``n > 1``) and wait for the
-        first response of each."""
+        first response of each (``after``: as for ``Dispatcher.open_stream``)."""
         n = request.sampling_params.n
         if n <= 1:
-            return await self._open_pair(model, routing, request, deadline_at)
+            return await self._open_pair(model, routing, request, deadline_at, after)
         pairs = await _all_or_none(
             [
-                self._open_pair(model, routing, _choice_request(request, i), deadline_at)
+                self._open_pair(model, routing, _choice_request(request, i), deadline_at, after)
                 for i in range(n)
             ]
         )
@@ -376,6 +377,7 @@ class PrefillDecode:
         routing: RoutingRequest,
         request: pb.GenerateRequest,
         deadline_at: float | None,
+        after: WorkerRequestError | None,
     ) -> PairSession:
         dispatcher = self.dispatcher
         registry = self.registry
@@ -391,6 +393,9 @@ class PrefillDecode:
 
         def left(role: Role) -> bool:
             return bool(registry.role_candidates(model, role, attempts.tried, adapter=adapter))
+
+        if after is not None:
+            await attempts.resume(after, lambda: left(Role.PREFILL) and left(Role.DECODE))
 
         while True:
             prefills = registry.role_candidates(
