@@ -12,8 +12,9 @@ decode worker's first response.
 Failures. A failure of either leg before the decode worker's first response is booked against
 the worker that failed (circuit breaker, health), the other leg is aborted, and the pair is tried
 again without that worker, under the same retry settings as a regular request. Past the first
-response nothing is retried (the client has output); the prefill leg's later failures only count
-against its worker. Closing the session (the answer ended, the client left, turnout matched a
+response, only a request whose client saw nothing (a one-shot answer) is opened again
+(``after``: see ``Dispatcher.open_stream``); the prefill leg's later failures only count against
+its worker. Closing the session (the answer ended, the client left, turnout matched a
 stop string) aborts whatever is still running on either worker.
 
 ``n > 1``. A ``GenerateRequest`` carries one bootstrap room, and an SGLang worker expands
