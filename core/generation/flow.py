@@ -35,6 +35,7 @@ from turnout.generation.spans import RequestSpans, traced_prepare
 from turnout.generation.worker_request import worker_requests, worker_streaming
 from turnout.routing.types import RoutingRequest
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
+from turnout.workers.errors import WorkerRequestError
 
 if TYPE_CHECKING:
     from turnout.observability.otel import Tracing
@@ -174,25 +175,22 @@ async def generate(
     work = build(plan, ctx)
     renderer = endpoint.renderer(request, plan, ctx)
     sessions = await dispatch(backend.open_stream, plan, work.requests, ctx)
-    sources = [
-        SessionEvents(
-            session,
-            choices,
-            worker_streams=work.worker_streams,
-            prompt_index=k,
-            meter=session.meter,
-        )
-        for k, (session, choices) in enumerate(zip(sessions, work.processors, strict=True))
-    ]
+    sources = _sources(work, sessions)
     if tracing is not None:  # time to first token and the stream, as spans
         spans = RequestSpans(tracing, ctx)
-        renderer = spans.renderer(renderer)
         if plan.stream:
-            return Streamed(spans.payloads(_Payloads(renderer, sources)))
-        return Folded(await spans.folded(_folded(renderer, sources, sessions)))
+            return Streamed(spans.payloads(_Payloads(spans.renderer(renderer), sources)))
+        answer = _one_shot(
+            _Retry(endpoint, request, ctx, backend.open_stream, plan, spans.renderer),
+            spans.renderer(renderer),
+            sources,
+            sessions,
+        )
+        return Folded(await spans.folded(answer))
     if plan.stream:
         return Streamed(_Payloads(renderer, sources), endpoint.typed_events)
-    return Folded(await _folded(renderer, sources, sessions))
+    retry = _Retry(endpoint, request, ctx, backend.open_stream, plan, None)
+    return Folded(await _one_shot(retry, renderer, sources, sessions))
 
 
 async def prepare(
@@ -244,10 +242,15 @@ def build(plan: Plan, ctx: RequestContext) -> Work:
 
 
 async def dispatch(
-    open_stream: Opener, plan: Plan, requests: Sequence[pb.GenerateRequest], ctx: RequestContext
+    open_stream: Opener,
+    plan: Plan,
+    requests: Sequence[pb.GenerateRequest],
+    ctx: RequestContext,
+    after: WorkerRequestError | None = None,
 ) -> list[GenerateSession]:
     """Open one worker session per prompt, one after another; when one cannot be opened, those
-    already open are closed (which aborts them on their workers) before the error goes on."""
+    already open are closed (which aborts them on their workers) before the error goes on.
+    ``after``: the failure they start over after (see :class:`Opener`)."""
     sessions: list[GenerateSession] = []
     try:
         for prompt, request in zip(plan.prompts, requests, strict=True):
@@ -259,7 +262,12 @@ async def dispatch(
                 ctx.routing_key,
                 plan.adapter,
             )
-            sessions.append(await open_stream(plan.model_id, routing, request))
+            opened = (  # ``after`` only when there is one: an opener may not take it
+                await open_stream(plan.model_id, routing, request)
+                if after is None
+                else await open_stream(plan.model_id, routing, request, after)
+            )
+            sessions.append(opened)
     except BaseException:
         await _close(sessions)
         raise
@@ -330,9 +338,63 @@ class _Payloads:
             await source.aclose()  # books its tokens and closes its session
 
 
+def _sources(work: Work, sessions: list[GenerateSession]) -> list[SessionEvents]:
+    """The event source of each prompt's session."""
+    return [
+        SessionEvents(
+            session,
+            choices,
+            worker_streams=work.worker_streams,
+            prompt_index=k,
+            meter=session.meter,
+        )
+        for k, (session, choices) in enumerate(zip(sessions, work.processors, strict=True))
+    ]
+
+
+@dataclass(frozen=True, slots=True)
+class _Retry(Generic[R]):
+    """What a one-shot answer needs to start over."""
+
+    endpoint: Endpoint[R]
+    request: R
+    ctx: RequestContext
+    open_stream: Opener
+    plan: Plan
+    #: Wraps each renderer (the request's spans), if anything does.
+    watch: Callable[[Renderer], Renderer] | None
+
+
+async def _one_shot(
+    retry: _Retry[Any],
+    renderer: Renderer,
+    sources: list[SessionEvents],
+    sessions: list[GenerateSession],
+) -> Any:
+    """A one-shot answer: every batch folded. A worker that fails after its first response has
+    shown the client nothing yet, so the request starts over (fresh worker requests,
+    processors and renderer) on another worker, as after a failure before the first response
+    (the dispatcher's attempts decide whether one may follow)."""
+    while True:
+        try:
+            return await _folded(renderer, sources, sessions)
+        except WorkerRequestError as exc:
+            if not exc.retryable or exc.worker_id is None:
+                raise
+            failure = exc
+        work = build(retry.plan, retry.ctx)
+        renderer = retry.endpoint.renderer(retry.request, retry.plan, retry.ctx)
+        if retry.watch is not None:
+            renderer = retry.watch(renderer)
+        sessions = await dispatch(retry.open_stream, retry.plan, work.requests, retry.ctx, failure)
+        del failure  # no reference cycle through this frame
+        sources = _sources(work, sessions)
+
+
 async def _folded(
     renderer: Renderer, sources: list[SessionEvents], sessions: list[GenerateSession]
 ) -> Any:
+    """Fold every batch of every source into ``renderer``'s answer (every session closed)."""
     try:
         for source in sources:
             while not source.ended:

@@ -12,6 +12,7 @@ from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, Usage
 from turnout.routing.types import RoutingRequest
 from turnout.tokenizer.stops import StopRegexTimeout
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
+from turnout.workers.errors import WorkerRequestError
 
 
 class StreamMeter(Protocol):
@@ -49,9 +50,15 @@ class Opener(Protocol):
     """Opens a stream on a worker for a model (selection, retries and breakers inside)."""
 
     async def __call__(
-        self, model: str, routing: RoutingRequest, request: pb.GenerateRequest
+        self,
+        model: str,
+        routing: RoutingRequest,
+        request: pb.GenerateRequest,
+        after: WorkerRequestError | None = None,
     ) -> GenerateSession:
-        """Select a worker and start ``request`` there."""
+        """Select a worker and start ``request`` there. ``after``: the failure of the
+        request's previous session, which its client saw nothing of (a one-shot answer): the
+        request goes on as after a failure before the first response, on another worker."""
         ...
 
 

@@ -11,6 +11,7 @@ The error the client gets at the end says how many attempts it took.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from turnout.workers.settings import RetrySettings
 from turnout.workers.worker import Worker, WorkerState
 
 __all__ = ["Attempt", "Attempts", "no_first_response"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +113,25 @@ class Attempts:
         if deadline_at is not None and self._loop.time() + delay >= deadline_at:
             return None
         return delay if others_left() else None
+
+    async def resume(self, failure: WorkerRequestError, others_left: Callable[[], bool]) -> None:
+        """Go on after ``failure``: the attempt that failed after its worker had started
+        answering a request whose client has seen nothing yet (a one-shot answer), booked as
+        a failure before the first response is (its worker left out, the budget, the back-off).
+        Raises the error the client gets when no attempt follows."""
+        self.number = failure.attempts
+        worker_id = failure.worker_id or ""
+        delay = self.failed([worker_id], failure.retryable, others_left)
+        log.warning(
+            "worker %s failed attempt %d before the client saw any of its answer (%s): %s",
+            worker_id,
+            self.number,
+            "retrying on another worker" if delay is not None else "giving up",
+            failure.detail,
+        )
+        if delay is None:
+            raise self.give_up(failure, worker_id)
+        await asyncio.sleep(delay)
 
     def give_up(
         self, failure: WorkerRequestError, worker_id: str, exhausted: Sequence[str] = ()

@@ -198,6 +198,8 @@ class Dispatcher:
         routing: RoutingRequest,
         request: Any,
         timeout: float | None = None,  # noqa: ASYNC109 - a deadline handed to the gRPC call
+        *,
+        after: WorkerRequestError | None = None,
     ) -> WorkerSession | PdSession:
         """Start ``request`` on a worker of ``model`` and wait for its first response.
 
@@ -208,6 +210,11 @@ class Dispatcher:
         :class:`WorkerRequestError` with the worker's status (a client error, or the last
         fault once retries are exhausted). ``timeout`` bounds the whole request.
 
+        ``after``: this request failed on a worker after its first response, but its client saw
+        nothing of it (a one-shot answer): it goes on as after a failure before the first
+        response (``after.attempts`` counted, that worker left out), or ``after`` is raised
+        when no attempt may follow.
+
         A disaggregated model's request goes to a prefill-decode pair the same way (see
         :mod:`turnout.routing.pd`), or to a regular worker of the model while no pair can.
         """
@@ -216,7 +223,7 @@ class Dispatcher:
         if model in self._disaggregated and (
             self._pd.pair_possible(model) or not self.registry.candidates(model)
         ):
-            return await self._pd.open(model, routing, request, deadline_at)
+            return await self._pd.open(model, routing, request, deadline_at, after)
 
         async def first_batch(
             worker: Worker, remaining: float | None, first_wait: Deadline, metadata: Metadata
@@ -234,6 +241,11 @@ class Dispatcher:
             return stream, first
 
         attempts = self.attempts(deadline_at)
+        if after is not None:
+            await attempts.resume(
+                after,
+                lambda: bool(self.registry.candidates(model, attempts.tried, routing.adapter)),
+            )
         won = await self._attempt(model, routing, request, attempts, "Generate", first_batch)
         stream, first = won.result
         return WorkerSession(won.slot, stream, first, won.route, routing, won.attempts, won.span)

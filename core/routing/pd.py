@@ -12,8 +12,9 @@ decode worker's first response.
 Failures. A failure of either leg before the decode worker's first response is booked against
 the worker that failed (circuit breaker, health), the other leg is aborted, and the pair is tried
 again without that worker, under the same retry settings as a regular request. Past the first
-response nothing is retried (the client has output); the prefill leg's later failures only count
-against its worker. Closing the session (the answer ended, the client left, turnout matched a
+response, only a request whose client saw nothing (a one-shot answer) is opened again
+(``after``: see ``Dispatcher.open_stream``); the prefill leg's later failures only count against
+its worker. Closing the session (the answer ended, the client left, turnout matched a
 stop string) aborts whatever is still running on either worker.
 
 ``n > 1``. A ``GenerateRequest`` carries one bootstrap room, and an SGLang worker expands
@@ -356,15 +357,16 @@ class PrefillDecode:
         routing: RoutingRequest,
         request: pb.GenerateRequest,
         deadline_at: float | None,
+        after: WorkerRequestError | None = None,
     ) -> PdSession:
         """Start ``request`` on a pair (one pair per choice when ``n > 1``) and wait for the
-        first response of each."""
+        first response of each (``after``: as for ``Dispatcher.open_stream``)."""
         n = request.sampling_params.n
         if n <= 1:
-            return await self._open_pair(model, routing, request, deadline_at)
+            return await self._open_pair(model, routing, request, deadline_at, after)
         pairs = await _all_or_none(
             [
-                self._open_pair(model, routing, _choice_request(request, i), deadline_at)
+                self._open_pair(model, routing, _choice_request(request, i), deadline_at, after)
                 for i in range(n)
             ]
         )
@@ -376,6 +378,7 @@ class PrefillDecode:
         routing: RoutingRequest,
         request: pb.GenerateRequest,
         deadline_at: float | None,
+        after: WorkerRequestError | None,
     ) -> PairSession:
         dispatcher = self.dispatcher
         registry = self.registry
@@ -391,6 +394,9 @@ class PrefillDecode:
 
         def left(role: Role) -> bool:
             return bool(registry.role_candidates(model, role, attempts.tried, adapter=adapter))
+
+        if after is not None:
+            await attempts.resume(after, lambda: left(Role.PREFILL) and left(Role.DECODE))
 
         while True:
             prefills = registry.role_candidates(

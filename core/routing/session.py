@@ -51,12 +51,12 @@ class WorkerSession(ClosingSession):
     Read it batch by batch (:meth:`next_batch`: every response that arrived together) or
     response by response (``async for``). Counts as in flight on ``worker`` until it ends or
     :meth:`aclose` is called; records the outcome into the worker's circuit breaker. Errors
-    after the first response raise :class:`WorkerRequestError` (they are not retried: the client
-    has seen output).
+    after the first response raise :class:`WorkerRequestError`: a client that has seen output
+    cannot be answered again, one that has not may be (``Dispatcher.open_stream(after=...)``).
     """
 
     #: How a failure after the first response is logged.
-    failure_note: ClassVar[str] = "mid-stream (not retried: the client has output)"
+    failure_note: ClassVar[str] = "after its first response"
 
     __slots__ = (
         "_done",

@@ -40,9 +40,14 @@ class MeteredDispatch:
         self._prompt_limit = prompt_limit
 
     async def open_stream(
-        self, model: str, routing: RoutingRequest, request: pb.GenerateRequest
+        self,
+        model: str,
+        routing: RoutingRequest,
+        request: pb.GenerateRequest,
+        after: WorkerRequestError | None = None,
     ) -> GenerateSession:
-        """Start ``request`` on a worker of ``model``: its session, metered."""
+        """Start ``request`` on a worker of ``model``: its session, metered (``after``: the
+        failure it is sent again after, see ``Dispatcher.open_stream``)."""
         record = current_record()
         if record is not None:
             record.model = model
@@ -56,13 +61,17 @@ class MeteredDispatch:
             reservation = await admission.reserve_tokens(
                 request, limit.context_length if limit is not None else None
             )
+        # The attempts before ``after`` were counted when its session was opened.
+        counted = after.attempts if after is not None else 1
         try:
-            session = await self._dispatcher.open_stream(model, routing, request, self._timeout)
+            session = await self._dispatcher.open_stream(
+                model, routing, request, self._timeout, after=after
+            )
         except WorkerRequestError as exc:
-            self._failed(model, exc, record)
+            self._failed(model, exc, record, counted)
             raise
         worker = session.worker.id
-        self._routed(model, worker, session.attempts)
+        self._routed(model, worker, session.attempts - counted)
         if record is not None:
             record.worker, record.attempts = worker, session.attempts
         # The pipeline feeds the meter from its walk over the responses.
@@ -87,14 +96,14 @@ class MeteredDispatch:
         try:
             answered = await self._dispatcher.embed(model, routing, request, self._timeout)
         except WorkerRequestError as exc:
-            self._failed(model, exc, record)
+            self._failed(model, exc, record, 1)
             raise
         response: pb.EmbedResponse = answered.response
         if reservation is not None:
             used = response.prompt_tokens or len(request.tokenized.input_ids)
             reservation.usage = lambda: used
         worker = answered.worker.id
-        self._routed(model, worker, answered.attempts)
+        self._routed(model, worker, answered.attempts - 1)
         self._metrics.prompt_tokens.labels(model).inc(response.prompt_tokens)
         if record is not None:
             # A request of several inputs makes a call per input: its most attempts count.
@@ -103,16 +112,19 @@ class MeteredDispatch:
             record.prompt_tokens += response.prompt_tokens
         return response
 
-    def _routed(self, model: str, worker: str, attempts: int) -> None:
-        """A call that reached ``worker`` after ``attempts`` attempts."""
+    def _routed(self, model: str, worker: str, retries: int) -> None:
+        """A call that reached ``worker`` after ``retries`` more attempts."""
         metrics = self._metrics
         metrics.routed_of(model, worker).inc()
-        if attempts > 1:
-            metrics.retries.labels(model).inc(attempts - 1)
+        if retries > 0:
+            metrics.retries.labels(model).inc(retries)
 
-    def _failed(self, model: str, exc: WorkerRequestError, record: RequestRecord | None) -> None:
-        """A call that failed after ``exc.attempts`` attempts (the last on ``exc.worker_id``)."""
-        if exc.attempts > 1:
-            self._metrics.retries.labels(model).inc(exc.attempts - 1)
+    def _failed(
+        self, model: str, exc: WorkerRequestError, record: RequestRecord | None, counted: int
+    ) -> None:
+        """A call that failed after ``exc.attempts`` attempts (the last on ``exc.worker_id``),
+        ``counted`` of them counted before."""
+        if exc.attempts > counted:
+            self._metrics.retries.labels(model).inc(exc.attempts - counted)
         if record is not None:
             record.worker, record.attempts = exc.worker_id, exc.attempts

@@ -82,6 +82,31 @@ def test_failure_mid_answer_without_streaming_is_an_error_status(router: Router)
     assert response.json()["error"]["message"]
 
 
+def test_a_worker_dying_mid_answer_is_retried_when_the_client_saw_nothing(
+    router: Router,
+) -> None:
+    """A one-shot answer with a stop string is streamed by the worker (turnout watches for the
+    stop): a worker that dies after its first chunk has shown the client nothing, so the
+    request starts over on the other worker and the client gets the whole answer."""
+    router.sims[0].knobs.update(
+        {"fail_after_tokens": 2, "fail_after_status": "UNAVAILABLE", "fault_budget": 1}
+    )
+    body = {**chat(), "stop": ["never in the answer"]}
+    url = f"{router.base_url}/v1/chat/completions"
+    for i in range(2):  # round robin: one of them starts on the dying worker
+        response = httpx.post(url, json=body, headers={"x-request-id": f"dies-{i}"}, timeout=20)
+        assert response.status_code == 200, response.text
+        assert (
+            response.json()["choices"][0]["message"]["content"] == "a reply of several tokens here"
+        )
+    outcomes = router.sims[0].records.outcomes.items()
+    [failed] = [rid for rid, o in outcomes if rid.startswith("dies-") and o == "error"]
+    assert router.sims[0].records.generated[failed] == 2  # it had started answering
+    rid = failed.rsplit("-", 1)[0]  # the client's id, then the router's suffix
+    served = [o for r, o in router.sims[1].records.outcomes.items() if r.startswith(rid + "-")]
+    assert served == ["stop"]
+
+
 def test_client_disconnect_mid_stream_aborts_the_worker(router: Router) -> None:
     for sim in router.sims:
         sim.knobs.update({"delay_ms": 30.0})

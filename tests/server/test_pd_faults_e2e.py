@@ -123,3 +123,29 @@ def test_readiness_names_the_missing_role(fleet: Router) -> None:
         }
 
     fleet.wait_until(missing)
+
+
+def test_a_decode_worker_dying_mid_answer_is_retried_when_the_client_saw_nothing(
+    fleet: Router,
+) -> None:
+    """A one-shot answer with a stop string (the decode worker streams it to turnout): the
+    decode worker dies after its first chunk, and the request starts over on another pair."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "a reply of several tokens here"}],
+        "stop": ["never in the answer"],
+    }
+    url = f"{fleet.base_url}/v1/chat/completions"
+    healthy = httpx.post(url, json=body, timeout=60)
+    assert healthy.status_code == 200, healthy.text
+    expected = healthy.json()["choices"][0]["message"]["content"]
+    dying = role_sims(fleet, "decode")[0]
+    dying.knobs.update(
+        {"fail_after_tokens": 2, "fail_after_status": "UNAVAILABLE", "fault_budget": 1}
+    )
+    for i in range(2):  # round robin: one of them starts on the dying worker
+        answer = httpx.post(url, json=body, headers={"x-request-id": f"pd-dies-{i}"}, timeout=60)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["choices"][0]["message"]["content"] == expected
+    outcomes = dying.records.outcomes.items()
+    assert [o for rid, o in outcomes if rid.startswith("pd-dies-")].count("error") == 1
