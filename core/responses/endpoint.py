@@ -25,6 +25,7 @@ from turnout.generation.requests import ChatCompletionRequest, ChatMessage
 from turnout.responses.items import Item, chat_messages, input_items, new_id
 from turnout.responses.render import Keeper, ResponsesRenderer
 from turnout.responses.request import ResponsesRequest, check_request
+from turnout.responses.sealing import ReasoningSeal
 from turnout.responses.store import (
     ResponseStore,
     StoredResponse,
@@ -59,8 +60,9 @@ class _Context:
 class ResponsesApi:
     """The Responses API of one app: the endpoint, on the app's response store."""
 
-    def __init__(self, store: ResponseStore) -> None:
+    def __init__(self, store: ResponseStore, seal: ReasoningSeal | None = None) -> None:
         self.store = store
+        self.seal = seal or ReasoningSeal()
         self.endpoint = Endpoint(
             ResponsesRequest,
             check=check_request,
@@ -89,7 +91,7 @@ class ResponsesApi:
         history: list[Item] = []
         if request.previous_response_id is not None:
             history = (await self.previous(request.previous_response_id)).context()
-        items = input_items(await self._dereferenced(request.input))
+        items = input_items(await self._dereferenced(request.input), self.seal.open)
         try:
             plan = await self._chat_plan(request, history, items, runtime, ctx)
         except ApiError as exc:
@@ -184,7 +186,8 @@ class ResponsesApi:
                 except Exception as exc:  # the answer stands; only follow-ups will miss it
                     log.warning("response %s could not be stored: %s", finished["id"], exc)
 
-        return ResponsesRenderer(response, logprobs=request.logprobs, keep=keep)
+        seal = self.seal.seal if request.seals_reasoning else None
+        return ResponsesRenderer(response, logprobs=request.logprobs, keep=keep, seal=seal)
 
 
 def _tail(context: Sequence[Item], dropped: int) -> list[Item]:

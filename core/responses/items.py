@@ -10,11 +10,11 @@ after it; function calls that follow an assistant message (or each other) become
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from turnout.errors import bad_request
+from turnout.errors import ApiError, bad_request
 from turnout.generation.requests import ChatMessage
 from turnout.generation.unsupported import unsupported
 
@@ -43,9 +43,14 @@ def new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(24)}"
 
 
-def input_items(value: str | list[Any]) -> list[Item]:
+#: Opens sealed reasoning (``encrypted_content``): the text, or None when it cannot be read.
+Unseal = Callable[[str], str | None]
+
+
+def input_items(value: str | list[Any], unseal: Unseal | None = None) -> list[Item]:
     """The request's ``input`` as checked items, each with an id (kept and listed as given,
-    with the ids clients left out filled in). Errors name ``input[i]…``."""
+    with the ids clients left out filled in). A reasoning item with only ``encrypted_content``
+    is opened with ``unseal``. Errors name ``input[i]…``."""
     if isinstance(value, str):
         return [_message_item({"role": "user", "content": value}, "input")]
     items = []
@@ -61,7 +66,7 @@ def input_items(value: str | list[Any]) -> list[Item]:
         elif kind == "function_call_output":
             items.append(_call_output(raw, where))
         elif kind == "reasoning":
-            items.append(_reasoning(raw, where))
+            items.append(_reasoning(raw, where, unseal))
         elif kind is None:
             raise bad_request(f"{where} needs a 'type' (or a 'role' for a message)", where)
         else:
@@ -170,14 +175,21 @@ def _call_output(raw: Mapping[str, Any], where: str) -> Item:
     }
 
 
-def _reasoning(raw: Mapping[str, Any], where: str) -> Item:
+def _reasoning(raw: Mapping[str, Any], where: str, unseal: Unseal | None) -> Item:
     content = _text_parts(raw.get("content"), "reasoning_text", f"{where}.content")
     summary = _text_parts(raw.get("summary"), "summary_text", f"{where}.summary")
-    if not content and not summary and raw.get("encrypted_content"):
-        raise unsupported(
-            f"{where}.encrypted_content",
-            "encrypted reasoning is not supported: send the reasoning item's content",
-        )
+    sealed = raw.get("encrypted_content")
+    if not content and not summary and sealed is not None:
+        text = unseal(sealed) if unseal is not None and isinstance(sealed, str) else None
+        if text is None:
+            raise ApiError(
+                400,
+                "encrypted_content cannot be opened: it was not sealed by this router (or its "
+                "responses.reasoning_key), or it was changed",
+                param=f"{where}.encrypted_content",
+                code="invalid_encrypted_content",
+            )
+        content = [{"type": "reasoning_text", "text": text}]
     item: Item = {"id": _identified(raw, "reasoning", where), "type": "reasoning"}
     item["summary"] = summary
     item["content"] = content

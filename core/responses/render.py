@@ -59,11 +59,17 @@ class ResponsesRenderer:
     """
 
     def __init__(
-        self, response: dict[str, Any], *, logprobs: bool = False, keep: Keeper | None = None
+        self,
+        response: dict[str, Any],
+        *,
+        logprobs: bool = False,
+        keep: Keeper | None = None,
+        seal: Callable[[str], str] | None = None,
     ) -> None:
         self._response = response
         self._logprobs = logprobs
         self._keep = keep
+        self._seal = seal
         self._sequence = 0
         self._output: list[Item] = []
         #: The message item (open until the choice ends) and the reasoning or call item being
@@ -284,6 +290,8 @@ class ResponsesRenderer:
             )
             out.append(self._part_event("response.content_part.done", opened, part))
             item["content"] = [part]
+            if self._seal is not None:
+                item["encrypted_content"] = self._seal(text)
         else:
             item["arguments"] = text
             out.append(

@@ -25,8 +25,10 @@ from turnout.generation.requests import (
 )
 from turnout.generation.unsupported import unsupported
 
-#: ``include`` values turnout serves.
+#: ``include`` values turnout serves: output text logprobs, and sealed reasoning.
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
+SEALED_REASONING_INCLUDE = "reasoning.encrypted_content"
+_INCLUDES = (LOGPROBS_INCLUDE, SEALED_REASONING_INCLUDE)
 
 #: Fields turnout knows but does not implement → what to do instead.
 _UNSUPPORTED: dict[str, str] = {
@@ -124,6 +126,11 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
         """Whether output text carries logprobs (``include``)."""
         return LOGPROBS_INCLUDE in (self.include or ())
 
+    @property
+    def seals_reasoning(self) -> bool:
+        """Whether reasoning items carry their reasoning sealed (``encrypted_content``)."""
+        return SEALED_REASONING_INCLUDE in (self.include or ())
+
 
 def check_request(request: ResponsesRequest) -> None:
     """Refuse what turnout does not do (400 ``unsupported_parameter`` naming the field) and
@@ -135,10 +142,10 @@ def check_request(request: ResponsesRequest) -> None:
     if request.truncation not in (None, "disabled", "auto"):
         raise bad_request("truncation must be 'auto' or 'disabled'", "truncation")
     for value in request.include or ():
-        if value != LOGPROBS_INCLUDE:
+        if value not in _INCLUDES:
             raise unsupported(
                 "include",
-                f"include {value!r} is not supported: only {LOGPROBS_INCLUDE!r}",
+                f"include {value!r} is not supported: only {' and '.join(map(repr, _INCLUDES))}",
             )
     if request.top_logprobs and not request.logprobs:
         raise bad_request(f"top_logprobs needs include: [{LOGPROBS_INCLUDE!r}]", "top_logprobs")

@@ -27,6 +27,7 @@ from turnout.observability.tracing import start_tracing
 from turnout.plugin_choice import policies_for, role_policies_for, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
 from turnout.responses.endpoint import ResponsesApi
+from turnout.responses.sealing import ReasoningSeal
 from turnout.responses.store import make_store
 from turnout.routing.dispatch import Dispatcher
 from turnout.server.context import (
@@ -221,7 +222,9 @@ def create_app(
     server = config.server
     # None unless tracing is configured: then nothing of OpenTelemetry's SDK is loaded.
     tracing = start_tracing(config.tracing)
-    responses = ResponsesApi(make_store(config.responses))
+    responses = ResponsesApi(
+        make_store(config.responses), ReasoningSeal(config.responses.reasoning_key)
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:

@@ -13,7 +13,7 @@ import yaml
 
 from tests.server.harness import MODEL, Router, run_router
 
-from .test_responses_e2e import RULES, TOOLS, last_prompt
+from .test_responses_e2e import RULES, TOOLS, last_prompt, raw_stream
 
 
 @pytest.fixture(scope="module")
@@ -101,3 +101,47 @@ def test_truncation_auto_drops_the_oldest_items_until_the_prompt_fits(router: Ro
     alone = post(router, {"input": long * 4, "truncation": "auto"})
     assert alone.status_code == 400
     assert alone.json()["error"]["code"] == "context_length_exceeded"
+
+
+def test_sealed_reasoning_round_trips_without_a_store(
+    client: openai.OpenAI, router: Router
+) -> None:
+    """A stateless loop: the reasoning comes back sealed (``encrypted_content``) and the
+    client returns only that; the router opens it into the next prompt."""
+    question = {"role": "user", "content": "plan ahead, please"}
+    first = client.responses.create(
+        model=MODEL, input=[question], tools=TOOLS, store=False,
+        include=["reasoning.encrypted_content"],
+    )  # fmt: skip
+    reasoning, call = first.output
+    sealed = reasoning.encrypted_content  # type: ignore[union-attr]
+    assert sealed
+    assert "A call is needed." not in sealed
+    opaque = {"type": "reasoning", "id": reasoning.id, "summary": [], "encrypted_content": sealed}
+    output = {
+        "type": "function_call_output",
+        "call_id": call.call_id,
+        "output": "sunny, 21 degrees",
+    }  # type: ignore[union-attr]
+    echoed_call = call.model_dump(exclude_none=True)
+    second = client.responses.create(
+        model=MODEL, input=[question, opaque, echoed_call, output], tools=TOOLS, store=False
+    )
+    assert second.output_text == "It is sunny in Paris."
+    assert "A call is needed." in last_prompt(router)
+    forged = {**opaque, "encrypted_content": sealed[:-4] + "AAAA"}
+    reply = post(router, {"input": [question, forged, echoed_call, output], "store": False})
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["code"] == "invalid_encrypted_content"
+    assert error["param"] == "input[1].encrypted_content"
+
+
+def test_sealed_reasoning_streams_in_the_item_done_event(router: Router) -> None:
+    events = raw_stream(
+        router,
+        {"input": "ponder this", "store": False, "include": ["reasoning.encrypted_content"]},
+    )
+    done = [e["item"] for e in events if e["type"] == "response.output_item.done"]
+    assert done[0]["type"] == "reasoning"
+    assert done[0]["encrypted_content"]

@@ -129,7 +129,7 @@ def test_given_ids_are_kept_and_missing_ones_filled_in() -> None:
         (
             {"type": "reasoning", "summary": [], "encrypted_content": "gAAA"},
             "input[0].encrypted_content",
-            "unsupported_parameter",
+            "invalid_encrypted_content",
         ),
         ({"content": "no role"}, "input[0]", "invalid_value"),
     ],

@@ -345,7 +345,6 @@ def test_cancel_refuses_a_foreground_response(client: openai.OpenAI) -> None:
         ({"background_options": {"completion_window": "2h"}}, "background_options"),
         ({"prompt_cache_options": {"mode": "explicit"}}, "prompt_cache_options"),
         ({"image": {"context_compression": "enabled"}}, "image"),
-        ({"include": ["reasoning.encrypted_content"]}, "include"),
         ({"text": {"verbosity": "low"}}, "text.verbosity"),
     ],
 )
