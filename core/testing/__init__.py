@@ -16,7 +16,12 @@ start_in_reasoning=True)`` for a reasoning parser); tool and reasoning parsers a
 :func:`chunking_property` builds a property test over random texts and chunkings, and
 :mod:`turnout.testing.strategies` has the generators turnout's own parser tests use.
 
-turnout's built-in parsers are tested with exactly these helpers.
+turnout's built-in parsers are tested with exactly these helpers. For the other kinds of plugin:
+
+* :mod:`turnout.testing.policies` - candidates and routing requests for a policy's unit tests;
+* :mod:`turnout.testing.discovery` - collect what a discovery provider's ``watch()`` emits;
+* :mod:`turnout.testing.router` and the pytest plugin :mod:`turnout.testing.pytest_plugin`
+  (fixture ``turnout_router``) - the real router with your plugin in front of simulated workers.
 """
 
 from __future__ import annotations

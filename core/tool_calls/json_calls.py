@@ -105,7 +105,9 @@ class BareJsonParser(GrammarToolParser):
     two calls). Text that merely looks like JSON stays normal text, verbatim.
     """
 
+    #: Markers a call may follow (dropped before a call, kept as text otherwise).
     TAGS: ClassVar[tuple[str, ...]] = ()
+    #: Text between two calls (``;``), dropped only there.
     SEPARATOR: ClassVar[str] = ""
     #: Optional closers after a call (dropped with the whitespace before them).
     END_MARKERS: ClassVar[tuple[str, ...]] = ()
@@ -160,9 +162,13 @@ class TaggedCallsParser(GrammarToolParser):
     call is accepted without the block begin token; a missing block end is tolerated.
     """
 
+    #: Markers that open a block of calls (optional before a call).
     BLOCK_BEGINS: ClassVar[tuple[str, ...]] = ()
+    #: Markers that close the block.
     BLOCK_ENDS: ClassVar[tuple[str, ...]] = ()
+    #: The marker that opens each call; :meth:`call_head` reads what follows.
     CALL_BEGIN: ClassVar[str] = ""
+    #: The marker that closes each call (read by :meth:`call_tail`).
     CALL_END: ClassVar[str] = ""
 
     def call_head(self) -> Generator[None, None, str | None]:

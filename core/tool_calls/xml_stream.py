@@ -695,7 +695,21 @@ def _is_json_object(text: str) -> bool:
 
 
 class XmlToolParser:
-    """Base class of the XML-family parsers: subclasses set :attr:`syntax`."""
+    """Base class of the XML-family parsers: a subclass sets :attr:`syntax` (its tags) and is a
+    complete parser under the rules of this module::
+
+        class AngleCalls(XmlToolParser):
+            syntax = XmlSyntax(
+                block_start="<calls>", block_end="</calls>",
+                invoke_start="<invoke", invoke_end="</invoke>", name_end=">",
+                parse_name=attr_name,          # <invoke name="f">
+                param_start="<arg", key_end=">", parse_key=attr_key,  # <arg name="k">v</arg>
+                param_end="</arg>",
+            )
+
+    Values are typed by the tool's JSON schema; :class:`~turnout.tool_calls.ValueRules`
+    (``syntax.values``) says how they are written (whitespace, entities, inference).
+    """
 
     syntax: ClassVar[XmlSyntax]
     call_id_style: ClassVar[CallIdStyle] = "openai"

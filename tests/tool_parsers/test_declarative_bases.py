@@ -7,7 +7,17 @@ from collections.abc import Generator
 from typing import ClassVar
 
 from turnout.testing import assert_chunking_invariant, assert_cut_off_consistent, tools_for
-from turnout.tool_calls import FAILED, NAME_CHARS, BlockCallsParser, GrammarToolParser, ToolCall
+from turnout.tool_calls import (
+    FAILED,
+    NAME_CHARS,
+    BlockCallsParser,
+    GrammarToolParser,
+    ToolCall,
+    XmlSyntax,
+    XmlToolParser,
+    attr_key,
+    attr_name,
+)
 
 
 class ArrowCalls(BlockCallsParser):
@@ -58,3 +68,29 @@ def test_a_grammar_of_its_own_uses_the_public_helpers() -> None:
     result = assert_chunking_invariant(CallColon, text, tools=TOOLS, whole_calls=True)
     assert result.calls == [ToolCall("get_weather", '{"city": "Oslo"}')]
     assert result.normal_text == "a  b CALL:nope"
+
+
+class AngleCalls(XmlToolParser):
+    """The example of XmlToolParser's docstring."""
+
+    syntax = XmlSyntax(
+        block_start="<calls>",
+        block_end="</calls>",
+        invoke_start="<invoke",
+        invoke_end="</invoke>",
+        name_end=">",
+        parse_name=attr_name,
+        param_start="<arg",
+        key_end=">",
+        parse_key=attr_key,
+        param_end="</arg>",
+    )
+
+
+def test_an_xml_format_is_its_tags() -> None:
+    text = 'Hi <calls><invoke name="get_weather"><arg name="days">3</arg></invoke></calls> bye'
+    schema = {"type": "object", "properties": {"days": {"type": "integer"}}}
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": schema}}]
+    result = assert_chunking_invariant(AngleCalls, text, tools=tools, whole_calls=True)
+    assert result.calls == [ToolCall("get_weather", '{"days": 3}')]
+    assert result.normal_text == "Hi  bye"
