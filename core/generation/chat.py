@@ -63,6 +63,7 @@ def _constraint(request: ChatCompletionRequest, plan: ToolPlan) -> Constraint | 
         c
         for c in (
             Constraint("json_schema", plan.json_schema) if plan.json_schema else None,
+            Constraint("structural_tag", plan.structural_tag) if plan.structural_tag else None,
             Constraint("regex", request.regex) if request.regex else None,
             Constraint("ebnf", request.ebnf) if request.ebnf else None,
         )
@@ -105,6 +106,7 @@ async def _prompts(
         request.response_format,
         runtime.tool_parser is not None,
         parallel=request.parallel_tool_calls,
+        call_format=runtime.tool_call_format,
     )
     kwargs = dict(request.chat_template_kwargs or {})
     if request.reasoning_effort is not None:

@@ -22,7 +22,7 @@ from turnout.plugin_choice import choose_plugins
 from turnout.plugin_loader import Plugins
 from turnout.reasoning.types import ReasoningParser
 from turnout.tokenizer import ModelTokenizer
-from turnout.tool_calls.types import ToolParser
+from turnout.tool_calls.types import CallFormat, ToolParser
 from turnout.workers.adapters import Adapter
 from turnout.workers.worker import Worker
 
@@ -69,6 +69,8 @@ class ModelRuntime:
     tokenizer: ModelTokenizer
     tool_parser_name: str | None = None
     tool_parser: Callable[[], ToolParser] | None = None
+    #: How the tool parser writes one call (its optional ``call_format()``), for structural tags.
+    tool_call_format: CallFormat | None = None
     reasoning_parser_name: str | None = None
     reasoning_parser: Callable[..., ReasoningParser] | None = None
     #: Factory of the parser reading a constrained JSON array of calls (tool_choice=required).
@@ -318,6 +320,8 @@ class ModelTable:
             factory = self._plugins.tool_parsers.factory(choices.tool_parser)
             runtime.tool_parser_name = choices.tool_parser
             runtime.tool_parser = factory
+            call_format = getattr(factory, "call_format", None)
+            runtime.tool_call_format = call_format() if callable(call_format) else None
             runtime.parsers_need_special_tokens |= bool(
                 getattr(factory, "needs_special_tokens", False)
             )
