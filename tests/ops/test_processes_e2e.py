@@ -183,3 +183,17 @@ def test_closing_a_router_of_several_processes_leaves_nothing_behind(
     server.close()
     assert [pid for pid in everything if alive(pid)] == []
     assert not tmpdir.exists()
+
+
+def test_a_serving_process_that_dies_is_replaced(serve: StartServe) -> None:
+    server = start(serve)
+    first, second = children(server)[:2]
+    os.kill(first, signal.SIGKILL)
+    wait_for(
+        lambda: first not in children(server) and len(children(server)) == 2,
+        "a replacement",
+        30,
+    )
+    assert second in children(server)
+    wait_for(lambda: models_status(server, KEYS[0]) == 200, "readiness", 10)
+    assert [models_status(server, KEYS[0]) for _ in range(10)] == [200] * 10
