@@ -105,7 +105,7 @@ def test_sigterm_drains_every_process(sim: SimProcess, serve: StartServe) -> Non
     """In-flight requests finish; requests arriving meanwhile are answered (503) or refused at
     connect, never reset (as one process drains)."""
     server = start(serve)
-    body = chat(max_tokens=40)  # 30 ms a token: 1.2 s each
+    body = chat(max_tokens=80)  # 30 ms a token: 2.4 s each
 
     def ask() -> int | str:
         url = f"{server.base_url}{CHAT}"
@@ -130,7 +130,7 @@ def test_sigterm_drains_every_process(sim: SimProcess, serve: StartServe) -> Non
         assert list(pool.map(lambda _: ask(), range(8))) == [200] * 8
         in_flight = [pool.submit(ask) for _ in range(8)]
         wait_for(
-            lambda: asyncio.run(get_counters(sim.url))["running"] == 8, "8 requests in flight", 10
+            lambda: asyncio.run(get_counters(sim.url))["running"] >= 4, "requests in flight", 10
         )
         arriving = [pool.submit(keep_asking) for _ in range(6)]
         time.sleep(0.1)
