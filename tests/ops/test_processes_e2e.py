@@ -8,6 +8,8 @@ import asyncio
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -17,6 +19,7 @@ from pathlib import Path
 import httpx
 
 from bench import procfs
+from tests.server.harness import free_port
 from turnout.sim import SimProcess, get_counters
 
 from .helpers import Serve, StartServe, chat
@@ -197,3 +200,16 @@ def test_a_serving_process_that_dies_is_replaced(serve: StartServe) -> None:
     assert second in children(server)
     wait_for(lambda: models_status(server, KEYS[0]) == 200, "readiness", 10)
     assert [models_status(server, KEYS[0]) for _ in range(10)] == [200] * 10
+
+
+def test_a_bad_name_stops_the_start_with_one_line(sim: SimProcess) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "turnout", "serve", "--processes", "2", "--policy", "nosuch",
+         "--worker-urls", sim.url, "--port", str(free_port())],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 2
+    errors = [line for line in result.stderr.splitlines() if line.startswith("turnout: error:")]
+    assert errors == [errors[0]]
+    assert "unknown policy 'nosuch'" in errors[0]
+    assert "Traceback" not in result.stderr
