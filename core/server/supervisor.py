@@ -144,7 +144,7 @@ class Supervisor:
         finally:
             theirs.close()
         process = _Process(popen, Connection(ours.detach()))
-        process.conn.send(("config", self.config))
+        self._send(process, ("config", self.config))  # if it died already, _step sees its end
         return process
 
     def _step(self) -> None:
