@@ -144,7 +144,7 @@ class Supervisor:
         finally:
             theirs.close()
         process = _Process(popen, Connection(ours.detach()))
-        process.conn.send(("config", self.config))
+        self._send(process, ("config", self.config))  # if it died already, _step sees its end
         return process
 
     def _step(self) -> None:
@@ -330,4 +330,12 @@ def serve_processes(
     config: Config, source: Callable[[], Config] | None, listener: socket.socket
 ) -> int:
     """Run the serving processes of ``config`` on ``listener``; the exit status."""
+    # What every process checks first, checked once here: a bad name is one line, not N.
+    from turnout.discovery import describe_discovery
+    from turnout.plugin_choice import validate_plugin_names
+    from turnout.plugin_loader import load_plugins
+
+    plugins = load_plugins()
+    validate_plugin_names(config, plugins)
+    describe_discovery(config.discovery, plugins.discovery)
     return Supervisor(config, source, listener).run()
