@@ -290,7 +290,10 @@ class ChoiceProcessor:
         self.tokens += len(token_ids)
         delta.completion_tokens = self.tokens
         if logprobs is not None and self._token_piece is not None:
-            delta.logprobs = self._logprobs(logprobs, len(token_ids))
+            shown = len(token_ids)
+            if shown and token_ids[-1] in self._hidden_stop_ids and not self._stop_token_logprobs:
+                shown -= 1  # the stop token ends the output: no logprob of its own
+            delta.logprobs = self._logprobs(logprobs, shown) or None
         if self._keep_token_ids:
             delta.token_ids = list(token_ids)
         self._read(delta, token_ids)
