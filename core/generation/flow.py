@@ -24,11 +24,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from turnout.generation.choice import ChoiceProcessor
+from turnout.generation.choice import ChoiceProcessor, TokenPiece
 from turnout.generation.context import RequestContext
 from turnout.generation.events import Event
 from turnout.generation.models import ModelRuntime, ModelTable
-from turnout.generation.output import make_processors
+from turnout.generation.output import make_processors, token_piece
 from turnout.generation.pipeline import GenerateSession, Opener, SessionEvents
 from turnout.generation.plan import Plan
 from turnout.generation.spans import RequestSpans, traced_prepare
@@ -223,6 +223,8 @@ class Work:
     processors: list[list[ChoiceProcessor]]
     #: The workers are asked for a stream (else for one message per choice).
     worker_streams: bool
+    #: The prompts' logprobs are read: their tokens' text, and how many alternatives.
+    prompt_logprobs: tuple[TokenPiece, int] | None = None
 
 
 def build(plan: Plan, ctx: RequestContext) -> Work:
@@ -238,7 +240,10 @@ def build(plan: Plan, ctx: RequestContext) -> Work:
         make_processors(plan.runtime, plan.output, first_index=k * plan.n)
         for k in range(len(plan.prompts))
     ]
-    return Work(requests, processors, worker_streams)
+    prompt_logprobs = None
+    if plan.prompt_logprobs is not None:
+        prompt_logprobs = (token_piece(plan.runtime, plan.output), plan.prompt_logprobs)
+    return Work(requests, processors, worker_streams, prompt_logprobs)
 
 
 async def dispatch(
@@ -347,6 +352,7 @@ def _sources(work: Work, sessions: list[GenerateSession]) -> list[SessionEvents]
             worker_streams=work.worker_streams,
             prompt_index=k,
             meter=session.meter,
+            prompt_logprobs=work.prompt_logprobs,
         )
         for k, (session, choices) in enumerate(zip(sessions, work.processors, strict=True))
     ]

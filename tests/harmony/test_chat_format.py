@@ -23,6 +23,7 @@ from turnout.generation.events import ChoiceDelta
 from turnout.generation.models import ModelTable
 from turnout.plugin_choice import choose_plugins
 from turnout.plugins.harmony import HarmonyChatFormat
+from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
 from ..server.outputs import TOKENIZER
 from .test_harmony import ANSWER, OUTPUT, offline
@@ -180,3 +181,21 @@ def test_a_reader_failing_at_the_end_keeps_what_it_gave() -> None:
     folded = _fold(_processor(_FailingAtTheEnd()), [[1, 2]])
     assert folded["content"] == "kept"
     assert folded["finish"] == "stop"
+
+
+def test_the_stop_token_a_reader_reads_has_no_logprob() -> None:
+    """A chat format reads the stop token (it ends its messages), but the answer's logprobs
+    cover the text's tokens only, as with the parsers."""
+    eos = min(TOKENIZER.eos_token_ids)
+    ids = [*TOKENIZER.encode("hello", add_special_tokens=False), eos]
+    processor = ChoiceProcessor(
+        0,
+        decoder=TOKENIZER.incremental_detokenizer(skip_special_tokens=False),
+        hidden_stop_ids=TOKENIZER.eos_token_ids,
+        reader=_FailingAtTheEnd(),
+        token_piece=TOKENIZER.pieces.piece,
+    )
+    logprobs = pb.OutputLogProbs(token_ids=ids, token_logprobs=[-0.5] * len(ids))
+    delta = processor.push(ids, logprobs)
+    assert delta is not None
+    assert [lp.token_id for lp in delta.logprobs or []] == ids[:-1]
