@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import math
 import os
@@ -18,13 +17,16 @@ import uvicorn
 from litestar import Litestar
 
 from turnout.config import Config, ModelConfig, ServerConfig
-from turnout.errors import ConfigError, StartupError
+from turnout.errors import ConfigError
 from turnout.generation.models import STARTED_ENV, router_started
 from turnout.observability.logs import configure_logging
+from turnout.plugin_loader import Plugins
 from turnout.server.app import create_app
 from turnout.server.collector import settle_collector
 from turnout.server.connections import ConnectionLimits, guarded_protocol
 from turnout.server.context import Services
+from turnout.server.listener import bind_listener
+from turnout.server.preflight import preflight
 from turnout.server.shutdown import DrainingServer
 from turnout.workers.settings import WorkerSpec
 
@@ -72,7 +74,11 @@ def demo_workers(ports: list[int]):  # type: ignore[no-untyped-def]
 
 
 def build(
-    config: Config, *, demo: bool = False, source: Callable[[], Config] | None = None
+    config: Config,
+    *,
+    demo: bool = False,
+    source: Callable[[], Config] | None = None,
+    plugins: Plugins | None = None,
 ) -> tuple[Config, Litestar]:
     """The effective config and the app (with demo workers when asked). ``source`` reloads the
     config (``POST /admin/reload``, SIGHUP); the demo has none."""
@@ -104,7 +110,11 @@ def build(
             )
 
     return config, create_app(
-        config, on_startup=announce, before=before, config_source=None if demo else source
+        config,
+        plugins=plugins,
+        on_startup=announce,
+        before=before,
+        config_source=None if demo else source,
     )
 
 
@@ -133,6 +143,8 @@ def serve(
     """Serve until SIGTERM/SIGINT, then drain (see :mod:`turnout.server.shutdown`)."""
     server = config.server
     configure_logging(server.log_level, server.log_json)
+    # What `turnout check` builds: a config it passes starts (one line and exit 2 otherwise).
+    plugins = preflight(config).plugins
     if server.processes > 1:
         if demo:
             raise ConfigError(
@@ -147,27 +159,8 @@ def serve(
     if server.port == 0:  # the OS chose: announce the real port
         server = msgspec.structs.replace(server, port=listener.getsockname()[1])
         config = msgspec.structs.replace(config, server=server)
-    config, app = build(config, demo=demo, source=source)
+    config, app = build(config, demo=demo, source=source, plugins=plugins)
     DrainingServer(uvicorn.Config(app, **_uvicorn_settings(server))).run(sockets=[listener])
-
-
-def bind_listener(host: str, port: int, backlog: int = 2048) -> socket.socket:
-    """A TCP socket listening on ``host:port`` (uvicorn serves it once the app has started;
-    connections wait in the backlog until then); StartupError if it cannot."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(backlog)
-    except OSError as exc:
-        sock.close()
-        reason = exc.strerror or str(exc)
-        if exc.errno == errno.EADDRINUSE:
-            reason += " (another process listens there: stop it or choose --port / server.port)"
-        raise StartupError(f"cannot listen on {host}:{port}: {reason}") from None
-    sock.set_inheritable(True)
-    return sock
 
 
 def _uvicorn_settings(server: ServerConfig) -> dict[str, Any]:
