@@ -17,7 +17,7 @@ import uvicorn
 from litestar import Litestar
 
 from turnout.config import Config, ModelConfig, ServerConfig
-from turnout.errors import ConfigError
+from turnout.errors import ConfigError, StartupError
 from turnout.generation.models import STARTED_ENV, router_started
 from turnout.observability.logs import configure_logging
 from turnout.plugin_loader import Plugins
@@ -28,6 +28,7 @@ from turnout.server.context import Services
 from turnout.server.listener import bind_listener
 from turnout.server.preflight import preflight
 from turnout.server.shutdown import DrainingServer
+from turnout.server.startup_failure import OneLineStartup
 from turnout.workers.settings import WorkerSpec
 
 DEMO_MODEL = "turnout-demo"
@@ -160,7 +161,14 @@ def serve(
         server = msgspec.structs.replace(server, port=listener.getsockname()[1])
         config = msgspec.structs.replace(config, server=server)
     config, app = build(config, demo=demo, source=source, plugins=plugins)
-    DrainingServer(uvicorn.Config(app, **_uvicorn_settings(server))).run(sockets=[listener])
+    wrapped = OneLineStartup(app)
+    running = DrainingServer(uvicorn.Config(wrapped, **_uvicorn_settings(server)))
+    try:
+        running.run(sockets=[listener])
+    except SystemExit:  # uvicorn's exit when the lifespan start-up failed
+        if running.started:
+            raise
+        raise StartupError(wrapped.failure or "start-up failed") from None
 
 
 def _uvicorn_settings(server: ServerConfig) -> dict[str, Any]:
