@@ -19,7 +19,7 @@ from turnout.plugin_choice import validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
 from turnout.server.listener import bind_listener
 
-__all__ = ["Preflight", "preflight", "preloaded_models"]
+__all__ = ["Preflight", "check_policies", "preflight", "preloaded_models"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +36,7 @@ def preflight(config: Config, plugins: Plugins | None = None) -> Preflight:
     plugins = plugins or load_plugins()
     validate_plugin_names(config, plugins)
     discovery = describe_discovery(config.discovery, plugins.discovery)
-    for key, policy in _policy_sections(config):
-        _check_policy(key, policy, plugins)
+    check_policies(config, plugins)
     table = ModelTable(config, plugins, list)
     for model_id in preloaded_models(config):
         try:
@@ -57,6 +56,13 @@ def preloaded_models(config: Config) -> list[str]:
         if (config.models[m].tokenizer_path if m in config.models else None)
         or config.defaults.tokenizer_path
     )
+
+
+def check_policies(config: Config, plugins: Plugins) -> None:
+    """Create every policy the config names, as serving does; a parameter a policy does not
+    take, or a value it refuses, is a ConfigError naming the key."""
+    for key, policy in _policy_sections(config):
+        _check_policy(key, policy, plugins)
 
 
 def _policy_sections(config: Config) -> list[tuple[str, PolicyConfig]]:
