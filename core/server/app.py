@@ -46,6 +46,7 @@ from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import ENDPOINT_APP, OpsMiddleware, OpsState, gate_middleware
 from turnout.server.openapi import REQUEST_BODY, openapi_config
 from turnout.server.options import allow_every_method
+from turnout.server.preflight import preloaded_models
 from turnout.server.protocol import decode_body, read_body
 from turnout.server.reload import admin_reload, install_sighup
 from turnout.server.respond import answer_generated, answer_json
@@ -155,17 +156,6 @@ async def embeddings_route(
     return response
 
 
-def _configured_models(config: Config) -> list[str]:
-    """Models whose tokenizer is known from the config alone (loaded at start-up)."""
-    with_workers = {w.model for w in config.workers if w.model}
-    return sorted(
-        m
-        for m in with_workers | set(config.models)
-        if (config.models[m].tokenizer_path if m in config.models else None)
-        or config.defaults.tokenizer_path
-    )
-
-
 def _tokenizer_hint(registry: WorkerRegistry) -> Callable[[str], str | None]:
     def hint(model_id: str) -> str | None:
         for worker in registry.workers_for(model_id):
@@ -269,7 +259,7 @@ def create_app(
         )
         provide_services.services = services
 
-        await models.preload(_configured_models(config))
+        await models.preload(preloaded_models(config))
         if ops.limiter is not None:
             await ops.limiter.start()
         ops.metrics.workers.attach(registry.all)

@@ -192,6 +192,21 @@ def test_models_are_matched_by_alias_and_glob(router: Router) -> None:
     assert post(router, KEYS["ident"], chat()).status_code == 200  # turnout-*
 
 
+def test_a_glob_matches_a_model_the_workers_serve_that_the_config_does_not_list() -> None:
+    # No `models:` entry: the model id comes from the workers (the tokenizer from the defaults).
+    tenants = {
+        "glob": {"keys": [KEYS["ident"]], "models": ["turnout-*"]},
+        "blocked": {"keys": [KEYS["blocked"]], "models": ["elsewhere/*"]},
+    }
+    with run_router(config={"tenants": tenants}, sims=1, discover_model=True) as running:
+        listed = httpx.get(
+            f"{running.base_url}/v1/models", headers=bearer(KEYS["ident"]), timeout=10
+        )
+        assert [m["id"] for m in listed.json()["data"]] == [MODEL]
+        assert post(running, KEYS["ident"], chat()).status_code == 200
+        assert post(running, KEYS["blocked"], chat()).status_code == 404
+
+
 # -- requests per minute -----------------------------------------------------------------------
 
 

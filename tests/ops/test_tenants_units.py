@@ -119,15 +119,18 @@ def test_model_patterns_match_ids_and_aliases() -> None:
         models={"org/big-model": {"aliases": ["big"]}},
         tenants={
             "glob": {"models": ["org/*"]},
+            "unlisted": {"models": ["other/*"]},
             "alias": {"models": ["big"]},
             "none": {"models": []},
             "all": {},
         },
     )
     table = TenantTable.from_config(cfg)
+    # other/m is not under `models:` (its workers serve it): a glob still matches its id.
     allows = {t.name: (t.allows("org/big-model"), t.allows("other/m")) for t in table}
     assert allows == {
         "glob": (True, False),
+        "unlisted": (False, True),
         "alias": (True, False),
         "none": (False, False),
         "all": (True, True),
