@@ -21,7 +21,18 @@ from turnout.multimodal.errors import BadImage
 from turnout.multimodal.qwen2_vl import ProcessedImage
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
-__all__ = ["expand_image_tokens", "multimodal_inputs"]
+__all__ = ["check_placeholders", "expand_image_tokens", "multimodal_inputs"]
+
+
+def check_placeholders(input_ids: Sequence[int], image_token_id: int, images: int) -> None:
+    """:class:`BadImage` unless the prompt holds one ``image_token_id`` per image (the chat
+    template dropped or added one)."""
+    found = input_ids.count(image_token_id)
+    if found != images:
+        raise BadImage(
+            f"the prompt has {found} image placeholders for {images} images; "
+            "the chat template must show every image once"
+        )
 
 
 def expand_image_tokens(
@@ -30,12 +41,7 @@ def expand_image_tokens(
     """The prompt with the i-th ``image_token_id`` repeated ``images[i].tokens`` times, and
     each image's (offset, length) in it. :class:`BadImage` when the prompt does not hold one
     placeholder per image (the chat template dropped or added one)."""
-    found = sum(1 for token in input_ids if token == image_token_id)
-    if found != len(images):
-        raise BadImage(
-            f"the prompt has {found} image placeholders for {len(images)} images; "
-            "the chat template must show every image once"
-        )
+    check_placeholders(input_ids, image_token_id, len(images))
     expanded: list[int] = []
     ranges: list[tuple[int, int]] = []
     next_image = 0

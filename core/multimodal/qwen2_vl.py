@@ -115,12 +115,22 @@ class Qwen2VLVision:
             rescale_factor=float(data.get("rescale_factor", defaults.rescale_factor)),
         )
 
+    def resized(self, width: int, height: int) -> tuple[int, int]:
+        """(rows, columns) in pixels that an image of ``width`` x ``height`` is resized to;
+        ``ValueError`` for an aspect ratio the model cannot take."""
+        factor = self.patch_size * self.merge_size
+        return smart_resize(height, width, factor, self.min_pixels, self.max_pixels)
+
+    def image_tokens(self, width: int, height: int) -> int:
+        """Placeholder tokens an image of this size takes, known from its size alone (before
+        it is decoded); ``ValueError`` as :meth:`resized`."""
+        rows, cols = self.resized(width, height)
+        return (rows // self.patch_size) * (cols // self.patch_size) // self.merge_size**2
+
     def preprocess(self, image: Image.Image) -> ProcessedImage:
         """Pixel values and grid of one decoded image (blocking: run it in a thread)."""
+        rows, cols = self.resized(*image.size)
         rgb = _rgb(image)
-        width, height = rgb.size
-        factor = self.patch_size * self.merge_size
-        rows, cols = smart_resize(height, width, factor, self.min_pixels, self.max_pixels)
         resized = rgb.resize((cols, rows), Image.Resampling.BICUBIC)
         # x * rescale then (x - mean) / std, as one linear map per channel (Pillow's float path)
         stats = zip(resized.split(), self.image_mean, self.image_std, strict=True)
