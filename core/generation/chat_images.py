@@ -11,6 +11,7 @@ failure is a 400 naming the image's part (``messages[i].content[j]``).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -133,4 +134,6 @@ async def prompt_images(
     except ImageError as exc:
         param = parts[exc.index].param if exc.index is not None else "messages"
         raise ApiError(400, str(exc), param=param, code=exc.code) from None
-    return ids, multimodal_inputs(processed, ranges, vision.image_token_id)
+    # copying hundreds of MB of pixels: off the event loop
+    inputs = await asyncio.to_thread(multimodal_inputs, processed, ranges, vision.image_token_id)
+    return ids, inputs

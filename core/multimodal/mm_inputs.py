@@ -61,7 +61,8 @@ def multimodal_inputs(
     placeholders: Sequence[tuple[int, int]],
     image_token_id: int,
 ) -> pb.MultimodalInputs:
-    """One ``MultimodalInputs`` for all of a request's images, as SGLang's servicer reads it."""
+    """One ``MultimodalInputs`` for all of a request's images, as SGLang's servicer reads it
+    (blocking for large images: call it in a thread)."""
     if not images:
         raise ValueError("a MultimodalInputs message needs at least one image")
     dims = {image.patch_dim for image in images}
@@ -69,12 +70,7 @@ def multimodal_inputs(
         raise ValueError(f"images of one request differ in patch size: {sorted(dims)}")
     patches = sum(image.patches for image in images)
     grids = [value for image in images for value in image.grid_thw]
-    return pb.MultimodalInputs(
-        pixel_values=pb.TensorData(
-            data=b"".join(image.pixel_values for image in images),
-            shape=[patches, dims.pop()],
-            dtype="float32",
-        ),
+    message = pb.MultimodalInputs(
         model_specific_tensors={
             "image_grid_thw": pb.TensorData(
                 data=struct.pack(f"<{len(grids)}q", *grids),
@@ -86,3 +82,10 @@ def multimodal_inputs(
         im_token_id=image_token_id,
         modalities=["image"],
     )
+    # Set in place: a TensorData passed to the constructor would be copied once more (the
+    # pixels are ~19 KB per image token, so hundreds of MB for a few large images).
+    pixels = message.pixel_values
+    pixels.data = b"".join(image.pixel_values for image in images)
+    pixels.shape.extend([patches, dims.pop()])
+    pixels.dtype = "float32"
+    return message
