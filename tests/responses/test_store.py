@@ -78,3 +78,17 @@ def test_several_processes_with_a_memory_store_are_warned_about() -> None:
     assert warnings(server={"processes": 2})
     assert not warnings(server={"processes": 1})
     assert not warnings(server={"processes": 2}, responses={"storage": "redis://r:6379/0"})
+
+
+async def test_a_write_sweeps_out_expired_responses_nobody_reads() -> None:
+    clock = Clock()
+    store = MemoryResponseStore(max_entries=100, max_bytes=100_000, ttl_s=10, clock=clock)
+    for name in "abc":
+        await store.put(stored(name))
+    clock.now += 5
+    await store.put(stored("d"))
+    assert store.size[0] == 4  # none expired yet
+    clock.now += 6  # a, b and c expired; d has 4 s left
+    await store.put(stored("e"))
+    one = len(__import__("msgspec").json.encode(stored("a")))
+    assert store.size == (2, 2 * one)  # gone without being read
