@@ -56,10 +56,18 @@ def test_a_head_within_the_limits_is_served(router: Router) -> None:
     assert status.startswith(b"HTTP/1.1 200 "), status
 
 
-def test_a_header_line_over_the_limit_gets_431(router: Router) -> None:
+def test_a_header_line_over_the_limit_gets_431(
+    router: Router, caplog: pytest.LogCaptureFixture
+) -> None:
     status, body = exchange(router.port, get(b"host: x", b"x-big: " + b"v" * (16 * 1024)))
     assert status.startswith(b"HTTP/1.1 431 "), status
     assert code(body) == "header_too_large"
+    assert "Invalid HTTP request" not in caplog.text  # not a parser error of uvicorn's
+
+
+def test_a_malformed_head_still_gets_uvicorns_400(router: Router) -> None:
+    status, _ = exchange(router.port, get(b"host: x", b"no colon here"))
+    assert status.startswith(b"HTTP/1.1 400 "), status
 
 
 def test_too_many_header_fields_get_431(router: Router) -> None:
