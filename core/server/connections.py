@@ -317,6 +317,8 @@ def _http_protocol() -> type[asyncio.Protocol]:
         refusal (:class:`HeadTooLarge`), which uvicorn leaves alone, rather than as the parser
         error uvicorn answers with its 400 and an "Invalid HTTP request" warning."""
 
+        __slots__ = ()
+
         def feed_data(self, data: bytes | bytearray | memoryview | array[int]) -> None:
             try:
                 super().feed_data(data)
