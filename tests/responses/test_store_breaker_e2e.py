@@ -1,9 +1,11 @@
 """A real ``redis-server`` that hangs (SIGSTOP) under a router: after a few calls that wait
 their deadline, the store fails at once (reads 503, answers still given) with few warnings,
-and it is used again once Redis is back."""
+and it is used again once Redis is back (also when the call retrying it was cancelled)."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -14,6 +16,8 @@ import pytest
 
 from tests.ops.redis_server import RedisServer
 from tests.server.harness import MODEL, run_router
+from turnout.config import ResponsesConfig
+from turnout.responses.store import StoredResponse, StoreUnavailable, make_store
 
 TIMEOUT_S = 1.0
 
@@ -65,4 +69,32 @@ def test_a_hung_redis_fails_calls_at_once_until_it_is_back(
                 time.sleep(0.2)
             assert any("reachable again" in r.getMessage() for r in caplog.records)
     finally:
+        redis_server.stop()
+
+
+async def test_a_retry_cancelled_midway_lets_the_next_call_retry(tmp_path: Path) -> None:
+    # The request whose call was the breaker's retry goes away (its client left): the store
+    # must not stay failing forever for want of that retry's outcome.
+    redis_server = RedisServer(tmp_path / "redis")
+    section = ResponsesConfig(
+        storage=redis_server.url, key_prefix=f"test-{uuid.uuid4().hex[:12]}", timeout_s=0.3
+    )
+    store = make_store(section)
+    kept = StoredResponse({"id": "resp_1", "output": []}, [])
+    try:
+        await store.put(kept)
+        redis_server.pause()
+        for _ in range(3):  # the breaker opens
+            with pytest.raises(StoreUnavailable):
+                await store.get("resp_1")
+        await asyncio.sleep(2.1)  # its retry is due
+        retry = asyncio.create_task(store.get("resp_1"))
+        await asyncio.sleep(0.05)
+        retry.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await retry
+        redis_server.resume()
+        assert await store.get("resp_1") == kept
+    finally:
+        await store.aclose()
         redis_server.stop()
