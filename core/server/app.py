@@ -15,6 +15,7 @@ from litestar.types import ASGIApp, ControllerRouterHandler, Receive, Scope, Sen
 from turnout.config import Config, ServerConfig
 from turnout.discovery import DiscoveryManager, describe_discovery
 from turnout.embeddings import EmbeddingRequest, embed
+from turnout.embeddings.vectors import EmbeddingResponse
 from turnout.generation import chat, completions, generate
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Endpoint
@@ -44,7 +45,7 @@ from turnout.server.info import info_routes
 from turnout.server.metered_dispatch import MeteredDispatch
 from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import ENDPOINT_APP, OpsMiddleware, OpsState, gate_middleware
-from turnout.server.openapi import REQUEST_BODY, openapi_config
+from turnout.server.openapi import EVENT_STREAM, REQUEST_BODY, RESPONSE_BODY, openapi_config
 from turnout.server.options import allow_every_method
 from turnout.server.preflight import preloaded_models
 from turnout.server.protocol import decode_body, read_body
@@ -127,7 +128,7 @@ def _generation_route(
         path,
         name=prefix,
         status_code=200,
-        opt={REQUEST_BODY: body_type, ENDPOINT_APP: app},
+        opt={REQUEST_BODY: body_type, ENDPOINT_APP: app, EVENT_STREAM: True},
         summary=body_type.__doc__.split("\n")[0].strip("`. ") if body_type.__doc__ else None,
         description=endpoint.description,
     )
@@ -141,7 +142,7 @@ def _generation_route(
     "/v1/embeddings",
     name="embd",
     status_code=200,
-    opt={REQUEST_BODY: EmbeddingRequest},
+    opt={REQUEST_BODY: EmbeddingRequest, RESPONSE_BODY: EmbeddingResponse},
     summary="Embeddings",
     description="Embed text or token ids: one Embed call on a worker per input.",
 )

@@ -91,3 +91,17 @@ async def test_an_item_finds_the_response_that_holds_it_until_that_is_dropped() 
     assert await store.holding("msg_out") == first
     await store.put(StoredResponse({"id": "resp_2", "output": []}, []))
     assert await store.holding("msg_in") is None
+
+
+async def test_a_write_sweeps_out_expired_responses_nobody_reads() -> None:
+    clock = Clock()
+    store = MemoryResponseStore(max_entries=100, max_bytes=100_000, ttl_s=10, clock=clock)
+    for name in "abc":
+        await store.put(stored(name))
+    clock.now += 5
+    await store.put(stored("d"))
+    assert store.size[0] == 4  # none expired yet
+    clock.now += 6  # a, b and c expired; d has 4 s left
+    await store.put(stored("e"))
+    one = len(__import__("msgspec").json.encode(stored("a")))
+    assert store.size == (2, 2 * one)  # gone without being read
