@@ -162,6 +162,8 @@ def test_a_previous_window_ages_out_linearly() -> None:
     assert state.wait_s(1) == 0
     # 3 more need the weighted previous count at 3: 10 * (30 - t) / 60 < 4 -> t > 6.
     assert state.wait_s(3) == pytest.approx(6.0)
+    # A previous window never weighs more than its count, whatever time to live is reported.
+    assert WindowState(10, 60, previous=6, previous_ttl=90, current=0, current_ttl=0).remaining == 4
 
 
 @pytest.mark.parametrize(
