@@ -46,6 +46,7 @@ from turnout.server.metered_dispatch import MeteredDispatch
 from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import ENDPOINT_APP, OpsMiddleware, OpsState, gate_middleware
 from turnout.server.openapi import EVENT_STREAM, REQUEST_BODY, RESPONSE_BODY, openapi_config
+from turnout.server.operator_routes import operator_routes
 from turnout.server.options import allow_every_method
 from turnout.server.preflight import preloaded_models
 from turnout.server.protocol import decode_body, read_body
@@ -319,6 +320,7 @@ def create_app(
         metrics,
         workers_router(),
         admin_reload,
+        *operator_routes(),
     ]
     app = Litestar(
         route_handlers=routes,
