@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-<<<<<<< HEAD
-from turnout.errors import ApiError, bad_request
-=======
 from typing import Annotated, TypeAlias
 
 from litestar.params import QueryParameter
 
-from turnout.server.errors import ApiError, bad_request
->>>>>>> httpedges
+from turnout.errors import ApiError, bad_request
 
 __all__ = ["FLAG_SPELLINGS", "QueryFlag", "query_flag"]
 
