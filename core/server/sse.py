@@ -20,7 +20,7 @@ from litestar.types import Receive, Scope, Send
 
 from turnout.errors import ApiError
 from turnout.observability.metrics import note_failure, note_stream_cut
-from turnout.server.connections import DirectBody, direct_body_of
+from turnout.server.direct_body import DirectBody, direct_body_of
 from turnout.tasks import cancel_and_wait
 
 if TYPE_CHECKING:

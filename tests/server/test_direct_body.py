@@ -17,12 +17,8 @@ from litestar import Request
 from uvicorn.server import ServerState
 
 from turnout.config import ServerConfig
-from turnout.server.connections import (
-    DIRECT_BODY_KEY,
-    ConnectionLimits,
-    GuardedProtocol,
-    direct_body_of,
-)
+from turnout.server.connections import ConnectionLimits, GuardedProtocol
+from turnout.server.direct_body import DIRECT_BODY_KEY, direct_body_of
 from turnout.server.middleware import OpsMiddleware, OpsState
 from turnout.server.sse import EventStream
 
