@@ -108,7 +108,7 @@ class GenerationApp:
         ctx.body_size = len(body)
         request = decode_body(body, self._body_type)
         generated = await run_generation(self._endpoint, request, ctx, running)
-        answer = answer_generated(generated, running, scope)
+        answer = answer_generated(generated, running)
         await answer(scope, receive, send)
 
 
