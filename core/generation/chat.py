@@ -3,6 +3,7 @@ tools, reasoning) and the renderer."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -20,7 +21,12 @@ from turnout.generation.models import ARRAY_PARSER, ModelRuntime
 from turnout.generation.output import output_options
 from turnout.generation.plan import Plan, Prompt
 from turnout.generation.prompt_logprobs import prompt_logprobs_top, refuse_streamed_prompt_logprobs
-from turnout.generation.prompt_size import check_prompt_ids, encode_prompt, render_off_loop
+from turnout.generation.prompt_size import (
+    check_prompt_fits,
+    check_prompt_ids,
+    encode_prompt,
+    render_off_loop,
+)
 from turnout.generation.requests import ChatCompletionRequest
 from turnout.generation.tool_choice import ToolPlan, plan_tools
 from turnout.generation.unsupported import refuse_modalities, refuse_unsupported
@@ -151,7 +157,14 @@ async def _prompts(
     prompt_ids = await encode_prompt(runtime, prompt, add_special_tokens=False, param="messages")
     mm_inputs = None
     if vision is not None:
-        prompt_ids, mm_inputs = await prompt_images(vision, images, prompt_ids)
+        fits = functools.partial(
+            check_prompt_fits,
+            runtime,
+            param="messages",
+            n=request.n,
+            max_tokens=request.max_completion_tokens or request.max_tokens,
+        )
+        prompt_ids, mm_inputs = await prompt_images(vision, images, prompt_ids, fits)
         check_prompt_ids(runtime, prompt_ids, "messages")
 
     thinking = _thinking(kwargs)

@@ -3,7 +3,8 @@
 1. **prepare** — the endpoint checks the request (before the model is looked up), the name
    becomes a model and its runtime (tokenizer, parsers), and the endpoint's prompt builder makes
    a :class:`~turnout.generation.plan.Plan`: prompts (token ids, text), sampling, output
-   processing, worker flags.
+   processing, worker flags; what the plan asks of the model is checked
+   (:mod:`~turnout.generation.plan_checks`).
 2. **build** — one ``GenerateRequest`` per prompt, and fresh choice processors per prompt.
 3. **dispatch** — one worker session per prompt, all or none (the dispatcher selects the
    worker and retries faults before the first response). For a prefill-decode model the
@@ -31,6 +32,7 @@ from turnout.generation.models import ModelRuntime, ModelTable
 from turnout.generation.output import make_processors, token_piece
 from turnout.generation.pipeline import GenerateSession, Opener, SessionEvents
 from turnout.generation.plan import Plan
+from turnout.generation.plan_checks import check_plan
 from turnout.generation.spans import RequestSpans, traced_prepare
 from turnout.generation.worker_request import worker_requests, worker_streaming
 from turnout.routing.types import RoutingRequest
@@ -201,6 +203,7 @@ async def prepare(
     model_id, adapter = models.resolve_model(request.model, getattr(request, "lora_path", None))
     runtime = await models.runtime(model_id)
     plan = await endpoint.prompts(request, runtime, ctx)
+    check_plan(plan)
     if adapter is not None:
         plan.adapter = adapter
         plan.lora_id = models.lora_id(model_id, adapter)

@@ -4,6 +4,7 @@ however the tokens arrive; a reader that fails leaves the rest of the output as 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
@@ -83,7 +84,7 @@ def test_a_format_that_cannot_start_makes_its_model_a_503() -> None:
     )
     table = ModelTable(config, plugins, lambda: ["m"])
     with pytest.raises(ApiError) as caught:
-        table.build("m")
+        asyncio.run(table.runtime("m"))
     assert caught.value.status == 503
     assert "chat format 'broken' is unavailable: no vocabulary here" in caught.value.message
 

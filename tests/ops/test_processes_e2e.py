@@ -20,9 +20,10 @@ import httpx
 
 from bench import procfs
 from tests.server.harness import free_port
+from turnout.demo_model import path as demo_path
 from turnout.sim import SimProcess, get_counters
 
-from .helpers import Serve, StartServe, chat
+from .helpers import MODEL, Serve, StartServe, chat
 
 CHAT = "/v1/chat/completions"
 KEYS = ["kept-key", "revoked-by-route", "revoked-by-sighup"]
@@ -213,3 +214,33 @@ def test_a_bad_name_stops_the_start_with_one_line(sim: SimProcess) -> None:
     assert errors == [errors[0]]
     assert "unknown policy 'nosuch'" in errors[0]
     assert "Traceback" not in result.stderr
+
+
+def test_reasoning_sealed_by_one_process_opens_in_every_other(
+    tmp_path: Path, sim: SimProcess
+) -> None:
+    """``include: reasoning.encrypted_content`` with no ``responses.reasoning_key``: the
+    supervisor gives every process one key, so a stateless loop may land anywhere."""
+    models = {MODEL: {"tokenizer_path": str(demo_path()), "reasoning_parser": "qwen3"}}
+    server = Serve(tmp_path, sim.url, {"processes": 2}, config={"models": models})
+    try:
+        server.wait_ready()
+        wait_for(lambda: len(children(server)) >= 2, "two serving processes", 30)
+        url = f"{server.base_url}/v1/responses"
+        first = httpx.post(
+            url,
+            json={"model": MODEL, "input": "<think>the plan</think>done", "store": False,
+                  "include": ["reasoning.encrypted_content"]},
+            timeout=30,
+        ).json()  # fmt: skip
+        reasoning = first["output"][0]
+        assert reasoning["type"] == "reasoning"
+        item = {"type": "reasoning", "id": reasoning["id"], "summary": [],
+                "encrypted_content": reasoning["encrypted_content"]}  # fmt: skip
+        follow_up = {"model": MODEL, "store": False,
+                     "input": [item, {"role": "user", "content": "go on"}]}  # fmt: skip
+        for _ in range(8):  # a new connection each time: either process may take it
+            reply = httpx.post(url, json=follow_up, timeout=30)
+            assert reply.status_code == 200, reply.text
+    finally:
+        server.close()
