@@ -50,12 +50,9 @@ class ChatRenderer:
         prompt_logprobs: bool = False,
     ) -> None:
         self._id, self._model, self._created, self._n = response_id, model, created, n
+        with_usage = include_usage or running is not None
         self._base, self._template = chunk_template(
-            response_id,
-            "chat.completion.chunk",
-            created,
-            model,
-            usage=include_usage or running is not None,
+            "chat.completion.chunk", response_id, created, model, usage=with_usage
         )
         self._include_usage = include_usage
         self._running = running

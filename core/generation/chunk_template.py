@@ -8,7 +8,7 @@ __all__ = ["chunk_template"]
 
 
 def chunk_template(
-    response_id: str, object_type: str, created: int, model: str, *, usage: bool
+    object_type: str, response_id: str, created: int, model: str, *, usage: bool
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The answer's shared fields (``id``, ``object``, ``created``, ``model``), and a chunk's
     fields in order with ``choices`` (and, with ``usage``, ``usage``) to be set: copying a

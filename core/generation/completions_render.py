@@ -70,12 +70,9 @@ class CompletionRenderer:
         prompt_logprobs: bool = False,
     ) -> None:
         """``texts``: each prompt's text (what ``echo`` repeats)."""
+        with_usage = include_usage or running is not None
         self._base, self._template = chunk_template(
-            response_id,
-            "text_completion",
-            created,
-            model,
-            usage=include_usage or running is not None,
+            "text_completion", response_id, created, model, usage=with_usage
         )
         self._n = n
         self._texts = texts
