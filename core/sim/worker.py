@@ -25,10 +25,12 @@ import grpc.aio
 
 from turnout import demo_model
 from turnout.sim.disagg import BootstrapServer
+from turnout.sim.knobs import SimKnobs
 from turnout.sim.lora import SimAdapters
 from turnout.sim.model import ModelFiles, Script, SimModel
 from turnout.sim.native_server import NativeServer
-from turnout.sim.servicer import Role, SimKnobs, SimRecords, SimServicer
+from turnout.sim.records import SimRecords
+from turnout.sim.servicer import Role, SimServicer
 from turnout.testing.processes import GroupProcess
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
