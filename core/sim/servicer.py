@@ -18,6 +18,7 @@ from google.protobuf import struct_pb2, timestamp_pb2
 import turnout
 from turnout.sim.disagg import BootstrapServer, DisaggError, PrefillRoom, receive_kv
 from turnout.sim.embedding import embed_ids, embedding_dim
+from turnout.sim.kv_cache import block_hashes
 from turnout.sim.lora import SimAdapters
 from turnout.sim.model import (
     ChoicePlan,
@@ -31,10 +32,12 @@ from turnout.sim.ranks import Rank, Running
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
 
-__all__ = ["Role", "SimKnobs", "SimRecords", "SimServicer"]
+__all__ = ["DEFAULT_KV_CACHE_TOKENS", "Role", "SimKnobs", "SimRecords", "SimServicer"]
 
 SIM_VERSION: Final = f"turnout-sim/{turnout.__version__}"
 _LOAD_SECTIONS: Final = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
+#: Prefix cache per DP rank by default, tokens: more than a test or benchmark fills.
+DEFAULT_KV_CACHE_TOKENS: Final = 1_000_000
 #: Metadata keys of the W3C trace context, recorded per Generate request.
 TRACE_CONTEXT_KEYS: Final = frozenset({"traceparent", "tracestate", "baggage"})
 
@@ -54,6 +57,9 @@ class SimKnobs:
     delay_jitter_ms: float = 0.0
     #: Extra delay before the first token (prefill), milliseconds.
     ttft_ms: float = 0.0
+    #: Prefill speed: prompt tokens not served from the prefix cache per second, one prefill
+    #: at a time per DP rank (0: instant).
+    prefill_tokens_per_s: float = 0.0
     #: Tokens per streamed chunk (a request's ``stream_interval`` overrides it).
     tokens_per_chunk: int = 1
     #: Fail Generate (before the first chunk) and Embed with this gRPC status name (e.g.
@@ -70,7 +76,7 @@ class SimKnobs:
     fault_budget: int | None = None
     #: Requests generating at once per DP rank; later ones queue (0: unlimited).
     max_running: int = 0
-    #: KV capacity reported by GetLoads / GetServerInfo, tokens.
+    #: KV capacity reported by GetLoads / GetServerInfo when the prefix cache is off, tokens.
     max_total_tokens: int = 65536
     #: Prefill-decode rendezvous deadline, seconds (SGLang's bootstrap and KV waiting timeouts).
     bootstrap_timeout_s: float = 300.0
@@ -189,6 +195,9 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         role: Role = "regular",
         bootstrap: BootstrapServer | None = None,
         adapters: SimAdapters | None = None,
+        block_size: int = 16,
+        kv_cache_tokens: int = DEFAULT_KV_CACHE_TOKENS,
+        kv_events_keep: int = 10_000,
     ) -> None:
         if dp_size < 1:
             raise ValueError(f"dp_size must be >= 1, got {dp_size!r}")
@@ -204,7 +213,17 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         self.bootstrap = bootstrap
         #: The LoRA adapters loaded at start-up.
         self.adapters = adapters or SimAdapters()
-        self.ranks = [Rank(i, self._max_running) for i in range(dp_size)]
+        self.ranks = [
+            Rank(
+                i,
+                self._max_running,
+                block_size=block_size,
+                kv_cache_tokens=kv_cache_tokens,
+                kv_events_keep=kv_events_keep,
+            )
+            for i in range(dp_size)
+        ]
+        self.kv_cache_tokens = kv_cache_tokens
         self._next_rank = 0
         self._running: dict[str, Running] = {}
         self._last_receive = 0.0
@@ -216,6 +235,11 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
 
     def _max_running(self) -> int:
         return self.knobs.max_running
+
+    @property
+    def capacity_tokens(self) -> int:
+        """KV capacity per rank as reported: the prefix cache's, else ``max_total_tokens``."""
+        return self.kv_cache_tokens or self.knobs.max_total_tokens
 
     # -- Generate ------------------------------------------------------------------------------
 
@@ -285,7 +309,10 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 "simulated failure before the first token",
             )
         prompt = list(request.tokenized.input_ids)
-        cached = rank.cached_prefix(prompt)
+        cache = rank.cache
+        lora_name = self.adapters.name_of(request.lora_id) if request.lora_id else None
+        hashes = block_hashes(prompt, cache.block_size, lora_name) if cache.capacity_blocks else []
+        uncached = len(prompt) - cache.peek(cache.matchable(len(prompt), hashes))
         state = Running(rid, len(prompt), rank)
         self._running[rid] = state
         rank.running[rid] = state
@@ -298,14 +325,19 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             ]
         outcome = "error"
         prefill: PrefillRoom | None = None
+        stream: _Emitter | None = None
         try:
             async with contextlib.AsyncExitStack() as legs:
                 if room is not None:
                     prefill = await self._meet_other_leg(context, request, state, room, legs)
-                await rank.acquire_slot()
+                await rank.acquire_slot(uncached)
                 try:
+                    # Matched at admission: the cache may have changed while it waited.
+                    state.holding, cached = cache.hold(prompt, hashes, lora_name)
+                    rank.begin_prefill(state)
                     if self.role != "decode":  # a decode server starts from the sent KV
                         await state.sleep(knobs.ttft_ms / 1000)
+                        await rank.prefill(state, len(prompt) - cached, knobs.prefill_tokens_per_s)
                     if faulty and knobs.hang:
                         await state.aborted.wait()
                     if self.role == "prefill" and not state.aborted.is_set():
@@ -335,6 +367,11 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             self.records.outcomes[rid] = outcome
             self._running.pop(rid, None)
             rank.running.pop(rid, None)
+            rank.end_prefill(state)
+            if state.holding is not None:
+                if stream is not None:  # its generated tokens are cached too, as SGLang's
+                    cache.extend(state.holding, prompt + stream.generated_ids())
+                cache.release(state.holding)
 
     def _bootstrap_room(self, request: pb.GenerateRequest) -> int | None:
         """The request's ``bootstrap_room``; None without a usable rendezvous address (as
@@ -502,7 +539,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         if self.bootstrap is not None:
             args.update({"disaggregation_bootstrap_port": self.bootstrap.port})
         scheduler = struct_pb2.Struct()
-        scheduler.update({"simulated": True, "max_total_num_tokens": self.knobs.max_total_tokens})
+        scheduler.update({"simulated": True, "max_total_num_tokens": self.capacity_tokens})
         start = timestamp_pb2.Timestamp()
         start.FromNanoseconds(int(self.started * 1e9))
         return pb.GetServerInfoResponse(
@@ -515,7 +552,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             sglang_version=SIM_VERSION,
             server_type="turnout-sim",
             start_time=start,
-            max_total_num_tokens=self.knobs.max_total_tokens,
+            max_total_num_tokens=self.capacity_tokens,
         )
 
     async def ListLoadedLoRAAdapters(
@@ -546,7 +583,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                     f"dp_rank {request.dp_rank} does not exist (dp_size {len(ranks)})",
                 )
             ranks = [ranks[request.dp_rank]]
-        capacity = self.knobs.max_total_tokens
+        capacity = self.capacity_tokens
         uptime = time.time() - self.started
         mode = _MODES[self.role]
         loads = [
@@ -653,6 +690,11 @@ class _Emitter:
         # In a PD pair, prompt logprobs come from the prefill leg only.
         self.input_logprobs = request.logprob_start_len >= 0 and servicer.role != "decode"
         self.top_k = max(request.top_logprobs_num, 0)
+        self._sent0 = 0
+
+    def generated_ids(self) -> list[int]:
+        """The token ids choice 0 produced so far."""
+        return self.plans[0].token_ids[: self._sent0] if self.plans else []
 
     async def run(self) -> AsyncIterator[pb.GenerateResponse]:
         rid = self.request.request_id
@@ -701,7 +743,10 @@ class _Emitter:
                             stream,
                         ),
                     )
+            if first:
+                self.state.rank.end_prefill(self.state)
             first = False
+            self._sent0 = sent[0]
             self.state.rank.count_tokens(emitted)
             self.state.tokens += emitted
             self.servicer.records.generated[rid] = sum(sent)

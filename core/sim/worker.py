@@ -28,7 +28,13 @@ from turnout.sim.disagg import BootstrapServer
 from turnout.sim.lora import SimAdapters
 from turnout.sim.model import ModelFiles, Script, SimModel
 from turnout.sim.native_server import NativeServer
-from turnout.sim.servicer import Role, SimKnobs, SimRecords, SimServicer
+from turnout.sim.servicer import (
+    DEFAULT_KV_CACHE_TOKENS,
+    Role,
+    SimKnobs,
+    SimRecords,
+    SimServicer,
+)
 from turnout.testing.processes import GroupProcess
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
@@ -79,6 +85,10 @@ class SimWorker:
     on ``bootstrap_port`` (0: a free one, see ``sim.bootstrap_port``) for decode sims
     (``role="decode"``) to meet it; see :mod:`turnout.sim.disagg`.
 
+    Each rank has a block prefix cache of ``kv_cache_tokens`` (0: none) in blocks of
+    ``block_size`` tokens, whose stores and evictions it streams as KV events (the newest
+    ``kv_events_keep`` batches can be resumed); see :mod:`turnout.sim.kv_cache`.
+
     ``transport="native"`` serves the same RPCs with :mod:`turnout.sim.native_server` instead
     of ``grpc.aio`` (a fraction of the CPU per streamed message).
     """
@@ -97,6 +107,9 @@ class SimWorker:
         bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT,
         lora_adapters: Sequence[str] = (),
         transport: Transport = "grpcio",
+        block_size: int = 16,
+        kv_cache_tokens: int = DEFAULT_KV_CACHE_TOKENS,
+        kv_events_keep: int = 10_000,
         **knob_values: Any,
     ) -> None:
         if transport not in TRANSPORTS:
@@ -118,6 +131,9 @@ class SimWorker:
             role=role,
             bootstrap=self.bootstrap,
             adapters=SimAdapters(lora_adapters),
+            block_size=block_size,
+            kv_cache_tokens=kv_cache_tokens,
+            kv_events_keep=kv_events_keep,
         )
         self.host = host
         self.port = port
