@@ -71,18 +71,20 @@ KvEvent = BlocksStored | BlocksRemoved | CacheCleared
 
 @dataclass(frozen=True, slots=True)
 class EventBatch:
-    """Events of one cache operation, numbered from 1 on its rank (``KvEventBatch``)."""
+    """Events of one cache operation of rank ``dp_rank`` (``KvEventBatch``)."""
 
     sequence_number: int
     timestamp: float
     events: tuple[KvEvent, ...]
+    dp_rank: int
 
 
 class KvEventLog:
-    """The newest ``keep`` batches of one rank, and a way to wait for the next one.
+    """The newest ``keep`` batches of a worker's ranks, and a way to wait for the next one.
 
-    Sequence numbers start at 1 and never repeat; a subscriber whose cursor fell out of the
-    ring sees it from :meth:`expired`.
+    Sequence numbers start at 1 and never repeat. The ranks of one endpoint share them (each
+    batch names its ``dp_rank``), so one cursor resumes a subscriber to every rank and a gap is
+    a gap; a cursor that fell out of the ring is :meth:`expired`.
     """
 
     def __init__(self, keep: int = 10_000) -> None:
@@ -98,10 +100,10 @@ class KvEventLog:
         self._event_id += 1
         return self._event_id
 
-    def append(self, events: Sequence[KvEvent]) -> EventBatch:
-        """Number ``events`` as the next batch and wake the waiters."""
+    def append(self, events: Sequence[KvEvent], dp_rank: int = 0) -> EventBatch:
+        """Number ``events`` of rank ``dp_rank`` as the next batch and wake the waiters."""
         self.last_sequence += 1
-        batch = EventBatch(self.last_sequence, time.time(), tuple(events))
+        batch = EventBatch(self.last_sequence, time.time(), tuple(events), dp_rank)
         self._batches.append(batch)
         changed, self._changed = self._changed, None
         if changed is not None:
@@ -168,14 +170,18 @@ class Holding:
 
 
 class KvCache:
-    """A rank's block prefix cache of ``capacity_tokens`` (0: off; nothing is cached)."""
+    """A rank's block prefix cache of ``capacity_tokens`` (0: off; nothing is cached), logging
+    its events as rank ``dp_rank``."""
 
-    def __init__(self, block_size: int, capacity_tokens: int, log: KvEventLog) -> None:
+    def __init__(
+        self, block_size: int, capacity_tokens: int, log: KvEventLog, dp_rank: int = 0
+    ) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size!r}")
         self.block_size = block_size
         self.capacity_blocks = max(capacity_tokens, 0) // block_size
         self.log = log
+        self.dp_rank = dp_rank
         self._blocks: dict[int, _Block] = {}
         #: Unreferenced blocks, least recently used first.
         self._idle: OrderedDict[int, None] = OrderedDict()
@@ -260,7 +266,7 @@ class KvCache:
         self._blocks.clear()
         self._idle.clear()
         self._epoch += 1
-        self.log.append([CacheCleared(self.log.next_event_id())])
+        self.log.append([CacheCleared(self.log.next_event_id())], self.dp_rank)
 
     def _ref(self, block_hash: int) -> None:
         block = self._blocks[block_hash]
@@ -308,7 +314,7 @@ class KvCache:
                 )
             )
         if events:
-            self.log.append(events)
+            self.log.append(events, self.dp_rank)
 
     def _evict_one(self, evicted: list[int]) -> bool:
         """Evict the least recently used idle leaf; False when every block is referenced."""

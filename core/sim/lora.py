@@ -39,15 +39,11 @@ class SimAdapters:
             if name in self.by_name:
                 raise ValueError(f"LoRA adapter {name!r} given twice")
             self.by_name[name] = SimAdapter(name, uuid.uuid4().hex, path or f"/sim/lora/{name}")
-        self._ids = {a.lora_id: a.name for a in self.by_name.values()}
+        self._ids = {a.lora_id for a in self.by_name.values()}
 
     def knows(self, lora_id: str) -> bool:
         """Whether ``lora_id`` names a loaded adapter."""
         return lora_id in self._ids
-
-    def name_of(self, lora_id: str) -> str | None:
-        """The name of the adapter ``lora_id`` names (None when none is loaded under it)."""
-        return self._ids.get(lora_id)
 
     def listed(self) -> pb.ListLoadedLoRAAdaptersResponse:
         """The ``ListLoadedLoRAAdapters`` answer."""

@@ -85,16 +85,16 @@ class RankStats:
 
 class Rank:
     """One scheduler: ``max_running`` slots (0: unlimited), a FIFO of waiters, a prefix cache
-    of ``kv_cache_tokens`` in blocks of ``block_size`` (0: none) and its event log."""
+    of ``kv_cache_tokens`` in blocks of ``block_size`` (0: none) logging to ``events``."""
 
     def __init__(
         self,
         index: int,
         max_running: Callable[[], int],
         *,
+        events: KvEventLog | None = None,
         block_size: int = 16,
         kv_cache_tokens: int = 0,
-        kv_events_keep: int = 10_000,
     ) -> None:
         self.index = index
         self._max_running = max_running
@@ -108,8 +108,7 @@ class Rank:
         self._slot_freed = asyncio.Condition()
         #: One prefill at a time: prefill compute is the rank's, whatever runs beside it.
         self.prefill_lock = asyncio.Lock()
-        self.events = KvEventLog(kv_events_keep)
-        self.cache = KvCache(block_size, kv_cache_tokens, self.events)
+        self.cache = KvCache(block_size, kv_cache_tokens, events or KvEventLog(), index)
         self.tokens_out = 0
         #: ``time.monotonic()`` of the last output, or of the admission that ended idleness.
         self.last_output = time.monotonic()

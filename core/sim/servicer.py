@@ -18,7 +18,7 @@ from google.protobuf import struct_pb2, timestamp_pb2
 import turnout
 from turnout.sim.disagg import BootstrapServer, DisaggError, PrefillRoom, receive_kv
 from turnout.sim.embedding import embed_ids, embedding_dim
-from turnout.sim.kv_cache import block_hashes
+from turnout.sim.kv_cache import KvEventLog, block_hashes
 from turnout.sim.lora import SimAdapters
 from turnout.sim.model import (
     ChoicePlan,
@@ -213,13 +213,15 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         self.bootstrap = bootstrap
         #: The LoRA adapters loaded at start-up.
         self.adapters = adapters or SimAdapters()
+        #: Every rank's KV events, numbered across the ranks (``dp_rank`` on each batch).
+        self.kv_events = KvEventLog(kv_events_keep)
         self.ranks = [
             Rank(
                 i,
                 self._max_running,
+                events=self.kv_events,
                 block_size=block_size,
                 kv_cache_tokens=kv_cache_tokens,
-                kv_events_keep=kv_events_keep,
             )
             for i in range(dp_size)
         ]
@@ -310,7 +312,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             )
         prompt = list(request.tokenized.input_ids)
         cache = rank.cache
-        lora_name = self.adapters.name_of(request.lora_id) if request.lora_id else None
+        lora_name = self._adapter_name(request.lora_id)
         hashes = block_hashes(prompt, cache.block_size, lora_name) if cache.capacity_blocks else []
         uncached = len(prompt) - cache.peek(cache.matchable(len(prompt), hashes))
         state = Running(rid, len(prompt), rank)
@@ -372,6 +374,12 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 if stream is not None:  # its generated tokens are cached too, as SGLang's
                     cache.extend(state.holding, prompt + stream.generated_ids())
                 cache.release(state.holding)
+
+    def _adapter_name(self, lora_id: str) -> str | None:
+        """The name of the adapter ``lora_id`` names: the prefix cache's namespace."""
+        if not lora_id:
+            return None
+        return next((a.name for a in self.adapters.by_name.values() if a.lora_id == lora_id), None)
 
     def _bootstrap_room(self, request: pb.GenerateRequest) -> int | None:
         """The request's ``bootstrap_room``; None without a usable rendezvous address (as
