@@ -105,10 +105,14 @@ class KvEventLog:
         self.last_sequence += 1
         batch = EventBatch(self.last_sequence, time.time(), tuple(events), dp_rank)
         self._batches.append(batch)
+        self.poke()
+        return batch
+
+    def poke(self) -> None:
+        """Wake the waiters without a batch (the load they report changed)."""
         changed, self._changed = self._changed, None
         if changed is not None:
             changed.set()
-        return batch
 
     def expired(self, after: int) -> bool:
         """Whether batches following ``after`` fell out of the ring (0: never)."""
@@ -125,28 +129,25 @@ class KvEventLog:
         return [self._batches[i] for i in range(skip, len(self._batches))]
 
     def changed(self) -> asyncio.Event:
-        """An event set when the next batch is appended."""
+        """An event set when the next batch is appended (or on :meth:`poke`)."""
         if self._changed is None:
             self._changed = asyncio.Event()
         return self._changed
 
 
-def _chain(parent: int | None, namespace: bytes, tokens: Sequence[int]) -> int:
-    digest = hashlib.blake2b(digest_size=8)
-    digest.update(b"\0" * 8 if parent is None else parent.to_bytes(8, "little", signed=True))
-    digest.update(namespace)
-    digest.update(array("I", tokens).tobytes())
-    return int.from_bytes(digest.digest(), "little", signed=True)
-
-
 def block_hashes(tokens: Sequence[int], block_size: int, lora_name: str | None = None) -> list[int]:
-    """The chained hash of every full block of ``tokens`` (signed 64-bit, as ``KvBlock``)."""
+    """The chained hash of every full block of ``tokens`` (signed 64-bit, as ``KvBlock``): a
+    block's hash covers its parent's hash, the adapter's name and its own token ids."""
     namespace = (lora_name or "").encode() + b"\0"
+    data = memoryview(array("I", tokens).tobytes())
+    width = block_size * 4
     hashes: list[int] = []
-    parent: int | None = None
-    for end in range(block_size, len(tokens) + 1, block_size):
-        parent = _chain(parent, namespace, tokens[end - block_size : end])
-        hashes.append(parent)
+    parent = bytes(8)
+    for end in range(width, len(data) + 1, width):
+        parent = hashlib.blake2b(
+            parent + namespace + data[end - width : end], digest_size=8
+        ).digest()
+        hashes.append(int.from_bytes(parent, "little", signed=True))
     return hashes
 
 

@@ -116,6 +116,11 @@ class Rank:
         self.disagg_waiting = 0
         self.stats = RankStats()
 
+    @property
+    def max_running(self) -> int:
+        """Running slots (0: unlimited)."""
+        return max(self._max_running(), 0)
+
     async def acquire_slot(self, uncached_tokens: int = 0) -> None:
         """Wait for a running slot (FIFO among waiters); ``uncached_tokens`` count in
         ``waiting_uncached_tokens`` meanwhile."""
@@ -127,6 +132,7 @@ class Rank:
             return
         self.waiting += 1
         self.waiting_uncached_tokens += uncached_tokens
+        self.cache.log.poke()
         self.stats.peak_waiting = max(self.stats.peak_waiting, self.waiting)
         started = time.monotonic()
         try:
@@ -141,6 +147,7 @@ class Rank:
     async def release_slot(self) -> None:
         """Give a running slot back."""
         self.slots_used -= 1
+        self.cache.log.poke()
         if self._max_running() > 0:
             async with self._slot_freed:
                 self._slot_freed.notify_all()
@@ -149,11 +156,14 @@ class Rank:
         """``state`` was admitted: its prompt is prefill work in hand until its first output."""
         state.prefill_pending = state.tokens
         self.prefill_pending_tokens += state.tokens
+        self.cache.log.poke()
 
     def end_prefill(self, state: Running) -> None:
         """``state`` produced output (or ended): its prompt is no longer pending (idempotent)."""
-        self.prefill_pending_tokens -= state.prefill_pending
-        state.prefill_pending = 0
+        if state.prefill_pending:
+            self.prefill_pending_tokens -= state.prefill_pending
+            state.prefill_pending = 0
+            self.cache.log.poke()
 
     async def prefill(self, state: Running, uncached_tokens: int, tokens_per_s: float) -> None:
         """Spend the prefill time of ``uncached_tokens`` (one prefill at a time on the rank)."""
