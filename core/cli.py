@@ -11,29 +11,33 @@ from typing import Any
 from turnout import __version__
 from turnout.errors import ConfigError, StartupError
 
+#: Flags that set one config key each: (flag, argparse dest, dotted key).
+_KEY_FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("--host", "host", "server.host"),
+    ("--port", "port", "server.port"),
+    ("--log-level", "log_level", "server.log_level"),
+    ("--admin-api-key", "admin_api_key", "server.admin_api_key"),
+    ("--policy", "policy", "defaults.policy"),
+    ("--tool-parser", "tool_parser", "defaults.tool_parser"),
+    ("--reasoning-parser", "reasoning_parser", "defaults.reasoning_parser"),
+    ("--model-path", "model_path", "defaults.tokenizer_path"),
+    ("--default-model", "default_model", "defaults.model"),
+    ("--max-concurrent-requests", "max_concurrent_requests", "server.max_concurrent_requests"),
+    ("--queue-size", "queue_size", "server.queue_size"),
+    ("--queue-timeout", "queue_timeout_s", "server.queue_timeout_s"),
+    ("--request-timeout", "request_timeout_s", "server.request_timeout_s"),
+    ("--max-body-bytes", "max_body_bytes", "server.max_body_bytes"),
+    ("--shutdown-grace", "shutdown_grace_s", "server.shutdown_grace_s"),
+    ("--metrics-port", "metrics_port", "server.metrics_port"),
+    ("--processes", "processes", "server.processes"),
+    ("--prefill-policy", "prefill_policy", "defaults.policy.prefill"),
+    ("--decode-policy", "decode_policy", "defaults.policy.decode"),
+)
+
 
 def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
     overrides: dict[str, Any] = {}
-    simple = {
-        "host": "server.host",
-        "port": "server.port",
-        "log_level": "server.log_level",
-        "admin_api_key": "server.admin_api_key",
-        "policy": "defaults.policy",
-        "tool_parser": "defaults.tool_parser",
-        "reasoning_parser": "defaults.reasoning_parser",
-        "model_path": "defaults.tokenizer_path",
-        "default_model": "defaults.model",
-        "max_concurrent_requests": "server.max_concurrent_requests",
-        "queue_size": "server.queue_size",
-        "queue_timeout_s": "server.queue_timeout_s",
-        "request_timeout_s": "server.request_timeout_s",
-        "max_body_bytes": "server.max_body_bytes",
-        "shutdown_grace_s": "server.shutdown_grace_s",
-        "metrics_port": "server.metrics_port",
-        "processes": "server.processes",
-    }
-    for attr, key in simple.items():
+    for _flag, attr, key in _KEY_FLAGS:
         value = getattr(args, attr)
         if value is not None:
             overrides[key] = value
@@ -48,11 +52,43 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
     workers += [{"url": url, "role": "decode"} for url in args.decode or ()]
     if workers:
         overrides["workers"] = workers
-    for role in ("prefill", "decode"):
-        name = getattr(args, f"{role}_policy")
-        if name is not None:
-            overrides[f"defaults.policy.{role}"] = name
     return overrides
+
+
+def _flags_by_key(args: argparse.Namespace) -> dict[str, str]:
+    """The flag that set each config key given on the command line (``workers[i]`` included)."""
+    flags = {key: flag for flag, attr, key in _KEY_FLAGS if getattr(args, attr) is not None}
+    if args.log_json:
+        flags["server.log_json"] = "--log-json"
+    if args.api_key:
+        flags["server.api_keys"] = "--api-key"
+    if args.cors_allow_origins:
+        flags["server.cors_allow_origins"] = "--cors-allow-origins"
+    given = [
+        *(("--worker-urls", url) for url in args.worker_urls or ()),
+        *(("--prefill", values[0]) for values in args.prefill or ()),
+        *(("--decode", url) for url in args.decode or ()),
+    ]
+    for index, (flag, url) in enumerate(given):
+        flags[f"workers[{index}]"] = f"{flag} {url}"
+    return flags
+
+
+def _name_flags(message: str, flags: dict[str, str]) -> str:
+    """``message`` with the config key it starts with replaced by the flag that set that key
+    (``defaults.tool_parser: ...`` becomes ``--tool-parser: ...``)."""
+    head, colon, reason = message.partition(": ")
+    if not colon:
+        return message
+    for key in sorted(flags, key=len, reverse=True):
+        if head == key or head.startswith((f"{key}.", f"{key}[")):
+            field = head[len(key) + 1 :]
+            # A worker flag sets several keys at once (its bootstrap port…): say which one.
+            detail = (
+                f" ({field})" if key.startswith("workers[") and field not in ("", "url") else ""
+            )
+            return f"{flags[key]}{detail}: {reason}"
+    return message
 
 
 def _prefill_worker(values: Sequence[str]) -> dict[str, Any]:
@@ -71,21 +107,10 @@ def _prefill_worker(values: Sequence[str]) -> dict[str, Any]:
     return worker
 
 
-def _check_flag_paths(args: argparse.Namespace) -> None:
-    """Name the flag, not the config key it sets, when a path given on the command line is bad."""
-    from turnout.config import tokenizer_dir_problem
-
-    if args.model_path is not None:
-        problem = tokenizer_dir_problem(args.model_path)
-        if problem is not None:
-            raise ConfigError(f"--model-path: {problem}")
-
-
 def _cmd_serve(args: argparse.Namespace) -> int:
     from turnout.config import load_config
     from turnout.server.runner import serve
 
-    _check_flag_paths(args)
     overrides = _serve_overrides(args)
     config = load_config(args.config, overrides)
     source = (lambda: load_config(args.config, overrides)) if args.config else None
@@ -94,20 +119,16 @@ def _cmd_serve(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from turnout.config import config_warnings, load_config
-    from turnout.discovery import describe_discovery
     from turnout.observability.tracing import describe_tracing
-    from turnout.plugin_choice import choose_plugins, validate_plugin_names
-    from turnout.plugin_loader import load_plugins
+    from turnout.plugin_choice import choose_plugins
+    from turnout.server.preflight import preflight
 
-    _check_flag_paths(args)
     config = load_config(args.config, _serve_overrides(args))
-    plugins = load_plugins()
-    validate_plugin_names(config, plugins)
-    discovery = describe_discovery(config.discovery, plugins.discovery)
+    checked = preflight(config)
     models = sorted(set(config.models) | {w.model for w in config.workers if w.model})
     disaggregated = any(w.role not in (None, "regular") for w in config.workers)
     for model_id in models:
-        choice = choose_plugins(model_id, config, plugins)
+        choice = choose_plugins(model_id, config, checked.plugins)
         roles = ""
         if disaggregated:
             decode = choice.decode_policy or choice.policy
@@ -116,7 +137,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             f"{model_id}: tool_parser={choice.tool_parser} "
             f"reasoning_parser={choice.reasoning_parser} policy={choice.policy.name}{roles}"
         )
-    for line in discovery:
+    for line in checked.discovery:
         print(line)
     print(describe_tracing(config.tracing))
     for warning in config_warnings(config):
@@ -223,6 +244,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line(message: str) -> str:
+    """A start-up error as the one line it is printed as (its lines joined with ``; ``)."""
+    return "; ".join(line.strip() for line in message.splitlines() if line.strip())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``turnout`` command; start-up errors exit 2 without a traceback."""
     arguments = list(sys.argv[1:] if argv is None else argv)
@@ -232,7 +258,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
     except StartupError as exc:
-        print(f"turnout: error: {exc}", file=sys.stderr)
+        message = str(exc)
+        if args.command in ("serve", "check"):
+            message = _name_flags(message, _flags_by_key(args))
+        print(f"turnout: error: {_one_line(message)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

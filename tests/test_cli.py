@@ -132,7 +132,7 @@ def test_prefill_and_decode_flags_make_a_pd_fleet(tmp_path: Path) -> None:
     [
         (["--prefill", "grpc://h:1", "x"], "the bootstrap port must be a number or 'none'"),
         (["--prefill", "grpc://h:1", "1", "2"], "--prefill: expected URL [BOOTSTRAP_PORT]"),
-        (["--prefill", "grpc://h:1", "70000"], "workers[0].bootstrap_port"),
+        (["--prefill", "grpc://h:1", "70000"], "--prefill grpc://h:1 (bootstrap_port): "),
     ],
 )
 def test_bad_prefill_flags_exit_2(args: list[str], message: str) -> None:

@@ -77,9 +77,12 @@ def test_missing_env_var_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
         ({"workers": [{"url": "grpc://h:1", "id": "a\nb"}]}, "workers[0].id: worker id 'a\\nb'"),
         ({"workers": [{"url": "grpc://h\x1b:1"}]}, "workers[0].url: worker id 'h\\x1b:1' must"),
         ({"workers": [{"url": "grpc://h:1", "id": "w" * 129}]}, "must be 1 to 128 characters"),
-        ({"models": {"m1": {"tool_parsr": "qwen"}}}, "models.m1: Object contains unknown field"),
+        (
+            {"models": {"m1": {"tool_parsr": "qwen"}}},
+            "models.m1: unknown key 'tool_parsr'; did you mean 'tool_parser'?",
+        ),
         ({"models": {"m1": {"aliases": "x"}}}, "models.m1.aliases: Expected `array`"),
-        ({"serverr": {}}, "Object contains unknown field `serverr`"),
+        ({"serverr": {}}, "(top level): unknown key 'serverr'; did you mean 'server'?"),
     ],
 )
 def test_validation_errors_name_key_path_and_value(data: dict[str, object], expected: str) -> None:
@@ -93,6 +96,27 @@ def test_broken_yaml_is_a_config_error(tmp_path: Path) -> None:
     path.write_text("server: [unclosed\n")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(path)
+
+
+def test_a_yaml_error_is_one_line_naming_the_file_and_the_place(tmp_path: Path) -> None:
+    path = tmp_path / "turnout.yaml"
+    path.write_text("server:\n  port: 1\n   host: x\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(path)
+    assert str(info.value) == (
+        f"config file {path} is not valid YAML: line 3, column 8: "
+        "mapping values are not allowed here"
+    )
+
+
+def test_an_unknown_key_is_named_without_its_sections_values() -> None:
+    with pytest.raises(ConfigError) as info:
+        build_config({"server": {"prot": 8000, "api_keys": ["sk-secret"]}})
+    assert str(info.value) == "server: unknown key 'prot'; did you mean 'port'?"
+    with pytest.raises(ConfigError) as info:
+        build_config({"tenants": {"t": {"keys": ["sk-secret"], "bogus": 1}}})
+    assert str(info.value).startswith("tenants.t: unknown key 'bogus'; valid keys: concurrent")
+    assert "sk-secret" not in str(info.value)
 
 
 def test_per_model_choice_explicit_then_pattern_then_default() -> None:

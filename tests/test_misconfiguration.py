@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import queue
+import shutil
 import socket
 import subprocess
 import sys
@@ -20,18 +22,25 @@ import openai
 import pytest
 
 from turnout.demo_model import path as demo_path
+from turnout.sim import SimProcess
 from turnout.testing.processes import GroupProcess
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import HealthSettings, WorkerSpec, WorkersSettings
 
+from .plugin_fixtures import make_distribution
 from .server.harness import free_port
 
 TURNOUT = [sys.executable, "-m", "turnout"]
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [*TURNOUT, *args], capture_output=True, text=True, timeout=60, check=False
+        [*TURNOUT, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -205,3 +214,164 @@ def test_registry_warns_once_per_reason_and_about_a_worker_listed_twice(
     refused = [m for m in messages if "is pending" in m]
     assert len(refused) == 1, messages
     assert "UNAVAILABLE" in refused[0]
+
+
+def _without_harmony(tmp_path: Path) -> dict[str, str]:
+    """An environment in which the ``harmony`` extra (openai-harmony) is not installed."""
+    site = tmp_path / "no-harmony"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import sys\nsys.modules['openai_harmony'] = None\n")
+    return {"PYTHONPATH": str(site)}
+
+
+def _model_copy(tmp_path: Path, tokenizer_json: str | None = None) -> Path:
+    model = tmp_path / "model"
+    shutil.copytree(demo_path(), model, ignore=shutil.ignore_patterns("*.py", "__pycache__"))
+    if tokenizer_json is not None:
+        (model / "tokenizer.json").write_text(tokenizer_json)
+    return model
+
+
+@pytest.mark.parametrize("command", ["check", "serve"])
+@pytest.mark.parametrize(
+    "case", ["harmony without its extra", "not a tokenizer", "policy params", "metrics port taken"]
+)
+def test_check_refuses_what_serve_cannot_start_in_one_line(
+    command: str, case: str, tmp_path: Path
+) -> None:
+    model = f"{{tokenizer_path: '{demo_path()}'}}"
+    env = None
+    args: list[str] = []
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    if case == "harmony without its extra":
+        model = f"{{tokenizer_path: '{demo_path()}', chat_format: harmony}}"
+        env = _without_harmony(tmp_path)
+        expected = "models.m.chat_format: chat format 'harmony' is unavailable: "
+    elif case == "not a tokenizer":
+        directory = _model_copy(tmp_path, tokenizer_json='{"version": "1.0"}')
+        model = f"{{tokenizer_path: '{directory}'}}"
+        expected = f"models.m.tokenizer_path: {directory}/tokenizer.json: cannot load tokenizer"
+    elif case == "policy params":
+        model = f"{{tokenizer_path: '{demo_path()}', policy: {{name: random, params: {{sed: 1}}}}}}"
+        expected = "models.m.policy.params: policy 'random' takes seed, got sed"
+    else:
+        args = ["--metrics-port", str(taken.getsockname()[1])]
+        expected = f"--metrics-port: cannot listen on 127.0.0.1:{taken.getsockname()[1]}: "
+    config = tmp_path / "turnout.yaml"
+    config.write_text(
+        f"workers: [{{url: '{unreachable_worker()}', model: m}}]\nmodels: {{m: {model}}}\n"
+    )
+    with taken:
+        result = run(command, "--config", str(config), "--port", "0", *args, env=env)
+    assert result.returncode == 2, result.stdout + result.stderr
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"turnout: error: {expected}"), line
+    assert "ready" not in result.stdout
+
+
+def test_harmony_hint_says_what_to_install(tmp_path: Path) -> None:
+    config = tmp_path / "turnout.yaml"
+    config.write_text(f"models: {{m: {{tokenizer_path: '{demo_path()}', chat_format: harmony}}}}\n")
+    result = run("check", "--config", str(config), env=_without_harmony(tmp_path))
+    assert result.returncode == 2
+    assert "pip install 'turnout[harmony]'" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--tool-parser", "qwem"], "--tool-parser: unknown tool parser 'qwem'; valid names: "),
+        (["--worker-urls", "http://h:1"], "--worker-urls http://h:1: expected grpc://host:port"),
+        (["--policy", "round_robin", "--decode-policy", "nope"], "--decode-policy: unknown policy"),
+        (["--api-key", " "], "--api-key: Expected `str` matching"),
+    ],
+)
+def test_errors_from_flags_name_the_flag_in_one_line(args: list[str], expected: str) -> None:
+    result = run("check", *args)
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"turnout: error: {expected}"), line
+    assert not any(key in line for key in ("defaults.", "server.", "workers["))
+
+
+def test_sim_on_a_taken_port_says_why_in_one_line() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = run("sim", "--port", str(port))
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"turnout sim: error: cannot listen on 127.0.0.1:{port}: ")
+    assert "in use" in line
+
+
+def test_a_worker_whose_model_files_are_not_here_gets_a_503_naming_the_model_and_fix(
+    tmp_path: Path,
+) -> None:
+    model = _model_copy(tmp_path)
+    port = free_port()
+    with SimProcess("--model-path", str(model), "--served-model-name", "far/model") as sim:
+        # The worker has its files; this host does not (a directory without a tokenizer).
+        (model / "tokenizer.json").unlink()
+        with serving("--port", str(port), "--worker-urls", sim.url) as served:
+            served.wait_for(lambda line: "turnout ready" in line)
+            client = openai.OpenAI(
+                base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0
+            )
+            with pytest.raises(openai.APIStatusError) as raised:
+                client.chat.completions.create(
+                    model="far/model", messages=[{"role": "user", "content": "hi"}]
+                )
+            served.wait_for(lambda line: "tokenizer.json" in line)  # the path: in the log only
+    assert raised.value.status_code == 503
+    body = raised.value.body
+    assert isinstance(body, dict)
+    assert body["code"] == "model_unavailable"
+    assert body["message"].startswith("model 'far/model' cannot be served: ")
+    assert "set models.far/model.tokenizer_path to a local copy" in body["message"]
+    assert str(tmp_path) not in body["message"]
+
+
+STICKY_PLUGIN = """
+import turnout
+
+
+class Sticky:
+    def __init__(self, *, window: int = 10) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+
+    def select(self, request, candidates):
+        return candidates[0]
+
+
+@turnout.hookimpl
+def turnout_register_policies(register):
+    register("first_pick", Sticky)
+"""
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        ("{windw: 3}", "models.m.policy.params: policy 'first_pick' takes window, got windw"),
+        (
+            "{window: 0}",
+            "models.m.policy.params: policy 'first_pick': window must be at least 1, got 0",
+        ),
+    ],
+)
+def test_check_creates_a_plugin_policy_with_its_params(
+    params: str, expected: str, tmp_path: Path
+) -> None:
+    site = tmp_path / "site"
+    site.mkdir()
+    make_distribution(site, "turnout-sticky", "turnout_sticky", STICKY_PLUGIN)
+    config = tmp_path / "turnout.yaml"
+    config.write_text(f"models: {{m: {{policy: {{name: first_pick, params: {params}}}}}}}\n")
+    result = run("check", "--config", str(config), env={"PYTHONPATH": str(site)})
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert result.stderr == f"turnout: error: {expected}\n"

@@ -26,6 +26,11 @@ def check_config(config: Config) -> None:
     server = config.server
     if not 0 <= server.port <= 65535:
         raise ConfigError(f"server.port: must be between 0 and 65535, got {server.port!r}")
+    if server.metrics_port is not None and server.metrics_port == server.port:
+        raise ConfigError(
+            f"server.metrics_port: {server.metrics_port} is also server.port (the API's port); "
+            "choose another port, or leave it unset to serve /metrics on server.port only"
+        )
     _check_policy("defaults.policy", config.defaults.policy, named=True)
     for model_id, model in config.models.items():
         if model.policy is not None:

@@ -266,8 +266,8 @@ class ResponsesConfig(_Section):
     max_entries: Annotated[int, msgspec.Meta(ge=1)] = 10_000
     max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 256 * 1024 * 1024
     #: The secret that seals reasoning for ``include: ["reasoning.encrypted_content"]`` (use
-    #: ``${ENV_VAR}``). Unset: each serving process draws its own key at start-up, so only it
-    #: can open what it sealed; set it for several processes or replicas.
+    #: ``${ENV_VAR}``). Unset: the router draws a key at start-up (its serving processes share
+    #: it); set it for several replicas, or to open what was sealed before a restart.
     reasoning_key: Annotated[str, msgspec.Meta(min_length=16)] | None = None
 
 

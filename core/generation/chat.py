@@ -3,6 +3,7 @@ tools, reasoning) and the renderer."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,13 @@ from turnout.generation.forced_call import ForcedCallParser
 from turnout.generation.models import ARRAY_PARSER, ModelRuntime
 from turnout.generation.output import output_options
 from turnout.generation.plan import Plan, Prompt
-from turnout.generation.prompt_size import check_prompt_ids, encode_prompt, render_off_loop
+from turnout.generation.prompt_logprobs import prompt_logprobs_top, refuse_streamed_prompt_logprobs
+from turnout.generation.prompt_size import (
+    check_prompt_fits,
+    check_prompt_ids,
+    encode_prompt,
+    render_off_loop,
+)
 from turnout.generation.requests import ChatCompletionRequest
 from turnout.generation.tool_choice import ToolPlan, plan_tools
 from turnout.generation.unsupported import refuse_modalities, refuse_unsupported
@@ -35,6 +42,7 @@ _THINKING_KEYS = ("enable_thinking", "thinking")
 
 def _check_chat(request: ChatCompletionRequest) -> None:
     refuse_unsupported(request, unsupported.CHAT)
+    refuse_streamed_prompt_logprobs(request)
     refuse_modalities(request.modalities)
     for i, message in enumerate(request.messages):
         if message.role not in _ROLES:
@@ -63,6 +71,7 @@ def _constraint(request: ChatCompletionRequest, plan: ToolPlan) -> Constraint | 
         c
         for c in (
             Constraint("json_schema", plan.json_schema) if plan.json_schema else None,
+            Constraint("structural_tag", plan.structural_tag) if plan.structural_tag else None,
             Constraint("regex", request.regex) if request.regex else None,
             Constraint("ebnf", request.ebnf) if request.ebnf else None,
         )
@@ -78,6 +87,28 @@ def _thinking(kwargs: dict[str, Any]) -> bool | None:
         if key in kwargs:
             return bool(kwargs[key])
     return None
+
+
+def _vllm_output(request: ChatCompletionRequest) -> dict[str, Any]:
+    """The output options of vLLM's extensions (token ids, tokens named by id)."""
+    return {
+        "keep_token_ids": request.return_token_ids,
+        "tokens_as_ids": request.return_tokens_as_token_ids,
+        "top_logprobs": request.top_logprobs or 0,
+    }
+
+
+def _echo(request: ChatCompletionRequest) -> str:
+    """vLLM's ``echo``: the last message's text when the answer continues its role (the
+    assistant's, or any role without a generation prompt)."""
+    last = request.messages[-1]
+    generation_prompt = request.add_generation_prompt and not request.continue_final_message
+    if generation_prompt and last.role != "assistant":
+        return ""
+    content = last.content
+    if isinstance(content, list):
+        return "".join(str(part.get("text", "")) for part in content if part.get("type") == "text")
+    return content or ""
 
 
 def _history_calls(request: ChatCompletionRequest) -> int:
@@ -105,6 +136,7 @@ async def _prompts(
         request.response_format,
         runtime.tool_parser is not None,
         parallel=request.parallel_tool_calls,
+        call_format=runtime.tool_call_format,
     )
     kwargs = dict(request.chat_template_kwargs or {})
     if request.reasoning_effort is not None:
@@ -125,7 +157,14 @@ async def _prompts(
     prompt_ids = await encode_prompt(runtime, prompt, add_special_tokens=False, param="messages")
     mm_inputs = None
     if vision is not None:
-        prompt_ids, mm_inputs = await prompt_images(vision, images, prompt_ids)
+        fits = functools.partial(
+            check_prompt_fits,
+            runtime,
+            param="messages",
+            n=request.n,
+            max_tokens=request.max_completion_tokens or request.max_tokens,
+        )
+        prompt_ids, mm_inputs = await prompt_images(vision, images, prompt_ids, fits)
         check_prompt_ids(runtime, prompt_ids, "messages")
 
     thinking = _thinking(kwargs)
@@ -148,6 +187,7 @@ async def _prompts(
         start_in_reasoning=start_in_reasoning,
         history_calls=_history_calls(request),
         max_calls=None if request.parallel_tool_calls else 1,
+        **_vllm_output(request),
     )
     return Plan(
         runtime,
@@ -160,6 +200,7 @@ async def _prompts(
         logprobs=request.logprobs,
         top_logprobs=request.top_logprobs or 0,
         require_reasoning=reasoning,
+        prompt_logprobs=prompt_logprobs_top(request),
     )
 
 
@@ -224,6 +265,7 @@ async def _formatted_prompts(
         reasoning=reasoning,
         history_calls=_history_calls(request),
         max_calls=None if request.parallel_tool_calls else 1,
+        **_vllm_output(request),
         chat_format=chat_format,
     )
     return Plan(
@@ -236,6 +278,7 @@ async def _formatted_prompts(
         logprobs=request.logprobs,
         top_logprobs=request.top_logprobs or 0,
         require_reasoning=reasoning,
+        prompt_logprobs=prompt_logprobs_top(request),
     )
 
 
@@ -267,6 +310,9 @@ def _renderer(request: ChatCompletionRequest, plan: Plan, ctx: RequestContext) -
         include_usage=bool(options and options.include_usage),
         running=running_usage(options, [len(p.ids) for p in plan.prompts], request.n),
         stream_reasoning=request.stream_reasoning,
+        echo=_echo(request) if request.echo else "",
+        prompt_ids=plan.prompts[0].ids if request.return_token_ids else None,
+        prompt_logprobs=request.prompt_logprobs is not None,
     )
 
 

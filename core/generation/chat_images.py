@@ -2,24 +2,36 @@
 prompt and the worker request get from them.
 
 The chat template renders one placeholder per image part (see
-:mod:`turnout.tokenizer.content_parts`); here each image is loaded and checked
-(:func:`turnout.multimodal.load_images`), preprocessed, its placeholder expanded to as many
-tokens as the image takes, and the pixels put in a ``MultimodalInputs`` for the worker. Every
+:mod:`turnout.tokenizer.content_parts`); here each image is read and checked from its header
+(:func:`turnout.multimodal.read_images`), the prompt's length with the images' tokens checked,
+then each image decoded and preprocessed, its placeholder expanded to as many tokens as the
+image takes, and the pixels put in a ``MultimodalInputs`` for the worker. Every
 failure is a 400 naming the image's part (``messages[i].content[j]``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from turnout.errors import ApiError, bad_request
 from turnout.generation.models import ModelRuntime
 from turnout.generation.unsupported import unsupported
-from turnout.multimodal import BadImage, ImageError, LoadedImage, load_images
-from turnout.multimodal.mm_inputs import expand_image_tokens, multimodal_inputs
+from turnout.multimodal import (
+    BadImage,
+    EncodedImage,
+    ImageError,
+    LoadedImage,
+    decode_images,
+    read_images,
+)
+from turnout.multimodal.mm_inputs import (
+    check_placeholders,
+    expand_image_tokens,
+    multimodal_inputs,
+)
 from turnout.multimodal.qwen2_vl import ProcessedImage, Qwen2VLVision
 from turnout.multimodal.vision import Vision
 from turnout.tokenizer.content_parts import media_kind
@@ -78,25 +90,50 @@ def vision_for(runtime: ModelRuntime, parts: Sequence[ImagePart]) -> Vision:
     return vision
 
 
-def _preprocess(processor: Qwen2VLVision, images: Sequence[LoadedImage]) -> list[ProcessedImage]:
-    processed = []
-    for index, loaded in enumerate(images):
+def _image_tokens(vision: Vision, images: Sequence[EncodedImage]) -> list[int]:
+    """Each image's placeholder tokens, from its size alone."""
+    counts = []
+    for index, image in enumerate(images):
         try:
-            processed.append(processor.preprocess(loaded.image))
+            counts.append(vision.processor.image_tokens(*image.size))
         except ValueError as exc:  # smart_resize: an aspect ratio the model cannot take
             raise BadImage(str(exc), index) from None
-    return processed
+    return counts
+
+
+def _preprocessor(processor: Qwen2VLVision) -> Callable[[LoadedImage], ProcessedImage]:
+    def preprocess(loaded: LoadedImage) -> ProcessedImage:
+        try:
+            return processor.preprocess(loaded.image)
+        except ValueError as exc:  # pragma: no cover - the size was checked before decoding
+            raise BadImage(str(exc)) from None
+
+    return preprocess
 
 
 async def prompt_images(
-    vision: Vision, parts: Sequence[ImagePart], prompt_ids: Sequence[int]
+    vision: Vision,
+    parts: Sequence[ImagePart],
+    prompt_ids: Sequence[int],
+    fits: Callable[[int], None],
 ) -> tuple[list[int], pb.MultimodalInputs]:
-    """The prompt with each image's placeholder expanded, and the images for the worker."""
+    """The prompt with each image's placeholder expanded, and the images for the worker.
+
+    The images are read and checked from their headers first; ``fits`` gets the length the
+    expanded prompt will have and raises when the request cannot be served (too long for the
+    context, or for the tenant's budget), so that nothing is decoded for a request refused
+    anyway. Then they are decoded (a bounded number at a time in the process) and each is
+    preprocessed right after its decoding."""
     try:
-        loaded = await load_images([part.url for part in parts], vision.config, vision.fetcher)
-        processed = await asyncio.to_thread(_preprocess, vision.processor, loaded)
+        encoded = await read_images([part.url for part in parts], vision.config, vision.fetcher)
+        tokens = _image_tokens(vision, encoded)
+        check_placeholders(prompt_ids, vision.image_token_id, len(encoded))
+        fits(len(prompt_ids) - len(encoded) + sum(tokens))
+        processed = await decode_images(encoded, vision.config, _preprocessor(vision.processor))
         ids, ranges = expand_image_tokens(prompt_ids, vision.image_token_id, processed)
     except ImageError as exc:
         param = parts[exc.index].param if exc.index is not None else "messages"
         raise ApiError(400, str(exc), param=param, code=exc.code) from None
-    return ids, multimodal_inputs(processed, ranges, vision.image_token_id)
+    # copying hundreds of MB of pixels: off the event loop
+    inputs = await asyncio.to_thread(multimodal_inputs, processed, ranges, vision.image_token_id)
+    return ids, inputs

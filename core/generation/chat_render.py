@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob
+from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
+from turnout.generation.prompt_logprobs import vllm_prompt_logprobs
 from turnout.generation.usage import RunningUsage, usage_dict
 
 
@@ -27,7 +28,10 @@ class ChatRenderer:
     Streaming with ``include_usage``, every chunk has ``usage: null`` but the last one, which
     carries the usage; with ``running`` (``continuous_usage_stats``) every chunk carries the usage
     so far. Without ``stream_reasoning`` (SGLang), a choice's reasoning is held back and goes out
-    in one piece with its first content or tool call, or at its end.
+    in one piece with its first content or tool call, or at its end. vLLM's extensions: ``echo``
+    starts each choice's content; ``prompt_ids`` (``return_token_ids``) puts the prompt's token
+    ids in the answer (the first chunks) and each choice's in its message (its chunks);
+    ``prompt_logprobs`` puts the prompt's logprobs in the one-shot answer.
     """
 
     def __init__(
@@ -40,6 +44,9 @@ class ChatRenderer:
         include_usage: bool = False,
         running: RunningUsage | None = None,
         stream_reasoning: bool = True,
+        echo: str = "",
+        prompt_ids: list[int] | None = None,
+        prompt_logprobs: bool = False,
     ) -> None:
         self._id, self._model, self._created, self._n = response_id, model, created, n
         self._base = {
@@ -56,9 +63,12 @@ class ChatRenderer:
         self._include_usage = include_usage
         self._running = running
         self._held: dict[int, str] | None = None if stream_reasoning else {}
+        self._echo = echo
+        self._prompt_ids = prompt_ids
+        self._prompt_logprobs = prompt_logprobs
         #: A delta of content alone becomes its chunk directly (no running usage to add, no
-        #: reasoning to hold back).
-        self._direct = running is None and stream_reasoning
+        #: reasoning to hold back, no token ids to show).
+        self._direct = running is None and stream_reasoning and prompt_ids is None
         #: The one-shot answer's parts, made by the first :meth:`fold`: a stream, which may
         #: wait a long time between its batches, keeps no lists it never fills.
         self._folded: _Folded | None = None
@@ -66,18 +76,22 @@ class ChatRenderer:
     # -- streaming -------------------------------------------------------------------------------
 
     def opening(self, prompt_index: int) -> list[dict[str, Any]]:
-        """The first chunk of each choice: the assistant role."""
-        return [
+        """The first chunk of each choice: the assistant role (and the echo, the prompt's ids)."""
+        chunks = [
             self._chunk(
                 {
                     "index": i,
-                    "delta": {"role": "assistant", "content": "", "refusal": None},
+                    "delta": {"role": "assistant", "content": self._echo, "refusal": None},
                     "logprobs": None,
                     "finish_reason": None,
                 }
             )
             for i in range(self._n)
         ]
+        if self._prompt_ids is not None:
+            for chunk in chunks:
+                chunk["prompt_token_ids"] = self._prompt_ids
+        return chunks
 
     def stream(self, events: list[Event]) -> list[dict[str, Any]]:
         """Chunks for one batch of events (possibly none)."""
@@ -109,7 +123,7 @@ class ChatRenderer:
                 if running is not None:
                     running.note(event)
                 self._end_chunks(event, chunks)
-            elif self._include_usage:
+            elif isinstance(event, Usage) and self._include_usage:
                 chunks.append(self._base | {"choices": [], "usage": usage_dict(event)})
         return chunks
 
@@ -136,7 +150,9 @@ class ChatRenderer:
                 held[event.index] = reasoning
                 reasoning = ""
         choice = _delta_choice(event, reasoning)
-        if choice["delta"] or choice["logprobs"]:
+        if self._prompt_ids is not None:
+            choice["token_ids"] = event.token_ids or []
+        if choice["delta"] or choice["logprobs"] or event.token_ids:
             chunks.append(self._chunk(choice))
 
     def _end_chunks(self, event: ChoiceEnd, chunks: list[dict[str, Any]]) -> None:
@@ -164,15 +180,17 @@ class ChatRenderer:
                 folded.delta(event)
             elif isinstance(event, ChoiceEnd):
                 folded.ends[event.index] = event
-            else:
+            elif isinstance(event, Usage):
                 folded.usage = usage_dict(event)
+            else:
+                folded.prompt_logprobs = event.tokens
 
     def answer(self) -> dict[str, Any]:
         """The complete ``chat.completion`` object."""
         folded = self._folded or _Folded(self._n)
         choices = []
         for i, parts in enumerate(folded.content):
-            content = "".join(parts)
+            content = self._echo + "".join(parts)
             calls = [folded.calls[i][k] for k in sorted(folded.calls[i])]
             message: dict[str, Any] = {
                 "role": "assistant",
@@ -193,6 +211,8 @@ class ChatRenderer:
                 "finish_reason": end.finish_reason if end else "abort",
                 "matched_stop": end.matched_stop if end else None,
             }
+            if self._prompt_ids is not None:
+                choice["token_ids"] = folded.token_ids[i]
             choices.append(choice)
         body: dict[str, Any] = {
             "id": self._id,
@@ -203,13 +223,26 @@ class ChatRenderer:
         }
         if folded.usage is not None:
             body["usage"] = folded.usage
+        if self._prompt_ids is not None:
+            body["prompt_token_ids"] = self._prompt_ids
+        if self._prompt_logprobs:
+            body["prompt_logprobs"] = vllm_prompt_logprobs(folded.prompt_logprobs)
         return body
 
 
 class _Folded:
     """The parts of a one-shot answer, per choice."""
 
-    __slots__ = ("calls", "content", "ends", "logprobs", "reasoning", "usage")
+    __slots__ = (
+        "calls",
+        "content",
+        "ends",
+        "logprobs",
+        "prompt_logprobs",
+        "reasoning",
+        "token_ids",
+        "usage",
+    )
 
     def __init__(self, n: int) -> None:
         self.content: list[list[str]] = [[] for _ in range(n)]
@@ -218,6 +251,8 @@ class _Folded:
         self.logprobs: list[list[dict[str, Any]] | None] = [None] * n
         self.ends: dict[int, ChoiceEnd] = {}
         self.usage: dict[str, Any] | None = None
+        self.token_ids: list[list[int]] = [[] for _ in range(n)]
+        self.prompt_logprobs: list[TokenLogprob] = []
 
     def delta(self, event: ChoiceDelta) -> None:
         i = event.index
@@ -234,6 +269,8 @@ class _Folded:
                 call["id"] = piece.id
                 call["function"]["name"] = piece.name
             call["function"]["arguments"] += piece.arguments
+        if event.token_ids:
+            self.token_ids[i].extend(event.token_ids)
         if event.logprobs is not None:
             entries = self.logprobs[i] or []
             entries.extend(logprob_entry(lp) for lp in event.logprobs)

@@ -11,11 +11,12 @@ rule depends only on the folded text, so streaming and one-shot answers agree.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 import secrets
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from turnout.chat_formats.types import OutputReader
@@ -114,6 +115,8 @@ class ChoiceProcessor:
         hidden_stop_ids: frozenset[int] = frozenset(),
         token_piece: TokenPiece | None = None,
         keep_token_ids: bool = False,
+        stop_token_logprobs: bool = False,
+        top_logprobs: int | None = None,
         max_calls: int | None = None,
         tool_parser_name: str | None = None,
         reasoning_parser_name: str | None = None,
@@ -143,6 +146,8 @@ class ChoiceProcessor:
         self._hidden_stop_ids = hidden_stop_ids
         self._token_piece = token_piece
         self._keep_token_ids = keep_token_ids
+        self._stop_token_logprobs = stop_token_logprobs
+        self._top_logprobs = top_logprobs
         #: ``parallel_tool_calls: false`` allows one call: later calls are dropped.
         self._max_calls = max_calls
         #: Trailing whitespace of the content, held back while a call may follow.
@@ -221,8 +226,10 @@ class ChoiceProcessor:
         delta.completion_tokens = self.tokens
         if logprobs is not None and self._token_piece is not None:
             # Logprobs cover the tokens the answer shows: a hidden stop token is left out,
-            # unless the answer returns every output id (``/generate``).
-            shown = len(token_ids) if self._keep_token_ids else min(len(token_ids), len(visible))
+            # unless asked for (``/generate``, whose output ids include it).
+            shown = len(token_ids)
+            if not self._stop_token_logprobs:
+                shown = min(shown, len(visible))
             delta.logprobs = self._logprobs(logprobs, shown) or None
         if self._keep_token_ids:
             # The stream driver hands each push a list of its own (a slice of the worker's
@@ -283,7 +290,10 @@ class ChoiceProcessor:
         self.tokens += len(token_ids)
         delta.completion_tokens = self.tokens
         if logprobs is not None and self._token_piece is not None:
-            delta.logprobs = self._logprobs(logprobs, len(token_ids))
+            shown = len(token_ids)
+            if shown and token_ids[-1] in self._hidden_stop_ids and not self._stop_token_logprobs:
+                shown -= 1  # the stop token ends the output: no logprob of its own
+            delta.logprobs = self._logprobs(logprobs, shown) or None
         if self._keep_token_ids:
             delta.token_ids = list(token_ids)
         self._read(delta, token_ids)
@@ -443,7 +453,12 @@ class ChoiceProcessor:
         ):
             top: list[TokenLogprob] = []
             if i < len(tops):
-                for top_id, top_value in zip(tops[i].token_ids, tops[i].values, strict=False):
+                alternatives: Iterable[tuple[int, float]] = zip(
+                    tops[i].token_ids, tops[i].values, strict=False
+                )
+                if self._top_logprobs is not None:
+                    alternatives = itertools.islice(alternatives, self._top_logprobs)
+                for top_id, top_value in alternatives:
                     top_text, top_raw = piece(top_id)
                     top.append(TokenLogprob(top_id, top_text, top_value, raw=top_raw))
             text, raw = piece(token_id)

@@ -10,6 +10,7 @@ from turnout.generation.flow import Endpoint
 from turnout.generation.models import ModelRuntime
 from turnout.generation.output import output_options
 from turnout.generation.plan import Plan, Prompt
+from turnout.generation.prompt_logprobs import prompt_logprobs_top, refuse_streamed_prompt_logprobs
 from turnout.generation.prompt_size import check_prompt_ids, encode_prompt, truncate_prompt
 from turnout.generation.requests import CompletionRequest, PromptItem
 from turnout.generation.tool_choice import plan_tools
@@ -27,6 +28,7 @@ def _check(request: CompletionRequest) -> None:
     if request.best_of is not None and request.best_of != request.n:
         raise unsupported("best_of", "best_of is not supported (only best_of = n)")
     refuse_unsupported(request, COMPLETIONS)
+    refuse_streamed_prompt_logprobs(request)
 
 
 def given_prompts(prompt: str | list[PromptItem], param: str) -> list[str | list[int]]:
@@ -71,16 +73,26 @@ async def _prompts(request: CompletionRequest, runtime: ModelRuntime, ctx: Reque
             check_prompt_ids(runtime, ids, "prompt")
             prompts.append(Prompt(ids, runtime.tokenizer.decode(ids)))
     logprobs = request.logprobs is not None
+    top = request.logprobs or 0
     return Plan(
         runtime,
         prompts,
         sampling=request,
         max_tokens=request.max_tokens if request.max_tokens is not None else 16,
-        output=output_options(request, logprobs=logprobs),
+        output=output_options(
+            request,
+            logprobs=logprobs,
+            keep_token_ids=request.return_token_ids,
+            tokens_as_ids=request.return_tokens_as_token_ids,
+            top_logprobs=top,
+        ),
         constraint=_constraint(request),
         stream=request.stream,
         logprobs=logprobs,
-        top_logprobs=request.logprobs or 0,
+        top_logprobs=top,
+        prompt_logprobs=prompt_logprobs_top(
+            request, request.logprobs if request.echo and logprobs else None
+        ),
     )
 
 
@@ -112,6 +124,8 @@ def _renderer(request: CompletionRequest, plan: Plan, ctx: RequestContext) -> Co
         logprobs=request.logprobs is not None,
         include_usage=bool(options and options.include_usage),
         running=running_usage(options, [len(p.ids) for p in plan.prompts], request.n),
+        prompt_ids=[p.ids for p in plan.prompts] if request.return_token_ids else None,
+        prompt_logprobs=request.prompt_logprobs is not None,
     )
 
 

@@ -18,7 +18,8 @@ class TokenLogprob:
 
     token_id: int
     token: str
-    logprob: float
+    #: ``None`` only for a prompt's first token (nothing precedes it).
+    logprob: float | None
     top: list[TokenLogprob] = field(default_factory=list)
     raw: bytes = b""
 
@@ -86,4 +87,13 @@ class Usage:
         return self.prompt_tokens + self.completion_tokens
 
 
-Event = ChoiceDelta | ChoiceEnd | Usage
+@dataclass(slots=True)
+class PromptLogprobs:
+    """The log probabilities of one prompt's tokens (asked for by the endpoint), before its
+    choices' first deltas; the first token has none."""
+
+    prompt_index: int
+    tokens: list[TokenLogprob]
+
+
+Event = ChoiceDelta | ChoiceEnd | Usage | PromptLogprobs

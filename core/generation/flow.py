@@ -3,7 +3,8 @@
 1. **prepare** — the endpoint checks the request (before the model is looked up), the name
    becomes a model and its runtime (tokenizer, parsers), and the endpoint's prompt builder makes
    a :class:`~turnout.generation.plan.Plan`: prompts (token ids, text), sampling, output
-   processing, worker flags.
+   processing, worker flags; what the plan asks of the model is checked
+   (:mod:`~turnout.generation.plan_checks`).
 2. **build** — one ``GenerateRequest`` per prompt, and fresh choice processors per prompt.
 3. **dispatch** — one worker session per prompt, all or none (the dispatcher selects the
    worker and retries faults before the first response). For a prefill-decode model the
@@ -24,13 +25,14 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
-from turnout.generation.choice import ChoiceProcessor
+from turnout.generation.choice import ChoiceProcessor, TokenPiece
 from turnout.generation.context import RequestContext
 from turnout.generation.events import Event
 from turnout.generation.models import ModelRuntime, ModelTable
-from turnout.generation.output import make_processors
+from turnout.generation.output import make_processors, token_piece
 from turnout.generation.pipeline import GenerateSession, Opener, SessionEvents
 from turnout.generation.plan import Plan
+from turnout.generation.plan_checks import check_plan
 from turnout.generation.spans import RequestSpans, traced_prepare
 from turnout.generation.worker_request import worker_requests, worker_streaming
 from turnout.routing.types import RoutingRequest
@@ -201,6 +203,7 @@ async def prepare(
     model_id, adapter = models.resolve_model(request.model, getattr(request, "lora_path", None))
     runtime = await models.runtime(model_id)
     plan = await endpoint.prompts(request, runtime, ctx)
+    check_plan(plan)
     if adapter is not None:
         plan.adapter = adapter
         plan.lora_id = models.lora_id(model_id, adapter)
@@ -223,6 +226,8 @@ class Work:
     processors: list[list[ChoiceProcessor]]
     #: The workers are asked for a stream (else for one message per choice).
     worker_streams: bool
+    #: The prompts' logprobs are read: their tokens' text, and how many alternatives.
+    prompt_logprobs: tuple[TokenPiece, int] | None = None
 
 
 def build(plan: Plan, ctx: RequestContext) -> Work:
@@ -238,7 +243,10 @@ def build(plan: Plan, ctx: RequestContext) -> Work:
         make_processors(plan.runtime, plan.output, first_index=k * plan.n)
         for k in range(len(plan.prompts))
     ]
-    return Work(requests, processors, worker_streams)
+    prompt_logprobs = None
+    if plan.prompt_logprobs is not None:
+        prompt_logprobs = (token_piece(plan.runtime, plan.output), plan.prompt_logprobs)
+    return Work(requests, processors, worker_streams, prompt_logprobs)
 
 
 async def dispatch(
@@ -347,6 +355,7 @@ def _sources(work: Work, sessions: list[GenerateSession]) -> list[SessionEvents]
             worker_streams=work.worker_streams,
             prompt_index=k,
             meter=session.meter,
+            prompt_logprobs=work.prompt_logprobs,
         )
         for k, (session, choices) in enumerate(zip(sessions, work.processors, strict=True))
     ]

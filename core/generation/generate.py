@@ -97,7 +97,12 @@ async def _prompts(
         prompts,
         sampling=sampling,
         max_tokens=sampling.max_tokens if sampling.max_tokens is not None else 128,
-        output=output_options(sampling, logprobs=request.return_logprob, keep_token_ids=True),
+        output=output_options(
+            sampling,
+            logprobs=request.return_logprob,
+            keep_token_ids=True,
+            stop_token_logprobs=True,
+        ),
         constraint=constraint,
         stream=request.stream,
         logprobs=request.return_logprob,

@@ -95,7 +95,7 @@ class GenerateRenderer:
             elif isinstance(event, Usage):
                 finals.extend(self._ended)
                 self._ended.clear()
-            else:
+            elif isinstance(event, ChoiceDelta):
                 touched[event.index] = None
         chunks = [self._result(i, final=False) for i in touched if i not in finals]
         chunks.extend(self._result(i, final=True) for i in finals)
@@ -139,7 +139,7 @@ class GenerateRenderer:
                         out.tops.append([entry(top) for top in lp.top])
         elif isinstance(event, ChoiceEnd):
             self._outputs[event.index].end = event
-        else:
+        elif isinstance(event, Usage):
             self._usage[event.prompt_index] = event
 
     def _result(self, i: int, final: bool) -> dict[str, Any]:

@@ -1,11 +1,12 @@
 """What a model's ``config.json`` says about it beyond its tokenizer: the width of its hidden
-states, whether its embeddings may be shortened (Matryoshka), whether it sees images.
+states and of its vocabulary, whether its embeddings may be shortened (Matryoshka), whether it
+sees images.
 
 The router reads these from the model directory it tokenizes with, as SGLang reads them from
-the model it serves: ``hidden_size`` (or ``text_config.hidden_size`` for multimodal models),
-``is_matryoshka`` / ``matryoshka_dimensions`` (SGLang's and vLLM's keys; an operator may add
-them to ``config.json`` for a model trained that way), a ``vision_config`` section (what makes
-SGLang report ``supports_vision``), and ``model_type`` / ``image_token_id`` for the image
+the model it serves: ``hidden_size`` and ``vocab_size`` (or ``text_config``'s for multimodal
+models), ``is_matryoshka`` / ``matryoshka_dimensions`` (SGLang's and vLLM's keys; an operator
+may add them to ``config.json`` for a model trained that way), a ``vision_config`` section (what
+makes SGLang report ``supports_vision``), and ``model_type`` / ``image_token_id`` for the image
 preprocessing.
 """
 
@@ -36,6 +37,8 @@ class ModelFacts:
     model_type: str = ""
     #: The token that stands for image patches in the prompt (``image_token_id``).
     image_token_id: int | None = None
+    #: Rows of the model's output layer (``vocab_size``: may exceed the tokenizer's, padded).
+    vocab_size: int | None = None
 
 
 def _positive_int(value: object) -> int | None:
@@ -78,6 +81,10 @@ def facts_from_config(config: Mapping[str, Any]) -> ModelFacts:
         vision=isinstance(config.get("vision_config"), Mapping),
         model_type=str(config.get("model_type") or ""),
         image_token_id=token,
+        vocab_size=next(
+            (size for s in sections if (size := _positive_int(s.get("vocab_size"))) is not None),
+            None,
+        ),
     )
 
 

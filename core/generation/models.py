@@ -21,8 +21,8 @@ from turnout.multimodal.vision import Vision, model_vision
 from turnout.plugin_choice import choose_plugins
 from turnout.plugin_loader import Plugins
 from turnout.reasoning.types import ReasoningParser
-from turnout.tokenizer import ModelTokenizer
-from turnout.tool_calls.types import ToolParser
+from turnout.tokenizer import ModelFilesError, ModelTokenizer
+from turnout.tool_calls.types import CallFormat, ToolParser
 from turnout.workers.adapters import Adapter
 from turnout.workers.worker import Worker
 
@@ -69,6 +69,8 @@ class ModelRuntime:
     tokenizer: ModelTokenizer
     tool_parser_name: str | None = None
     tool_parser: Callable[[], ToolParser] | None = None
+    #: How the tool parser writes one call (its optional ``call_format()``), for structural tags.
+    tool_call_format: CallFormat | None = None
     reasoning_parser_name: str | None = None
     reasoning_parser: Callable[..., ReasoningParser] | None = None
     #: Factory of the parser reading a constrained JSON array of calls (tool_choice=required).
@@ -243,7 +245,10 @@ class ModelTable:
         async with lock:
             runtime = self._runtimes.get(model_id)
             if runtime is None:
-                runtime = await asyncio.to_thread(self.build, model_id)
+                try:
+                    runtime = await asyncio.to_thread(self.build, model_id)
+                except ModelUnavailable as exc:
+                    raise exc.answer() from exc
                 self._runtimes[model_id] = runtime
         return runtime
 
@@ -261,7 +266,8 @@ class ModelTable:
         try:
             await self.runtime(model_id)
         except Exception as exc:
-            message = exc.message if isinstance(exc, ApiError) else str(exc)
+            cause = exc.__cause__ if isinstance(exc.__cause__, ModelUnavailable) else None
+            message = str(cause or (exc.message if isinstance(exc, ApiError) else exc))
             log.warning("model %r: tokenizer not loaded: %s", model_id, message)
 
     async def preload(self, model_ids: list[str]) -> None:
@@ -270,6 +276,8 @@ class ModelTable:
             try:
                 await self.runtime(model_id)
             except ApiError as exc:
+                if isinstance(exc.__cause__, ModelUnavailable):
+                    raise exc.__cause__ from None
                 raise StartupError(f"model {model_id!r}: {exc.message}") from None
 
     def choice(self, model_id: str, kind: str) -> str | None:
@@ -295,7 +303,12 @@ class ModelTable:
                 f"no tokenizer for model {model_id!r}: set models.{model_id}.tokenizer_path "
                 "(a local model directory) in the config",
             )
-        tokenizer = ModelTokenizer.from_dir(path, model.chat_template)
+        try:
+            tokenizer = ModelTokenizer.from_dir(path, model.chat_template)
+        except ModelFilesError as exc:
+            raise ModelUnavailable(
+                model_id, _tokenizer_key(config, model_id), str(exc), _files_fix(model_id)
+            ) from None
         choices = choose_plugins(model_id, config, self._plugins)
         runtime = ModelRuntime(
             model_id=model_id,
@@ -318,6 +331,8 @@ class ModelTable:
             factory = self._plugins.tool_parsers.factory(choices.tool_parser)
             runtime.tool_parser_name = choices.tool_parser
             runtime.tool_parser = factory
+            call_format = getattr(factory, "call_format", None)
+            runtime.tool_call_format = call_format() if callable(call_format) else None
             runtime.parsers_need_special_tokens |= bool(
                 getattr(factory, "needs_special_tokens", False)
             )
@@ -346,6 +361,41 @@ def _make_chat_format(model_id: str, name: str, factory: Callable[[], ChatFormat
     try:
         return factory()
     except Exception as exc:
-        raise ApiError(
-            503, f"model {model_id!r}: chat format {name!r} is unavailable: {exc}"
-        ) from None
+        reason = f"chat format {name!r} is unavailable: {exc}"
+        raise ModelUnavailable(model_id, f"models.{model_id}.chat_format", reason, reason) from None
+
+
+def _files_fix(model_id: str) -> str:
+    """What a client is told when a model's files are not usable here (their path stays out)."""
+    return (
+        "its model directory is missing or incomplete on this router's host: set "
+        f"models.{model_id}.tokenizer_path to a local copy of the model directory "
+        "(tokenizer.json, tokenizer_config.json)"
+    )
+
+
+class ModelUnavailable(StartupError):
+    """A model's runtime cannot be built. At start-up it names the config key to fix and the
+    reason (paths included, for the operator); a request for the model is answered 503 with
+    ``fix`` (no paths: clients see it)."""
+
+    def __init__(self, model_id: str, key: str, reason: str, fix: str) -> None:
+        super().__init__(f"{key}: {reason}")
+        self.model_id = model_id
+        self.fix = fix
+
+    def answer(self) -> ApiError:
+        """The 503 a request for the model gets."""
+        return ApiError(
+            503, f"model {self.model_id!r} cannot be served: {self.fix}", code="model_unavailable"
+        )
+
+
+def _tokenizer_key(config: Config, model_id: str) -> str:
+    """Where the tokenizer path of ``model_id`` came from."""
+    model = config.models.get(model_id)
+    if model is not None and model.tokenizer_path:
+        return f"models.{model_id}.tokenizer_path"
+    if config.defaults.tokenizer_path:
+        return "defaults.tokenizer_path"
+    return f"model {model_id!r}: the model directory its workers report"

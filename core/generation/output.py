@@ -11,7 +11,7 @@ import regex
 
 from turnout.chat_formats.types import ChatFormat
 from turnout.errors import bad_request
-from turnout.generation.choice import CallIds, ChoiceProcessor
+from turnout.generation.choice import CallIds, ChoiceProcessor, TokenPiece
 from turnout.generation.models import ModelRuntime
 from turnout.generation.requests import SamplingFields, stop_strings
 from turnout.tokenizer.stops import StopStringMatcher, compile_stop_regexes
@@ -30,6 +30,14 @@ class OutputOptions:
     logprobs: bool
     stop_regexes: list[regex.Pattern[str]] = field(default_factory=list)
     keep_token_ids: bool = False
+    #: A hidden stop token has its logprob reported too (``/generate``, whose output ids
+    #: include it); elsewhere logprobs cover the text's tokens.
+    stop_token_logprobs: bool = False
+    #: Logprob tokens are named ``token_id:<id>`` (vLLM's ``return_tokens_as_token_ids``).
+    tokens_as_ids: bool = False
+    #: At most this many alternatives per token (``None``: what the worker sent; the worker
+    #: may be asked for more, for the prompt's logprobs).
+    top_logprobs: int | None = None
     tools: Tools = None
     tool_parser: Callable[[], ToolParser] | None = None
     #: The tool parser's registered name (attributes its failures).
@@ -67,6 +75,19 @@ def output_options(request: SamplingFields, **extra: Any) -> OutputOptions:
     )
 
 
+def token_piece(runtime: ModelRuntime, options: OutputOptions) -> TokenPiece:
+    """The text and bytes of logprob tokens: the token's text, or ``token_id:<id>`` (vLLM's
+    ``return_tokens_as_token_ids``; the bytes stay the token's own)."""
+    piece: TokenPiece = runtime.tokenizer.pieces.piece
+    if not options.tokens_as_ids:
+        return piece
+
+    def by_id(token_id: int) -> tuple[str, bytes]:
+        return f"token_id:{token_id}", piece(token_id)[1]
+
+    return by_id
+
+
 def make_processors(
     runtime: ModelRuntime, options: OutputOptions, first_index: int = 0
 ) -> list[ChoiceProcessor]:
@@ -81,7 +102,7 @@ def make_processors(
     # special tokens are shown at the client's wish (not where only the parsers need them).
     shown = options.no_stop_trim and not options.skip_special_tokens
     hidden = frozenset() if shown else runtime.stop_token_ids
-    token_piece = tokenizer.pieces.piece if options.logprobs else None
+    piece = token_piece(runtime, options) if options.logprobs else None
     processors = []
     for index in range(first_index, first_index + options.n):
         tool_parser = options.tool_parser() if options.tool_parser is not None else None
@@ -111,8 +132,10 @@ def make_processors(
                     getattr(tool_parser, "call_id_style", "openai"), options.history_calls
                 ),
                 hidden_stop_ids=hidden,
-                token_piece=token_piece,
+                token_piece=piece,
                 keep_token_ids=options.keep_token_ids,
+                stop_token_logprobs=options.stop_token_logprobs,
+                top_logprobs=options.top_logprobs,
                 max_calls=options.max_calls,
                 tool_parser_name=options.tool_parser_name,
                 reasoning_parser_name=runtime.reasoning_parser_name,

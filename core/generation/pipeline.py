@@ -7,8 +7,9 @@ import time
 from typing import Protocol
 
 from turnout.errors import ApiError, bad_request
-from turnout.generation.choice import ChoiceProcessor
-from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, Usage
+from turnout.generation.choice import ChoiceProcessor, TokenPiece
+from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, PromptLogprobs, Usage
+from turnout.generation.prompt_logprobs import read_prompt_logprobs
 from turnout.routing.types import RoutingRequest
 from turnout.tokenizer.stops import StopRegexTimeout
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
@@ -86,6 +87,7 @@ class SessionEvents:
         "_meter",
         "_processors",
         "_prompt_index",
+        "_prompt_logprobs",
         "_prompt_tokens",
         "_reasoning",
         "_remaining",
@@ -104,11 +106,16 @@ class SessionEvents:
         worker_streams: bool = True,
         prompt_index: int = 0,
         meter: StreamMeter | None = None,
+        prompt_logprobs: tuple[TokenPiece, int] | None = None,
     ) -> None:
+        """``prompt_logprobs``: the prompt's logprobs were asked for; its tokens' text and how
+        many alternatives to keep (a :class:`PromptLogprobs` event comes first)."""
         # One object per stream, not a walker and its state: an open stream waits long between
         # batches, and every object it keeps is walked by each young garbage collection.
         self.session = session
         self._prompt_index = prompt_index
+        #: Set until the prompt's logprobs were handed out.
+        self._prompt_logprobs = prompt_logprobs
         #: Every choice ended: the last batch's events were handed out.
         self.ended = False
         self._finished = False
@@ -233,6 +240,8 @@ class SessionEvents:
         if prompt_tokens > self._prompt_tokens or cached_tokens > self._cached_tokens:
             self._prompt_tokens = max(self._prompt_tokens, prompt_tokens)
             self._cached_tokens = max(self._cached_tokens, cached_tokens)
+        if self._prompt_logprobs is not None and chunk.HasField("input_logprobs"):
+            self._prompt_event(chunk.input_logprobs, events)
         processors = self._processors
         index = chunk.index  # a bad one fails in _processor()
         processor = processors[index] if index < len(processors) else _processor(processors, index)
@@ -252,6 +261,8 @@ class SessionEvents:
     def _complete(self, done: pb.GenerateComplete, events: list[Event]) -> None:
         self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
         self._cached_tokens = max(self._cached_tokens, done.cached_tokens)
+        if self._prompt_logprobs is not None and done.HasField("input_logprobs"):
+            self._prompt_event(done.input_logprobs, events)
         processor = _processor(self._processors, done.index)
         if processor.done:
             return
@@ -267,6 +278,14 @@ class SessionEvents:
             reason, matched, done.completion_tokens or None, done.reasoning_tokens
         )
         self._ended(tail, end, events)
+
+    def _prompt_event(self, given: pb.InputLogProbs, events: list[Event]) -> None:
+        """The prompt's logprobs, once (each choice's first message may repeat them)."""
+        assert self._prompt_logprobs is not None
+        piece, top = self._prompt_logprobs
+        self._prompt_logprobs = None
+        tokens = read_prompt_logprobs(given, piece, top)
+        events.append(PromptLogprobs(self._prompt_index, tokens))
 
     def _ended(self, tail: ChoiceDelta | None, end: ChoiceEnd, events: list[Event]) -> None:
         if tail is not None:

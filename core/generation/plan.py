@@ -44,6 +44,9 @@ class Plan:
     stream: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    #: Ask for the prompt's logprobs, with this many alternatives per token (``None``: not
+    #: asked; the worker is asked for the larger of this and ``top_logprobs``).
+    prompt_logprobs: int | None = None
     #: Ask the worker to count reasoning tokens.
     require_reasoning: bool = False
     #: The worker request id (``<id>-<k>`` for prompt ``k`` of several); ``None``: the

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from turnout.errors import ApiError
+from turnout.tenants import current_admission
 from turnout.tokenizer import TooManyTokens
 from turnout.tokenizer.model_tokenizer import OFF_LOOP_CHARS
 from turnout.tokenizer.offload import offloader
@@ -150,6 +151,21 @@ async def encode_prompts(
 def check_prompt_ids(runtime: ModelRuntime, ids: list[int], param: str) -> None:
     """A 400 when a prompt's token ids are empty or more than the model's context allows."""
     _check_ids(ids, runtime.prompt_limit(), param)
+
+
+def check_prompt_fits(
+    runtime: ModelRuntime, tokens: int, param: str, *, n: int, max_tokens: int | None
+) -> None:
+    """From a count, before the work that makes the prompt (decoding its images): a 400 when
+    a prompt of ``tokens`` tokens is more than the model's context allows, a 429 when the
+    request (prompt + ``max_tokens`` per choice) could never fit its tenant's token window."""
+    limit = runtime.prompt_limit()
+    if limit is not None and tokens > limit.max_prompt_tokens:
+        raise _too_long(limit, tokens, param, at_least=False)
+    admission = current_admission()
+    if admission is not None:
+        context = limit.context_length if limit is not None else None
+        admission.refuse_oversized(tokens, n=n, max_tokens=max_tokens, context_length=context)
 
 
 def _check_ids(ids: list[int], limit: PromptLimit | None, param: str) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from turnout.errors import bad_request
+from turnout.tool_calls.types import CallFormat
 
 #: Parser used when the worker is constrained to a JSON array of calls.
 CONSTRAINED_ARRAY_PARSER = "json"
@@ -29,6 +30,9 @@ class ToolPlan:
     mode: str
     forced_name: str | None = None
     json_schema: str | None = None
+    #: An xgrammar structural tag (JSON): calls in the model's own format, their arguments
+    #: kept to the tools' schemas, or content in the response format.
+    structural_tag: str | None = None
 
 
 def _tool_name(tool: Mapping[str, Any], index: int) -> str:
@@ -119,11 +123,15 @@ def plan_tools(
     has_parser: bool,
     *,
     parallel: bool = True,
+    call_format: CallFormat | None = None,
 ) -> ToolPlan:
     """Check the request's tool fields and decide how tools are handled.
 
     ``parallel`` is the request's ``parallel_tool_calls``; without it the output holds at most
     one call (the chat handler drops later ones; ``required`` is constrained to one).
+    ``call_format`` is how the model's tool parser writes a call, when it says: under ``auto``,
+    ``strict`` tools or a response format then become a structural tag, so the model may still
+    call tools (see :func:`_auto_tag`).
     """
     response_schema = _response_format_schema(response_format)
     names = [_tool_name(tool, i) for i, tool in enumerate(tools or [])]
@@ -182,7 +190,45 @@ def plan_tools(
         raise bad_request(
             "tool_choice must be 'none', 'auto', 'required' or name a function", "tool_choice"
         )
+    if has_parser and call_format is not None:
+        strict = any(tool["function"].get("strict") is True for tool in selected)
+        if strict or response_schema is not None:
+            tag = _auto_tag(selected, call_format, response_schema, parallel)
+            return ToolPlan(tools, selected, "model", structural_tag=tag)
     return ToolPlan(tools, selected, "model" if has_parser else "off", json_schema=response_schema)
+
+
+def _auto_tag(
+    tools: Sequence[Mapping[str, Any]],
+    call_format: CallFormat,
+    response_schema: str | None,
+    parallel: bool,
+) -> str:
+    """The structural tag of ``tool_choice: auto``: text with calls in the model's format,
+    each call's arguments valid under its tool's parameters; with a response format, either
+    calls or content valid under the format (OpenAI's rule: the model may call tools, and its
+    final answer follows the format)."""
+    calls: dict[str, Any] = {
+        "type": "triggered_tags",
+        "triggers": [call_format.trigger],
+        "tags": [
+            {
+                "type": "tag",
+                "begin": call_format.begin_for(tool["function"]["name"]),
+                "content": {"type": "json_schema", "json_schema": _parameters(tool)},
+                "end": call_format.end,
+            }
+            for tool in tools
+        ],
+        "at_least_one": False,
+        "stop_after_first": not parallel,
+    }
+    if response_schema is None:
+        shape: dict[str, Any] = calls
+    else:
+        answer = {"type": "json_schema", "json_schema": json.loads(response_schema)}
+        shape = {"type": "or", "elements": [{**calls, "at_least_one": True}, answer]}
+    return json.dumps({"type": "structural_tag", "format": shape}, ensure_ascii=False)
 
 
 def _response_format_schema(response_format: dict[str, Any] | None) -> str | None:

@@ -144,7 +144,8 @@ def worker_requests(
                 original_text=prompt.text,
                 stream=worker_streams,
                 return_logprob=plan.logprobs,
-                top_logprobs_num=plan.top_logprobs,
+                top_logprobs_num=max(plan.top_logprobs, plan.prompt_logprobs or 0),
+                prompt_logprobs_start=None if plan.prompt_logprobs is None else 0,
                 require_reasoning=plan.require_reasoning,
                 lora_id=plan.lora_id,
             )

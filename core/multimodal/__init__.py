@@ -1,7 +1,7 @@
-"""Multimodal inputs: images from ``data:`` URIs and allowed ``https`` URLs, checked and decoded
-with Pillow (see :mod:`turnout.multimodal.images`), with typed errors the endpoints answer 400;
-Qwen2-VL's preprocessing (:mod:`turnout.multimodal.qwen2_vl`) and the ``MultimodalInputs``
-message SGLang workers read (:mod:`turnout.multimodal.mm_inputs`)."""
+"""Multimodal inputs: images from ``data:`` URIs and allowed ``https`` URLs, checked from their
+headers and then decoded with Pillow (see :mod:`turnout.multimodal.loading`), with typed errors
+the endpoints answer 400; Qwen2-VL's preprocessing (:mod:`turnout.multimodal.qwen2_vl`) and the
+``MultimodalInputs`` message SGLang workers read (:mod:`turnout.multimodal.mm_inputs`)."""
 
 from turnout.multimodal.errors import (
     BadImage,
@@ -12,10 +12,18 @@ from turnout.multimodal.errors import (
     TooManyImages,
 )
 from turnout.multimodal.fetch import FetchedImage, ImageFetcher
-from turnout.multimodal.images import LoadedImage, decode_data_uri, decode_image, load_images
+from turnout.multimodal.images import (
+    EncodedImage,
+    LoadedImage,
+    decode_data_uri,
+    decode_image,
+    probe_image,
+)
+from turnout.multimodal.loading import decode_images, load_images, read_images
 
 __all__ = [
     "BadImage",
+    "EncodedImage",
     "FetchedImage",
     "ImageError",
     "ImageFetchFailed",
@@ -26,5 +34,8 @@ __all__ = [
     "TooManyImages",
     "decode_data_uri",
     "decode_image",
+    "decode_images",
     "load_images",
+    "probe_image",
+    "read_images",
 ]

@@ -22,31 +22,40 @@ IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 #: Decides whether a resolved address may be connected to.
 AddressFilter = Callable[[IPAddress], bool]
 
+_GLOBAL_UNICAST: Final = ipaddress.ip_network("2000::/3")
+_IPV4_MAPPED: Final = ipaddress.ip_network("::ffff:0:0/96")
+#: The well-known NAT64 prefix (RFC 6052): reaches the IPv4 address in its last 32 bits.
 _NAT64: Final = ipaddress.ip_network("64:ff9b::/96")
+#: Inside the global unicast space but not public, and unknown to some Python versions.
+_NOT_PUBLIC_V6: Final = (ipaddress.ip_network("3fff::/20"),)  # documentation (RFC 9637)
 
 
-def _embedded_ipv4(address: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
-    """The IPv4 address an IPv6 one carries (mapped, 6to4, Teredo, NAT64), if any."""
-    if address.ipv4_mapped is not None:
-        return address.ipv4_mapped
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address.teredo is not None:
-        return address.teredo[1]
-    if address in _NAT64:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
+def _public_ipv6(address: ipaddress.IPv6Address) -> bool:
+    """Public: an IPv4-mapped or well-known NAT64 address around a public IPv4 address, or a
+    global unicast address (2000::/3) that is not documentation, benchmarking… and does not
+    wrap a non-public IPv4 address (6to4, Teredo).
+
+    Everything outside 2000::/3 is refused, whatever Python's ``is_global`` says of it: the
+    IPv4-compatible ``::a.b.c.d`` (``::7f00:1`` is 127.0.0.1), the IPv4-translated
+    ``::ffff:0:a.b.c.d``, local-use NAT64 (64:ff9b:1::/48, RFC 8215), site-local (fec0::/10),
+    unique-local, link-local, multicast and what is reserved now or later."""
+    if address.scope_id:
+        return False
+    if address in _IPV4_MAPPED or address in _NAT64:
+        return is_public_address(ipaddress.IPv4Address(int(address) & 0xFFFFFFFF))
+    if address not in _GLOBAL_UNICAST or any(address in net for net in _NOT_PUBLIC_V6):
+        return False
+    inner = address.sixtofour or (address.teredo[1] if address.teredo else None)
+    if inner is not None and not is_public_address(inner):
+        return False
+    return address.is_global
 
 
 def is_public_address(address: IPAddress) -> bool:
     """A globally routable unicast address: not private, loopback, link-local, shared (CGNAT),
     reserved, multicast or unspecified, also when wrapped in an IPv6 address."""
     if isinstance(address, ipaddress.IPv6Address):
-        inner = _embedded_ipv4(address)
-        if inner is not None and not is_public_address(inner):
-            return False
-        if address.scope_id:
-            return False
+        return _public_ipv6(address)
     return address.is_global and not address.is_multicast
 
 

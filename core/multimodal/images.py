@@ -1,21 +1,19 @@
-"""Image inputs: from ``data:`` URIs or allowed ``https`` URLs to checked, decoded images.
+"""One image: a ``data:`` URI's bytes, the checks read from an image's header, its decoding.
 
-:func:`load_images` takes a request's image sources (URLs in the order the prompt shows them)
-and returns :class:`LoadedImage`\\ s, or raises the first :class:`ImageError` (a 400 for the
-client). The checks, in order: the number of images; per image the URL policy (see
-:mod:`turnout.multimodal.fetch`) or the data URI's form and media type, the encoded size, the
-format (only the configured Pillow decoders are tried), the pixel count read from the header
-*before* decoding (decompression bombs), no animation, then a full decode that must succeed.
-Decoding runs in a worker thread, never on the event loop.
+The checks, in order: the data URI's form and media type, the encoded size, the format (only
+the configured Pillow decoders are tried), the pixel count read from the header *before*
+decoding (decompression bombs) and no animation; :func:`probe_image` stops there (no pixel is
+decoded), :func:`decode_image` then decodes, which must succeed. Both block: the request's
+images are read and decoded by :mod:`turnout.multimodal.loading`, in threads.
 """
 
 from __future__ import annotations
 
-import asyncio
 import binascii
+import contextlib
 import hashlib
 import io
-from collections.abc import Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 from urllib.parse import unquote_to_bytes
@@ -23,15 +21,15 @@ from urllib.parse import unquote_to_bytes
 from PIL import Image, UnidentifiedImageError
 
 from turnout.config import IMAGE_FORMATS, ImagesConfig
-from turnout.multimodal.errors import BadImage, ImageError, ImageTooLarge, TooManyImages
-from turnout.multimodal.fetch import ImageFetcher
+from turnout.multimodal.errors import BadImage, ImageError, ImageTooLarge
 
 __all__ = [
     "SUPPORTED_FORMATS",
+    "EncodedImage",
     "LoadedImage",
     "decode_data_uri",
     "decode_image",
-    "load_images",
+    "probe_image",
 ]
 
 #: The media types of each format the config may allow.
@@ -45,6 +43,19 @@ _MEDIA_TYPES: Final = {
 }
 SUPPORTED_FORMATS: Final = IMAGE_FORMATS
 assert set(_MEDIA_TYPES) == SUPPORTED_FORMATS, "a configurable format without its media types"
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedImage:
+    """An image's bytes, checked from its header and not decoded."""
+
+    data: bytes
+    #: Lower-case Pillow format name (``png``…).
+    format: str
+    #: (width, height) in pixels, as the header says.
+    size: tuple[int, int]
+    #: ``data`` or the https URL it was downloaded from (after redirects).
+    source: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,12 +108,28 @@ def decode_data_uri(uri: str, config: ImagesConfig) -> bytes:
     return data
 
 
-def decode_image(data: bytes, config: ImagesConfig, source: str = "data") -> LoadedImage:
-    """Decode ``data`` under ``config``'s format and pixel limits (blocking: call in a thread)."""
+@contextlib.contextmanager
+def _pillow_errors(config: ImagesConfig) -> Iterator[None]:
+    """Pillow's exceptions as :class:`ImageError`\\ s."""
+    try:
+        yield
+    except ImageError:
+        raise
+    except UnidentifiedImageError:
+        raise BadImage(f"not an image in an allowed format ({', '.join(config.formats)})") from None
+    except Image.DecompressionBombError:
+        raise ImageTooLarge("the image has too many pixels") from None
+    except (OSError, SyntaxError, ValueError, EOFError) as exc:
+        raise BadImage(f"the image cannot be decoded ({exc})") from None
+
+
+def _open(data: bytes, config: ImagesConfig) -> Image.Image:
+    """The image of ``data`` opened (its header read, no pixel decoded) and checked: size,
+    format, pixel count, no animation."""
     if len(data) > config.max_bytes:
         raise ImageTooLarge(f"the image is larger than {config.max_bytes} bytes")
     formats = [name.upper() for name in config.formats]
-    try:
+    with _pillow_errors(config):
         # Opening reads the header only; Pillow's own bomb check (MAX_IMAGE_PIXELS, above the
         # config's highest max_pixels) stays as a second line.
         image = Image.open(io.BytesIO(data), formats=formats)
@@ -113,66 +140,24 @@ def decode_image(data: bytes, config: ImagesConfig, source: str = "data") -> Loa
             raise ImageTooLarge(
                 f"the image has {width}x{height} pixels, more than {config.max_pixels}"
             )
-        if getattr(image, "n_frames", 1) > 1:
+        if getattr(image, "n_frames", 1) > 1:  # counted from the frame headers
             raise BadImage("animated images are not supported")
+    return image
+
+
+def probe_image(data: bytes, config: ImagesConfig, source: str = "data") -> EncodedImage:
+    """``data`` checked from its header under ``config``, not decoded (blocking: call in a
+    thread; cheap, but some formats walk their frame headers)."""
+    image = _open(data, config)
+    return EncodedImage(data, (image.format or "").lower(), image.size, source)
+
+
+def decode_image(data: bytes, config: ImagesConfig, source: str = "data") -> LoadedImage:
+    """Decode ``data`` under ``config``'s format and pixel limits (blocking: call in a thread;
+    a request's images go through :func:`decode_images`, which bounds how many decode at
+    once)."""
+    image = _open(data, config)
+    with _pillow_errors(config):
         image.load()
-    except ImageError:
-        raise
-    except UnidentifiedImageError:
-        raise BadImage(f"not an image in an allowed format ({', '.join(config.formats)})") from None
-    except Image.DecompressionBombError:
-        raise ImageTooLarge("the image has too many pixels") from None
-    except (OSError, SyntaxError, ValueError, EOFError) as exc:
-        raise BadImage(f"the image cannot be decoded ({exc})") from None
     name = (image.format or "").lower()
     return LoadedImage(image, name, hashlib.sha256(data).hexdigest(), len(data), source)
-
-
-async def _load_one(url: str, config: ImagesConfig, fetcher: ImageFetcher) -> LoadedImage:
-    if url[:5].lower() == "data:":
-        data = decode_data_uri(url, config)
-        source = "data"
-    else:
-        fetched = await fetcher.fetch(url)
-        data, source = fetched.data, fetched.url
-    return await asyncio.to_thread(decode_image, data, config, source)
-
-
-async def load_images(
-    urls: Sequence[str], config: ImagesConfig, fetcher: ImageFetcher | None = None
-) -> list[LoadedImage]:
-    """Every image of a request, in order; the first failure (by position) is raised with
-    its index, and the other downloads are cancelled."""
-    if len(urls) > config.max_images:
-        raise TooManyImages(
-            f"the request has {len(urls)} images, more than the {config.max_images} allowed"
-        )
-    fetcher = fetcher or ImageFetcher(config)
-    for index, url in enumerate(urls):  # refuse what is not allowed before fetching anything
-        if not isinstance(url, str) or not url:
-            raise BadImage("an image needs a data: URI or an https URL", index)
-        if url[:5].lower() != "data:":
-            try:
-                fetcher.check_url(url)
-            except ImageError as exc:
-                raise type(exc)(str(exc), index) from None
-    if not urls:
-        return []
-    tasks = [asyncio.ensure_future(_load_one(url, config, fetcher)) for url in urls]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-    finally:  # the others are not needed once one failed (or the caller went away)
-        for task in tasks:
-            task.cancel()
-        outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-    images: list[LoadedImage] = []
-    for index, outcome in enumerate(outcomes):
-        if isinstance(outcome, ImageError):
-            raise type(outcome)(str(outcome), index) from None
-        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
-            raise outcome
-        if isinstance(outcome, LoadedImage):
-            images.append(outcome)
-    if len(images) != len(urls):  # pragma: no cover - a failure was raised above
-        raise RuntimeError("an image load was cancelled")
-    return images

@@ -21,7 +21,18 @@ from turnout.multimodal.errors import BadImage
 from turnout.multimodal.qwen2_vl import ProcessedImage
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
-__all__ = ["expand_image_tokens", "multimodal_inputs"]
+__all__ = ["check_placeholders", "expand_image_tokens", "multimodal_inputs"]
+
+
+def check_placeholders(input_ids: Sequence[int], image_token_id: int, images: int) -> None:
+    """:class:`BadImage` unless the prompt holds one ``image_token_id`` per image (the chat
+    template dropped or added one)."""
+    found = input_ids.count(image_token_id)
+    if found != images:
+        raise BadImage(
+            f"the prompt has {found} image placeholders for {images} images; "
+            "the chat template must show every image once"
+        )
 
 
 def expand_image_tokens(
@@ -30,12 +41,7 @@ def expand_image_tokens(
     """The prompt with the i-th ``image_token_id`` repeated ``images[i].tokens`` times, and
     each image's (offset, length) in it. :class:`BadImage` when the prompt does not hold one
     placeholder per image (the chat template dropped or added one)."""
-    found = sum(1 for token in input_ids if token == image_token_id)
-    if found != len(images):
-        raise BadImage(
-            f"the prompt has {found} image placeholders for {len(images)} images; "
-            "the chat template must show every image once"
-        )
+    check_placeholders(input_ids, image_token_id, len(images))
     expanded: list[int] = []
     ranges: list[tuple[int, int]] = []
     next_image = 0
@@ -55,7 +61,8 @@ def multimodal_inputs(
     placeholders: Sequence[tuple[int, int]],
     image_token_id: int,
 ) -> pb.MultimodalInputs:
-    """One ``MultimodalInputs`` for all of a request's images, as SGLang's servicer reads it."""
+    """One ``MultimodalInputs`` for all of a request's images, as SGLang's servicer reads it
+    (blocking for large images: call it in a thread)."""
     if not images:
         raise ValueError("a MultimodalInputs message needs at least one image")
     dims = {image.patch_dim for image in images}
@@ -63,12 +70,7 @@ def multimodal_inputs(
         raise ValueError(f"images of one request differ in patch size: {sorted(dims)}")
     patches = sum(image.patches for image in images)
     grids = [value for image in images for value in image.grid_thw]
-    return pb.MultimodalInputs(
-        pixel_values=pb.TensorData(
-            data=b"".join(image.pixel_values for image in images),
-            shape=[patches, dims.pop()],
-            dtype="float32",
-        ),
+    message = pb.MultimodalInputs(
         model_specific_tensors={
             "image_grid_thw": pb.TensorData(
                 data=struct.pack(f"<{len(grids)}q", *grids),
@@ -80,3 +82,10 @@ def multimodal_inputs(
         im_token_id=image_token_id,
         modalities=["image"],
     )
+    # Set in place: a TensorData passed to the constructor would be copied once more (the
+    # pixels are ~19 KB per image token, so hundreds of MB for a few large images).
+    pixels = message.pixel_values
+    pixels.data = b"".join(image.pixel_values for image in images)
+    pixels.shape.extend([patches, dims.pop()])
+    pixels.dtype = "float32"
+    return message

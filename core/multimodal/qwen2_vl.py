@@ -115,12 +115,22 @@ class Qwen2VLVision:
             rescale_factor=float(data.get("rescale_factor", defaults.rescale_factor)),
         )
 
+    def resized(self, width: int, height: int) -> tuple[int, int]:
+        """(rows, columns) in pixels that an image of ``width`` x ``height`` is resized to;
+        ``ValueError`` for an aspect ratio the model cannot take."""
+        factor = self.patch_size * self.merge_size
+        return smart_resize(height, width, factor, self.min_pixels, self.max_pixels)
+
+    def image_tokens(self, width: int, height: int) -> int:
+        """Placeholder tokens an image of this size takes, known from its size alone (before
+        it is decoded); ``ValueError`` as :meth:`resized`."""
+        rows, cols = self.resized(width, height)
+        return (rows // self.patch_size) * (cols // self.patch_size) // self.merge_size**2
+
     def preprocess(self, image: Image.Image) -> ProcessedImage:
         """Pixel values and grid of one decoded image (blocking: run it in a thread)."""
+        rows, cols = self.resized(*image.size)
         rgb = _rgb(image)
-        width, height = rgb.size
-        factor = self.patch_size * self.merge_size
-        rows, cols = smart_resize(height, width, factor, self.min_pixels, self.max_pixels)
         resized = rgb.resize((cols, rows), Image.Resampling.BICUBIC)
         # x * rescale then (x - mean) / std, as one linear map per channel (Pillow's float path)
         stats = zip(resized.split(), self.image_mean, self.image_std, strict=True)
@@ -130,20 +140,31 @@ class Qwen2VLVision:
         ]
         patch, merge, frames = self.patch_size, self.merge_size, self.temporal_patch_size
         grid_h, grid_w = rows // patch, cols // patch
-        out = bytearray()
+        # A column of patches, one patch wide, holds each of its patches as one contiguous run
+        # of its raster bytes: a few crops per channel, then only slicing (no Python work per
+        # pixel or per patch crop, which held the GIL for most of a second per large image).
+        run = patch * patch * 4
+        columns = [
+            [
+                memoryview(
+                    channel.crop((j * patch, 0, (j + 1) * patch, rows)).tobytes("raw", "F;32F")
+                )
+                for j in range(grid_w)
+            ]
+            for channel in channels
+        ]
+        pieces: list[memoryview] = []
         for block_row in range(grid_h // merge):
             for block_col in range(grid_w // merge):
                 for row in range(merge):
+                    start = (block_row * merge + row) * run
                     for col in range(merge):
-                        top = (block_row * merge + row) * patch
-                        left = (block_col * merge + col) * patch
-                        box = (left, top, left + patch, top + patch)
-                        for channel in channels:
-                            values = channel.crop(box).tobytes("raw", "F;32F")
-                            out += values * frames
+                        j = block_col * merge + col
+                        for by_column in columns:
+                            pieces.extend([by_column[j][start : start + run]] * frames)
         patches = grid_h * grid_w
         return ProcessedImage(
-            pixel_values=bytes(out),
+            pixel_values=b"".join(pieces),
             patches=patches,
             patch_dim=3 * frames * patch * patch,
             grid_thw=(1, grid_h, grid_w),

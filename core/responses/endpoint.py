@@ -183,6 +183,8 @@ class ResponsesApi:
             async def keep(finished: dict[str, Any]) -> None:
                 try:
                     await store.put(StoredResponse(finished, context.items, context.tenant))
+                except ApiError:
+                    pass  # the store is unavailable (the answer stands): it warns about that
                 except Exception as exc:  # the answer stands; only follow-ups will miss it
                     log.warning("response %s could not be stored: %s", finished["id"], exc)
 

@@ -105,7 +105,7 @@ class ResponsesRenderer:
             elif isinstance(event, ChoiceEnd):
                 self._end = event
                 self._close_all(out)
-            else:
+            elif isinstance(event, Usage):
                 self._usage = event
         return out
 

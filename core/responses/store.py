@@ -11,7 +11,8 @@ responses of the chain are gone.
 (least recently used first out) and forgotten after a time to live. :class:`RedisResponseStore`
 keeps them in Redis, shared by every serving process and replica, each under its time to live;
 every call has a deadline, and a store that fails or misses it answers 503 (reads) or is
-logged (writes: the answer stands, only a follow-up misses it).
+logged (writes: the answer stands, only a follow-up misses it). After a few failures in a row,
+calls fail at once until a retry finds Redis back (:class:`~turnout.responses.breaker.Breaker`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import msgspec
 from turnout.config import ResponsesConfig
 from turnout.errors import ApiError
 from turnout.redis_pool import redis_pool
+from turnout.responses.breaker import Breaker
 from turnout.tenants.context import current_tenant
 
 log = logging.getLogger(__name__)
@@ -227,6 +229,8 @@ class RedisResponseStore:
     def __init__(
         self, url: str, *, key_prefix: str, ttl_s: float, max_bytes: int, timeout_s: float
     ) -> None:
+        #: Fails calls at once while Redis keeps failing or hanging.
+        self._breaker = Breaker("response store")
         self._pool = redis_pool(
             url, timeout_s=timeout_s, max_connections=MAX_CONNECTIONS, setting="responses.storage"
         )
@@ -278,12 +282,23 @@ class RedisResponseStore:
                 await self._pool.aclose()
 
     async def _call(self, operation: Awaitable[Any]) -> Any:
+        breaker = self._breaker
+        if not breaker.admit():
+            close = getattr(operation, "close", None)  # a coroutine that will never run
+            if close is not None:
+                close()
+            raise StoreUnavailable()
         try:
             async with asyncio.timeout(self._timeout_s):
-                return await operation
+                result = await operation
+        except asyncio.CancelledError:
+            breaker.abandoned()
+            raise
         except Exception as exc:
-            log.warning("response store: %s", _reason(exc, self._timeout_s))
+            breaker.failed(_reason(exc, self._timeout_s))
             raise StoreUnavailable() from exc
+        breaker.succeeded()
+        return result
 
 
 def _reason(exc: BaseException, timeout_s: float) -> str:

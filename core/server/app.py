@@ -15,6 +15,7 @@ from litestar.types import ASGIApp, ControllerRouterHandler, Receive, Scope, Sen
 from turnout.config import Config, ServerConfig
 from turnout.discovery import DiscoveryManager, describe_discovery
 from turnout.embeddings import EmbeddingRequest, embed
+from turnout.embeddings.vectors import EmbeddingResponse
 from turnout.generation import chat, completions, generate
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Endpoint
@@ -44,8 +45,10 @@ from turnout.server.info import info_routes
 from turnout.server.metered_dispatch import MeteredDispatch
 from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import ENDPOINT_APP, OpsMiddleware, OpsState, gate_middleware
-from turnout.server.openapi import REQUEST_BODY, openapi_config
+from turnout.server.openapi import EVENT_STREAM, REQUEST_BODY, RESPONSE_BODY, openapi_config
+from turnout.server.operator_routes import operator_routes
 from turnout.server.options import allow_every_method
+from turnout.server.preflight import preloaded_models
 from turnout.server.protocol import decode_body, read_body
 from turnout.server.reload import admin_reload, install_sighup
 from turnout.server.respond import answer_generated, answer_json
@@ -126,7 +129,7 @@ def _generation_route(
         path,
         name=prefix,
         status_code=200,
-        opt={REQUEST_BODY: body_type, ENDPOINT_APP: app},
+        opt={REQUEST_BODY: body_type, ENDPOINT_APP: app, EVENT_STREAM: True},
         summary=body_type.__doc__.split("\n")[0].strip("`. ") if body_type.__doc__ else None,
         description=endpoint.description,
     )
@@ -140,7 +143,7 @@ def _generation_route(
     "/v1/embeddings",
     name="embd",
     status_code=200,
-    opt={REQUEST_BODY: EmbeddingRequest},
+    opt={REQUEST_BODY: EmbeddingRequest, RESPONSE_BODY: EmbeddingResponse},
     summary="Embeddings",
     description="Embed text or token ids: one Embed call on a worker per input.",
 )
@@ -153,17 +156,6 @@ async def embeddings_route(
     response = answer_json(answer)
     response.headers["x-request-id"] = ctx.request_id
     return response
-
-
-def _configured_models(config: Config) -> list[str]:
-    """Models whose tokenizer is known from the config alone (loaded at start-up)."""
-    with_workers = {w.model for w in config.workers if w.model}
-    return sorted(
-        m
-        for m in with_workers | set(config.models)
-        if (config.models[m].tokenizer_path if m in config.models else None)
-        or config.defaults.tokenizer_path
-    )
 
 
 def _tokenizer_hint(registry: WorkerRegistry) -> Callable[[str], str | None]:
@@ -269,7 +261,7 @@ def create_app(
         )
         provide_services.services = services
 
-        await models.preload(_configured_models(config))
+        await models.preload(preloaded_models(config))
         if ops.limiter is not None:
             await ops.limiter.start()
         ops.metrics.workers.attach(registry.all)
@@ -328,6 +320,7 @@ def create_app(
         metrics,
         workers_router(),
         admin_reload,
+        *operator_routes(),
     ]
     app = Litestar(
         route_handlers=routes,

@@ -38,6 +38,7 @@ import socket
 import struct
 import time
 import weakref
+from array import array
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, cast
@@ -309,11 +310,36 @@ def _http_protocol() -> type[asyncio.Protocol]:
     if AutoHTTPProtocol is not HttpToolsProtocol:  # pragma: no cover
         return AutoHTTPProtocol
 
+    import httptools
+
+    class HeadParser(httptools.HttpRequestParser):
+        """httptools' parser, out of which a request head refused by a callback comes as the
+        refusal (:class:`HeadTooLarge`), which uvicorn leaves alone, rather than as the parser
+        error uvicorn answers with its 400 and an "Invalid HTTP request" warning."""
+
+        __slots__ = ()
+
+        def feed_data(self, data: bytes | bytearray | memoryview | array[int]) -> None:
+            try:
+                super().feed_data(data)
+            except httptools.HttpParserCallbackError as exc:
+                refusal = exc.__context__
+                if isinstance(refusal, HeadTooLarge):
+                    raise refusal from None
+                raise
+
     class GuardedHttpTools(HttpToolsProtocol):
         #: The head being read, counted against the limits (None: no limits).
         head_count: HeadCount | None = None
-        #: Why the head being read was refused (set by a parser callback, which raises).
+        #: Why the request head was refused (then the connection closes).
         head_refused: HeadTooLarge | None = None
+
+        def count_heads(self, limits: HeadLimits) -> None:
+            """Hold each request head to ``limits`` (before the connection is made)."""
+            self.head_count = HeadCount(limits)
+            self.parser = HeadParser(self)
+            with contextlib.suppress(AttributeError):  # as uvicorn sets up its parser
+                self.parser.set_dangerous_leniencies(lenient_data_after_close=True)
 
         def data_received(self, data: bytes) -> None:
             head = self.head_count
@@ -323,49 +349,33 @@ def _http_protocol() -> type[asyncio.Protocol]:
             if self.head_refused is not None:
                 return  # answered: closing
             events = head.events
-            super().data_received(data)  # a refusal in a callback is answered there
-            if self.head_refused is None:
-                try:
+            try:
+                super().data_received(data)
+                if not self.transport.is_closing():
                     head.fed(len(data), events)
-                except HeadTooLarge as refusal:
-                    self._refuse_head(refusal)
-
-        def send_400_response(self, msg: str) -> None:
-            # uvicorn's answer to a parser error, which a callback refusing the head raises.
-            refusal = self.head_refused
-            if refusal is None:
-                super().send_400_response(msg)
-            else:
-                self._refuse_head(refusal)
-
-        def _refuse_head(self, refusal: HeadTooLarge) -> None:
-            self.head_refused = refusal
-            self.transport.write(_response(refusal.error.status, refusal.error))
-            self.transport.close()
-
-        def _counted(self, count: Callable[[HeadCount], None]) -> None:
-            head = self.head_count
-            if head is not None:
-                try:
-                    count(head)
-                except HeadTooLarge as refusal:
-                    self.head_refused = refusal
-                    raise
+            except HeadTooLarge as refusal:
+                self.head_refused = refusal
+                self.transport.write(_response(refusal.error.status, refusal.error))
+                self.transport.close()
 
         def on_message_begin(self) -> None:
-            self._counted(HeadCount.begin)
+            if self.head_count is not None:
+                self.head_count.begin()
             super().on_message_begin()
 
         def on_url(self, url: bytes) -> None:
-            self._counted(lambda head: head.url(len(url)))
+            if self.head_count is not None:
+                self.head_count.url(len(url))
             super().on_url(url)
 
         def on_header(self, name: bytes, value: bytes) -> None:
-            self._counted(lambda head: head.field(name, value))
+            if self.head_count is not None:
+                self.head_count.field(name, value)
             super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
-            self._counted(HeadCount.complete)
+            if self.head_count is not None:
+                self.head_count.complete()
             scope = self.scope
             state = scope.get("state")
             writes: object = self.transport  # what GuardedProtocol gave it
@@ -438,8 +448,8 @@ class GuardedProtocol(asyncio.Protocol):
             app_state={**app_state, CONNECTION_KEY: self},
             _loop=_loop,
         )
-        if limits.head != HeadLimits() and hasattr(self._inner, "head_count"):
-            self._inner.head_count = HeadCount(limits.head)
+        if limits.head != HeadLimits() and hasattr(self._inner, "count_heads"):
+            self._inner.count_heads(limits.head)
         self._transport: asyncio.Transport | None = None
         #: What the inner protocol writes to (the transport, joining a head with its body).
         self._writes: JoinedWrites | None = None

@@ -26,6 +26,7 @@ from turnout.discovery import describe_discovery
 from turnout.errors import ApiError, StartupError
 from turnout.plugin_choice import policies_for, role_policies_for, validate_plugin_names
 from turnout.server.context import Services
+from turnout.server.preflight import check_policies
 from turnout.server.respond import answer_json
 from turnout.workers.ids import default_worker_id
 
@@ -36,6 +37,7 @@ async def apply_config(services: Services, new: Config) -> dict[str, list[str]]:
     """Swap in ``new``; returns what changed (workers added and drained, discovery entries
     started and stopped)."""
     validate_plugin_names(new, services.plugins)
+    check_policies(new, services.plugins)
     describe_discovery(new.discovery, services.plugins.discovery)
     registry = services.registry
     old = services.config

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import math
 import os
@@ -18,11 +17,15 @@ from litestar import Litestar
 from turnout.config import Config, ModelConfig, ServerConfig
 from turnout.errors import ConfigError, StartupError
 from turnout.observability.logs import configure_logging
+from turnout.plugin_loader import Plugins
 from turnout.server.app import create_app
 from turnout.server.collector import settle_collector
 from turnout.server.connections import ConnectionLimits, guarded_protocol
 from turnout.server.context import ReloadAll, Services
+from turnout.server.listener import bind_listener
+from turnout.server.preflight import preflight
 from turnout.server.shutdown import DrainingServer
+from turnout.server.startup_failure import OneLineStartup
 from turnout.workers.settings import WorkerSpec
 
 DEMO_MODEL = "turnout-demo"
@@ -75,6 +78,7 @@ def build(
     source: Callable[[], Config] | None = None,
     reload_all: ReloadAll | None = None,
     on_started: Callable[[Services], None] | None = None,
+    plugins: Plugins | None = None,
 ) -> tuple[Config, Litestar]:
     """The effective config and the app (with demo workers when asked). ``source`` reloads the
     config (``POST /admin/reload``, SIGHUP); the demo has none. One of several serving
@@ -111,6 +115,7 @@ def build(
 
     return config, create_app(
         config,
+        plugins=plugins,
         on_startup=announce,
         before=before,
         config_source=None if demo else source,
@@ -148,6 +153,8 @@ def serve(config: Config, *, demo: bool = False, source: Callable[[], Config] | 
             "--processes cannot be combined with --demo (each process would "
             "start its own simulated workers)"
         )
+    # What `turnout check` builds: a config it passes starts (one line and exit 2 otherwise).
+    plugins = preflight(config).plugins
     # Bind before the app starts: a taken port fails start-up with one line (exit 2), and the
     # "ready" line is only logged once clients can connect.
     listener = bind_listener(server.host, server.port)
@@ -158,28 +165,16 @@ def serve(config: Config, *, demo: bool = False, source: Callable[[], Config] | 
         from turnout.server.supervisor import serve_processes
 
         return serve_processes(config, source, listener)
-    config, app = build(config, demo=demo, source=source)
-    DrainingServer(uvicorn.Config(app, **uvicorn_settings(server))).run(sockets=[listener])
-    return 0
-
-
-def bind_listener(host: str, port: int, backlog: int = 2048) -> socket.socket:
-    """A TCP socket listening on ``host:port`` (uvicorn serves it once the app has started;
-    connections wait in the backlog until then); StartupError if it cannot."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    config, app = build(config, demo=demo, source=source, plugins=plugins)
+    wrapped = OneLineStartup(app)
+    running = DrainingServer(uvicorn.Config(wrapped, **uvicorn_settings(server)))
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(backlog)
-    except OSError as exc:
-        sock.close()
-        reason = exc.strerror or str(exc)
-        if exc.errno == errno.EADDRINUSE:
-            reason += " (another process listens there: stop it or choose --port / server.port)"
-        raise StartupError(f"cannot listen on {host}:{port}: {reason}") from None
-    sock.set_inheritable(True)
-    return sock
+        running.run(sockets=[listener])
+    except SystemExit:  # uvicorn's exit when the lifespan start-up failed
+        if running.started:
+            raise
+        raise StartupError(wrapped.failure or "start-up failed") from None
+    return 0
 
 
 def uvicorn_settings(server: ServerConfig) -> dict[str, Any]:

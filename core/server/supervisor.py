@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -36,6 +37,8 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from types import FrameType
 from typing import Any
+
+import msgspec
 
 from turnout.config import Config
 from turnout.errors import StartupError
@@ -81,7 +84,9 @@ class Supervisor:
     def __init__(
         self, config: Config, source: Callable[[], Config] | None, listener: socket.socket
     ) -> None:
-        self.config = config
+        #: Seals reasoning alike in every process when the config names no key of its own.
+        self._reasoning_key = secrets.token_urlsafe(32)
+        self.config = self._shared(config)
         self.source = source
         self.listener = listener
         self.processes: list[_Process] = []
@@ -144,7 +149,7 @@ class Supervisor:
         finally:
             theirs.close()
         process = _Process(popen, Connection(ours.detach()))
-        process.conn.send(("config", self.config))
+        self._send(process, ("config", self.config))  # if it died already, _step sees its end
         return process
 
     def _step(self) -> None:
@@ -258,6 +263,7 @@ class Supervisor:
             new = self.source()
         except StartupError as exc:
             return 400, {"message": f"the new configuration was rejected: {exc}"}
+        new = self._shared(new)
         outcome = self._apply_everywhere(new)
         if outcome.applied:
             self.config = new  # a process started from now on serves what the others do
@@ -272,6 +278,15 @@ class Supervisor:
             f"processes ({len(outcome.applied)} applied it): {reasons}",
             "code": "reload_incomplete",
         }
+
+    def _shared(self, config: Config) -> Config:
+        """``config`` with what its processes must share and it leaves to chance: one key
+        for sealed reasoning (each process would draw its own, and a reasoning item sealed by
+        one could not be opened by another)."""
+        if config.responses.reasoning_key is not None:
+            return config
+        responses = msgspec.structs.replace(config.responses, reasoning_key=self._reasoning_key)
+        return msgspec.structs.replace(config, responses=responses)
 
     def _apply_everywhere(self, new: Config) -> _Reload:
         self._reload_ids += 1
@@ -330,4 +345,12 @@ def serve_processes(
     config: Config, source: Callable[[], Config] | None, listener: socket.socket
 ) -> int:
     """Run the serving processes of ``config`` on ``listener``; the exit status."""
+    # What every process checks first, checked once here: a bad name is one line, not N.
+    from turnout.discovery import describe_discovery
+    from turnout.plugin_choice import validate_plugin_names
+    from turnout.plugin_loader import load_plugins
+
+    plugins = load_plugins()
+    validate_plugin_names(config, plugins)
+    describe_discovery(config.discovery, plugins.discovery)
     return Supervisor(config, source, listener).run()

@@ -12,6 +12,8 @@ from pathlib import Path
 import grpc
 
 from turnout import demo_model
+from turnout.errors import StartupError
+from turnout.server.listener import bind_listener
 from turnout.sim.model import ScriptError
 from turnout.sim.servicer import DEFAULT_KV_CACHE_TOKENS
 from turnout.sim.worker import (
@@ -165,6 +167,18 @@ def _check(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _port_problem(host: str, port: int) -> str | None:
+    """Why the sim cannot listen on ``host:port``, tried before gRPC does (which logs its own
+    lines and gives no reason)."""
+    if port == 0:
+        return None
+    try:
+        bind_listener(host, port, setting="--port").close()
+    except StartupError as exc:
+        return str(exc)
+    return None
+
+
 async def _serve(args: argparse.Namespace) -> int:
     sim = SimWorker(
         args.model_path or demo_model.path(),
@@ -219,7 +233,7 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``turnout sim`` / ``python -m turnout.sim``; returns the exit status."""
     args = build_parser().parse_args(argv)
-    problem = _check(args)
+    problem = _check(args) or _port_problem(args.host, args.port)
     if problem:
         print(f"turnout sim: error: {problem}", file=sys.stderr)
         return 2

@@ -19,6 +19,7 @@ import yaml
 from tokenizers import Tokenizer
 
 from turnout.sim.schema_instance import SchemaError, conforms, instance_for
+from turnout.sim.structural_tag import StructuralTagError, structural_answer
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
 __all__ = [
@@ -216,6 +217,12 @@ class SimModel:
             except (json.JSONDecodeError, SchemaError) as exc:
                 raise InvalidRequest(f"json_schema constraint is not usable: {exc}") from None
             return [text] * n  # constrained choices stay valid, so they may coincide
+        if params.WhichOneof("constraint") == "structural_tag":
+            try:
+                text = structural_answer(params.structural_tag, scripted or (last_user,))
+            except StructuralTagError as exc:
+                raise InvalidRequest(str(exc)) from None
+            return [text] * n
         replies = scripted or (last_user,)
         texts = []
         for i in range(n):

@@ -7,7 +7,7 @@ import contextlib
 import json
 import random
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Final, Literal, NoReturn
 
@@ -29,6 +29,8 @@ from turnout.sim.model import (
 )
 from turnout.sim.multimodal import InvalidMultimodal, MultimodalRecord, record_multimodal
 from turnout.sim.ranks import Rank, Running
+from turnout.sim.tokenizer_bundle import TokenizerArchive, build_archive
+from turnout.wire.proto import common_pb2
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
 
@@ -233,6 +235,14 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         self._next_rank = 0
         self._running: dict[str, Running] = {}
         self._last_receive = 0.0
+        #: Called, in order, by a successful ``FlushCache`` once no request runs: the KV cache
+        #: registers its flush here (which publishes a ``cleared`` event on the event stream).
+        self.cache_flush_hooks: list[Callable[[], None]] = []
+        #: Successful ``FlushCache`` calls so far.
+        self.cache_flushes = 0
+        #: The ``StartProfile`` request while the profiler runs; None while it does not.
+        self.profiling: common_pb2.StartProfileRequest | None = None
+        self._tokenizer_archive: TokenizerArchive | None = None
 
     @property
     def dp_size(self) -> int:
@@ -576,6 +586,93 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         if not self.knobs.lists_adapters:
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         return self.adapters.listed()
+
+    # -- run-time LoRA adapters ----------------------------------------------------------------
+
+    async def LoadLoRAAdapter(
+        self, request: pb.LoadLoRAAdapterRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.LoadLoRAAdapterResponse:
+        """Add an adapter under the caller's ``lora_id``; refused (``success`` false) when the
+        name or id is taken or a field is missing."""
+        error = self.adapters.load(
+            request.lora_name, request.lora_path, request.lora_id, pinned=request.pinned
+        )
+        return pb.LoadLoRAAdapterResponse(
+            success=not error, message=error, loaded_lora_ids=self.adapters.loaded_ids()
+        )
+
+    async def UnloadLoRAAdapter(
+        self, request: pb.UnloadLoRAAdapterRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> pb.UnloadLoRAAdapterResponse:
+        """Drop an adapter; requests naming its id are then refused (NOT_FOUND)."""
+        error = self.adapters.unload(request.lora_name, request.lora_id)
+        return pb.UnloadLoRAAdapterResponse(
+            success=not error, message=error, loaded_lora_ids=self.adapters.loaded_ids()
+        )
+
+    # -- tokenizer, cache flush, profiler -------------------------------------------------------
+
+    async def GetTokenizer(
+        self,
+        request: common_pb2.GetTokenizerRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[common_pb2.GetTokenizerChunk]:
+        """The model directory's tokenizer files as a zip in 64 KiB chunks, the SHA-256 on the
+        last (FAILED_PRECONDITION when the directory has none)."""
+        if self._tokenizer_archive is None:
+            try:
+                archive = await asyncio.to_thread(build_archive, self.model.files.path)
+            except FileNotFoundError as exc:
+                await context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+            self._tokenizer_archive = archive
+        for data, sha256 in self._tokenizer_archive.chunks():
+            yield common_pb2.GetTokenizerChunk(data=data, sha256=sha256)
+
+    async def FlushCache(
+        self, request: common_pb2.FlushCacheRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> common_pb2.FlushCacheResponse:
+        """Drop the prefix cache once no request runs, waiting up to ``timeout_s`` for that
+        (0: refuse at once while any runs), as SGLang's scheduler does."""
+        deadline = time.monotonic() + max(float(request.timeout_s), 0.0)
+        # Polled: a request leaves ``_running`` from several places, none of which signal.
+        while self._running and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(min(0.05, max(deadline - time.monotonic(), 0.0)))
+        if self._running:
+            return common_pb2.FlushCacheResponse(
+                success=False,
+                message=(
+                    f"Cache not flushed: {len(self._running)} requests are running "
+                    "(pass a timeout to wait for them)"
+                ),
+            )
+        for hook in self.cache_flush_hooks:
+            hook()
+        self.cache_flushes += 1
+        return common_pb2.FlushCacheResponse(success=True, message="Cache flushed successfully")
+
+    async def StartProfile(
+        self, request: common_pb2.StartProfileRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> common_pb2.ProfileResponse:
+        """Mark the profiler on (refused while it already is)."""
+        if self.profiling is not None:
+            return common_pb2.ProfileResponse(
+                success=False,
+                message="Profiling is already in progress. Call StopProfile first.",
+            )
+        self.profiling = request
+        return common_pb2.ProfileResponse(success=True, message="Start profiling succeeded")
+
+    async def StopProfile(
+        self, request: common_pb2.StopProfileRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> common_pb2.ProfileResponse:
+        """Mark the profiler off (refused while it is not on)."""
+        if self.profiling is None:
+            return common_pb2.ProfileResponse(
+                success=False,
+                message="Profiling is not in progress. Call StartProfile first.",
+            )
+        self.profiling = None
+        return common_pb2.ProfileResponse(success=True, message="Stop profiling succeeded")
 
     async def GetLoads(
         self, request: pb.GetLoadsRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -317,6 +317,9 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
             "multimodal": [m.as_dict() for m in records.multimodal],
             "metadata": dict(records.metadata),
             "lora_ids": dict(records.lora_ids),
+            "lora_adapters": {a.name: a.lora_id for a in worker.servicer.adapters.by_name.values()},
+            "cache_flushes": worker.servicer.cache_flushes,
+            "profiling": worker.servicer.profiling is not None,
         }
 
     async def get_counters_rpc(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:

@@ -293,6 +293,23 @@ class Admission:
         cost = reservation_size(request, context_length, self._limiter.settings.default_max_tokens)
         return await self._limiter.reserve(self, cost)
 
+    def refuse_oversized(
+        self, prompt_tokens: int, *, n: int, max_tokens: int | None, context_length: int | None
+    ) -> None:
+        """429 now when a request of this size could never fit the tenant's token window (what
+        :meth:`reserve_tokens` would refuse later): for work that is costly before the
+        reservation (decoding images). No storage round trip."""
+        per_minute = self.tenant.settings.tokens_per_minute
+        if not per_minute:
+            return
+        limiter = self._limiter
+        item = limiter.item("tokens", per_minute)
+        default = limiter.settings.default_max_tokens
+        cost = token_cost(prompt_tokens, n, max_tokens, context_length, default)
+        if cost > item.amount:
+            limiter._on_refusal(self.tenant.name, "tokens")
+            raise too_large(self.tenant.name, cost, item.amount, limiter.window_s)
+
     async def reserve_input_tokens(self, count: int) -> Reservation | None:
         """Reserve ``count`` input tokens of a request that generates none (an embedding):
         charged as they are unless its ``usage`` says otherwise; 429 when they do not fit."""
@@ -313,11 +330,27 @@ def reservation_size(
 ) -> int:
     """``prompt + n * max_tokens`` of a worker request; without ``max_tokens``, what is left
     of the context (when known) or ``default_max_tokens``."""
-    prompt = len(request.tokenized.input_ids)
     params = request.sampling_params
+    return token_cost(
+        len(request.tokenized.input_ids),
+        params.n,
+        params.max_new_tokens if params.HasField("max_new_tokens") else None,
+        context_length,
+        default_max_tokens,
+    )
+
+
+def token_cost(
+    prompt: int,
+    n: int,
+    max_tokens: int | None,
+    context_length: int | None,
+    default_max_tokens: int,
+) -> int:
+    """What :func:`reservation_size` reserves for a prompt of ``prompt`` tokens."""
     room = max(0, context_length - prompt) if context_length else None
-    if params.HasField("max_new_tokens"):
-        completion = params.max_new_tokens if room is None else min(params.max_new_tokens, room)
+    if max_tokens is not None:
+        completion = max_tokens if room is None else min(max_tokens, room)
     else:
         completion = room if room is not None else default_max_tokens
-    return prompt + max(1, params.n) * completion
+    return prompt + max(1, n) * completion

@@ -134,7 +134,11 @@ def find_stop_regex(
     for pattern in patterns:
         low, high = max(new, pos) + 1, len(text)
         if _end_sensitive(pattern):
-            while low <= high and _search(pattern, text, pos, low) is None:
+            # Starts at most REGEX_HOLD_CHARS back, as in a stream (a longer partial match
+            # is released): each of these searches is bounded, however long the text.
+            while low <= high and (
+                _search(pattern, text, max(pos, low - REGEX_HOLD_CHARS), low) is None
+            ):
                 low += 1
             high = low
         elif _search(pattern, text, pos) is not None:

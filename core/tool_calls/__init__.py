@@ -27,6 +27,7 @@ from turnout.tool_calls.json_calls import (
     TaggedCallsParser,
 )
 from turnout.tool_calls.types import (
+    CallFormat,
     CallIdStyle,
     ToolCall,
     ToolCallDelta,
@@ -54,6 +55,7 @@ __all__ = [
     "REJECTED",
     "BareJsonParser",
     "BlockCallsParser",
+    "CallFormat",
     "CallIdStyle",
     "CallShape",
     "GrammarToolParser",

@@ -17,6 +17,7 @@ from collections.abc import Generator
 from typing import ClassVar
 
 from turnout.tool_calls.base import FAILED, OK, REJECTED, CallShape, GrammarToolParser
+from turnout.tool_calls.types import CallFormat
 
 #: Characters of a function name written between special tokens.
 NAME_CHARS = re.compile(r"[^\s<>{}\[\]\"'`]*")
@@ -51,6 +52,18 @@ class BlockCallsParser(GrammarToolParser):
     ALLOW_OBJECT: ClassVar[bool] = True
     #: Accept an array of call objects after the start marker.
     ALLOW_ARRAY: ClassVar[bool] = True
+
+    @classmethod
+    def call_format(cls) -> CallFormat | None:
+        """One call as this format writes it: the first start marker, a call object with the
+        first name and arguments keys, the first end marker (None when the format takes no
+        single call object)."""
+        if not cls.START_MARKERS or not cls.ALLOW_OBJECT:
+            return None
+        start = cls.START_MARKERS[0]
+        name_key, args_key = cls.SHAPE.name_keys[0], cls.SHAPE.args_keys[0]
+        end = "}" + ("\n" + cls.END_MARKERS[0] if cls.END_MARKERS else "")
+        return CallFormat(start, f'{start}\n{{"{name_key}": "{{name}}", "{args_key}": ', end)
 
     def grammar(self) -> Generator[None, None, None]:
         markers = self.START_MARKERS + self.DROP_MARKERS

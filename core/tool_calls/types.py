@@ -59,6 +59,27 @@ class ToolParseStep:
 CallIdStyle = Literal["openai", "kimi", "mistral"]
 
 
+@dataclass(slots=True, frozen=True)
+class CallFormat:
+    """How a format writes one call, for constrained decoding (a structural tag): the text
+    ``begin`` (with ``{name}`` standing for the function's name), the arguments as a JSON
+    object, then ``end``; ``trigger`` is the text that opens every call.
+
+    A parser class offers it through an optional classmethod ``call_format()``
+    (:class:`~turnout.tool_calls.BlockCallsParser` derives it from its markers); turnout then
+    keeps ``strict`` tools and ``response_format`` beside ``tool_choice: auto`` to their
+    schemas while the model may still choose between text and calls.
+    """
+
+    trigger: str
+    begin: str
+    end: str
+
+    def begin_for(self, name: str) -> str:
+        """``begin`` for a call of function ``name``."""
+        return self.begin.replace("{name}", name)
+
+
 @runtime_checkable
 class ToolParser(Protocol):
     """What a tool-call parser plugin provides (see docs/plugins.md)."""

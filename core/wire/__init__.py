@@ -14,6 +14,7 @@ from turnout.wire.errors import (
     WorkerCallError,
     http_status_for,
 )
+from turnout.wire.proto import common_pb2 as common_pb
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.responses import matched_stop
 from turnout.wire.sampling import (
@@ -23,6 +24,7 @@ from turnout.wire.sampling import (
     build_generate_request,
     build_sampling_params,
 )
+from turnout.wire.server_stream import ServerStream, TokenizerBundle
 
 __all__ = [
     "CLIENT_ERROR_CODES",
@@ -34,11 +36,14 @@ __all__ = [
     "GenerateStream",
     "InvalidSamplingParams",
     "MalformedResponse",
+    "ServerStream",
     "StreamRefused",
+    "TokenizerBundle",
     "WorkerCallError",
     "WorkerClient",
     "build_generate_request",
     "build_sampling_params",
+    "common_pb",
     "http_status_for",
     "matched_stop",
     "parse_worker_url",

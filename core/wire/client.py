@@ -20,7 +20,9 @@ import grpc
 from google.protobuf.message import Message as ProtoMessage
 
 from turnout.wire.errors import ClientClosed, MalformedResponse, WorkerCallError
+from turnout.wire.proto import common_pb2
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
+from turnout.wire.server_stream import ServerStream, TokenizerBundle, collect_tokenizer
 from turnout.wire.transport import (
     Call,
     Channel,
@@ -30,11 +32,23 @@ from turnout.wire.transport import (
     method_path,
 )
 
-__all__ = ["ClientSettings", "GenerateStream", "WorkerClient", "parse_worker_url"]
+__all__ = [
+    "ClientSettings",
+    "GenerateStream",
+    "ServerStream",
+    "TokenizerBundle",
+    "WorkerClient",
+    "parse_worker_url",
+]
 
 log = logging.getLogger(__name__)
 
 _GENERATE_PATH = method_path("Generate")
+#: Bound of a tokenizer archive fetched with GetTokenizer.
+MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
+#: Deadline of GetTokenizer, FlushCache and the profiler calls (SGLang's profiler writes its
+#: traces before answering StopProfile).
+_ADMIN_TIMEOUT_S = 120.0
 _Response = TypeVar("_Response", bound=ProtoMessage)
 
 
@@ -339,6 +353,116 @@ class WorkerClient:
             pb.ListLoadedLoRAAdaptersRequest(),
             pb.ListLoadedLoRAAdaptersResponse,
             timeout_s or self.settings.unary_timeout,
+        )
+
+    # -- the KV-event stream, the tokenizer, admin calls ---------------------------------------
+
+    def subscribe_kv_events(
+        self,
+        start_seq: int = 0,
+        *,
+        load_records_before_first_batch: bool = False,
+        timeout_s: float | None = None,
+    ) -> ServerStream[common_pb2.KvEventBatch]:
+        """Subscribe to the worker's KV-cache events from batch ``start_seq`` on (0: from now);
+        iterate the stream for ``KvEventBatch`` es, ``aclose()`` it to unsubscribe. No deadline
+        unless ``timeout_s``: the stream lives as long as the worker."""
+        self._check_open()
+        self._used = True
+        request = common_pb2.SubscribeKvEventsRequest(
+            start_sequence_number=start_seq,
+            load_records_before_first_batch=load_records_before_first_batch,
+        )
+        method = "SubscribeKvEvents"
+        call = self._channel.call(
+            method, method_path(method), request, common_pb2.KvEventBatch, timeout_s
+        )
+        return ServerStream(call, method)
+
+    async def get_tokenizer(
+        self, *, timeout_s: float | None = None, max_bytes: int = MAX_TOKENIZER_BYTES
+    ) -> TokenizerBundle:
+        """The worker's tokenizer files as a zip, checked against the SHA-256 it sent
+        (``MalformedResponse`` when it does not match or the archive exceeds ``max_bytes``)."""
+        self._check_open()
+        self._used = True
+        method = "GetTokenizer"
+        call = self._channel.call(
+            method,
+            method_path(method),
+            common_pb2.GetTokenizerRequest(),
+            common_pb2.GetTokenizerChunk,
+            timeout_s or _ADMIN_TIMEOUT_S,
+        )
+        stream: ServerStream[common_pb2.GetTokenizerChunk] = ServerStream(call, method)
+        return await collect_tokenizer(stream, max_bytes=max_bytes, worker=self.url)
+
+    async def load_lora_adapter(
+        self,
+        lora_name: str,
+        lora_path: str,
+        lora_id: str,
+        *,
+        pinned: bool = False,
+        timeout_s: float | None = None,
+    ) -> pb.LoadLoRAAdapterResponse:
+        """Load an adapter; requests then name it by ``lora_id`` (minted by the caller)."""
+        request = pb.LoadLoRAAdapterRequest(
+            lora_name=lora_name, lora_path=lora_path, lora_id=lora_id, pinned=pinned
+        )
+        return await self._unary(
+            "LoadLoRAAdapter",
+            request,
+            pb.LoadLoRAAdapterResponse,
+            timeout_s or _ADMIN_TIMEOUT_S,
+        )
+
+    async def unload_lora_adapter(
+        self, lora_name: str, lora_id: str = "", *, timeout_s: float | None = None
+    ) -> pb.UnloadLoRAAdapterResponse:
+        """Unload an adapter (by name, and the id it was loaded under when known)."""
+        request = pb.UnloadLoRAAdapterRequest(lora_name=lora_name, lora_id=lora_id)
+        return await self._unary(
+            "UnloadLoRAAdapter",
+            request,
+            pb.UnloadLoRAAdapterResponse,
+            timeout_s or self.settings.unary_timeout,
+        )
+
+    async def flush_cache(
+        self, *, idle_wait_s: float = 0.0, timeout_s: float | None = None
+    ) -> common_pb2.FlushCacheResponse:
+        """Drop the prefix cache; the worker waits up to ``idle_wait_s`` for running requests
+        to finish (0: flush now or fail if any run)."""
+        request = common_pb2.FlushCacheRequest(timeout_s=idle_wait_s)
+        return await self._unary(
+            "FlushCache",
+            request,
+            common_pb2.FlushCacheResponse,
+            timeout_s or max(_ADMIN_TIMEOUT_S, idle_wait_s + 10.0),
+        )
+
+    async def start_profile(
+        self,
+        request: common_pb2.StartProfileRequest | None = None,
+        *,
+        timeout_s: float | None = None,
+    ) -> common_pb2.ProfileResponse:
+        """Start the engine's profiler (options as ``StartProfileRequest``)."""
+        return await self._unary(
+            "StartProfile",
+            request or common_pb2.StartProfileRequest(),
+            common_pb2.ProfileResponse,
+            timeout_s or _ADMIN_TIMEOUT_S,
+        )
+
+    async def stop_profile(self, *, timeout_s: float | None = None) -> common_pb2.ProfileResponse:
+        """Stop the engine's profiler (it writes its traces first)."""
+        return await self._unary(
+            "StopProfile",
+            common_pb2.StopProfileRequest(),
+            common_pb2.ProfileResponse,
+            timeout_s or _ADMIN_TIMEOUT_S,
         )
 
     async def embed(

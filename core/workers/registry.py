@@ -415,6 +415,13 @@ class WorkerRegistry:
             self._notify(worker.model_id)  # its candidates (DP ranks) changed
         return True
 
+    async def refresh_adapters(self, model: str, timeout_s: float) -> None:
+        """Ask every worker of ``model`` again which LoRA adapters it has loaded (after an
+        operator loaded or unloaded one), so requests route by the new set at once."""
+        await asyncio.gather(
+            *(self._refresh_adapters(w, timeout_s) for w in self._by_model.get(model, ()))
+        )
+
     @staticmethod
     async def _refresh_adapters(worker: Worker, timeout_s: float) -> None:
         """Ask which LoRA adapters the worker has loaded (they come and go at run time); a

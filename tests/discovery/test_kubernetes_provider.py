@@ -115,6 +115,11 @@ def test_pod_to_worker() -> None:
         "a/b",
         Role.REGULAR,
     )
+    for bad_port in ("0", "65536", "http", ""):
+        pod["metadata"]["annotations"]["turnout.io/port"] = bad_port
+        _, worker = provider.pod_worker(pod)
+        assert worker is not None
+        assert worker.url == "grpc://[fd00::5]:31000", bad_port  # the default port instead
     for change in (
         {"status": {**pod["status"], "conditions": [{"type": "Ready", "status": "False"}]}},
         # The node stopped reporting (its kubelet is away): not known to be ready, so not ready.

@@ -150,6 +150,26 @@ async def test_a_worker_that_is_also_static_waits_for_the_static_one_to_leave(
     await eventually(lambda: registry.get("dup") is not None and registry.get("dup").routable)
 
 
+@pytest.mark.parametrize("gone", ["unlisted", "draining"])
+async def test_a_waiting_worker_the_provider_drops_is_not_added_later(
+    fleet: Callable[..., Any], sims: list[SimWorker], gone: str
+) -> None:
+    """A worker waiting for a static one to leave, then left out of a snapshot (or reported
+    draining), stops waiting: it is not added when the static one goes."""
+    registry, manager = await fleet(QUEUE, static=[WorkerSpec(url=sims[0].url)])
+    source = provider()
+    await source.queue.put(Added(seen(sims[0], name="dup")))
+    await eventually(lambda: manager.status()[0]["pending"] == [sims[0].url])
+    if gone == "unlisted":
+        await source.queue.put(Snapshot((seen(sims[1]),)))
+    else:
+        await source.queue.put(Draining(sims[0].url))
+    await eventually(lambda: manager.status()[0]["pending"] == [])
+    await registry.remove(registry.all()[0].id)
+    await asyncio.sleep(0.3)  # several retries (every 0.05 s)
+    assert registry.get("dup") is None
+
+
 async def test_a_crashing_provider_is_restarted_and_its_snapshot_reconciles(
     fleet: Callable[..., Any], sims: list[SimWorker], caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -231,6 +251,22 @@ async def test_reload_keeps_unchanged_entries_and_hands_workers_over(
     await manager.reconfigure([])
     assert second.closed == 1
     await eventually(lambda: registry.all() == [])
+
+
+async def test_reload_does_not_hand_a_worker_over_to_an_entry_with_another_model(
+    fleet: Callable[..., Any], sims: list[SimWorker]
+) -> None:
+    registry, manager = await fleet(
+        [{"provider": "queue", "options": {"channel": "a"}}], adopt_grace_s=5.0
+    )
+    await provider("a").queue.put(Added(seen(sims[0], name="w0", model="old")))
+    await eventually(lambda: routable(registry) == {sims[0].url})
+    worker = registry.all()[0]
+    await manager.reconfigure([DiscoveryConfig("queue", {"channel": "b"})])
+    await provider("b").queue.put(Snapshot((seen(sims[0], name="w0", model="new"),)))
+    # The old worker drains once the new entry is synced; the new one then takes its place.
+    await eventually(lambda: registry.models(ready_only=True) == ["new"])
+    assert registry.get("w0") is not worker
 
 
 async def test_reload_names_entries_by_their_new_place(fleet: Callable[..., Any]) -> None:

@@ -92,7 +92,7 @@ def test_the_config_takes_a_discovery_list_beside_static_workers() -> None:
     assert config.discovery[0] == DiscoveryConfig("consul", {"namespace": "inference"})
     assert config.discovery[1].provider == "file"
     assert len(config.workers) == 1
-    with pytest.raises(ConfigError, match=r"discovery\[0\]: Object contains unknown field `path`"):
+    with pytest.raises(ConfigError, match=r"discovery\[0\]: unknown key 'path'"):
         build_config({"discovery": [{"provider": "file", "path": "x"}]})
 
 

@@ -4,6 +4,7 @@ however the tokens arrive; a reader that fails leaves the rest of the output as 
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Sequence
 from pathlib import Path
@@ -23,6 +24,7 @@ from turnout.generation.events import ChoiceDelta
 from turnout.generation.models import ModelTable
 from turnout.plugin_choice import choose_plugins
 from turnout.plugins.harmony import HarmonyChatFormat
+from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
 from ..server.outputs import TOKENIZER
 from .test_harmony import ANSWER, OUTPUT, offline
@@ -82,7 +84,7 @@ def test_a_format_that_cannot_start_makes_its_model_a_503() -> None:
     )
     table = ModelTable(config, plugins, lambda: ["m"])
     with pytest.raises(ApiError) as caught:
-        table.build("m")
+        asyncio.run(table.runtime("m"))
     assert caught.value.status == 503
     assert "chat format 'broken' is unavailable: no vocabulary here" in caught.value.message
 
@@ -180,3 +182,21 @@ def test_a_reader_failing_at_the_end_keeps_what_it_gave() -> None:
     folded = _fold(_processor(_FailingAtTheEnd()), [[1, 2]])
     assert folded["content"] == "kept"
     assert folded["finish"] == "stop"
+
+
+def test_the_stop_token_a_reader_reads_has_no_logprob() -> None:
+    """A chat format reads the stop token (it ends its messages), but the answer's logprobs
+    cover the text's tokens only, as with the parsers."""
+    eos = min(TOKENIZER.eos_token_ids)
+    ids = [*TOKENIZER.encode("hello", add_special_tokens=False), eos]
+    processor = ChoiceProcessor(
+        0,
+        decoder=TOKENIZER.incremental_detokenizer(skip_special_tokens=False),
+        hidden_stop_ids=TOKENIZER.eos_token_ids,
+        reader=_FailingAtTheEnd(),
+        token_piece=TOKENIZER.pieces.piece,
+    )
+    logprobs = pb.OutputLogProbs(token_ids=ids, token_logprobs=[-0.5] * len(ids))
+    delta = processor.push(ids, logprobs)
+    assert delta is not None
+    assert [lp.token_id for lp in delta.logprobs or []] == ids[:-1]

@@ -241,3 +241,23 @@ async def test_urls_refused_before_the_network(authority: Authority) -> None:
 def test_nothing_is_allowed_by_default() -> None:
     with pytest.raises(ImageNotAllowed, match="not allowed on this server"):
         ImageFetcher(ImagesConfig()).check_url("https://upload.wikimedia.org/cat.png")
+
+
+async def test_a_host_with_one_refused_address_is_not_fetched(
+    server: ImageServer, authority: Authority, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The host resolves to the image server's address (taken by this fetcher's filter) and
+    to a private one: refused before any connection, not fetched from the address that
+    passes."""
+    loop = asyncio.get_running_loop()
+
+    async def two_records(host: str, port: int, *args: Any, **kwargs: Any) -> Any:
+        return [
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port)),
+            (socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.1", port)),
+        ]
+
+    monkeypatch.setattr(loop, "getaddrinfo", two_records)
+    with pytest.raises(ImageNotAllowed, match="'localhost' resolves to a non-public address"):
+        await fetcher(authority).fetch(server.url("/cat.png"))
+    assert server.connections == 0

@@ -236,6 +236,67 @@ def test_more_idle_connections_than_descriptors_do_not_lock_others_out(
         server.close()
 
 
+@pytest.fixture(scope="module")
+def capped() -> Iterator[Router]:
+    """The router in this process under the connection guard, at most two connections."""
+    with run_router(config={"server": {"max_connections": 2}}, sims=1, guarded=True) as running:
+        yield running
+
+
+def busy_connection(router: Router) -> socket.socket:
+    """A connection carrying a request in progress: its body is still coming (for 60 s)."""
+    sock = connect(router.port)
+    sock.sendall(raw_request(CHAT, chat(), router.port)[:-10])
+    return sock
+
+
+def wait_until_served(router: Router) -> None:
+    """Until a new connection is served again (the test's connections are gone)."""
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            if httpx.get(f"{router.base_url}/health", timeout=10).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+
+
+def test_a_busy_connection_is_never_evicted_at_the_cap(capped: Router) -> None:
+    wait_until_served(capped)
+    busy = [busy_connection(capped) for _ in range(2)]
+    try:
+        time.sleep(0.3)  # both requests started
+        with connect(capped.port) as extra:  # answered at once (no request to wait for)
+            assert select.select([extra], [], [], 5)[0], "a busy connection was evicted"
+            answer = read_until_closed(extra)
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 "), answer
+        assert json.loads(body)["error"]["code"] == "connection_limit"
+        for sock in busy:  # still open: nothing came from the router
+            assert not select.select([sock], [], [], 0)[0]
+    finally:
+        for sock in busy:
+            sock.close()
+
+
+def test_at_the_cap_the_idle_connection_goes_and_the_busy_one_stays(capped: Router) -> None:
+    wait_until_served(capped)
+    busy = busy_connection(capped)
+    idle = connect(capped.port)
+    try:
+        time.sleep(0.3)
+        with connect(capped.port) as extra:
+            extra.sendall(b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n")
+            assert read_until_closed(extra).startswith(b"HTTP/1.1 200 ")
+        assert read_until_closed(idle, 10) == b""  # closed to make room
+        assert not select.select([busy], [], [], 0)[0]
+    finally:
+        busy.close()
+        idle.close()
+
+
 @pytest.mark.slow  # a server of its own
 def test_at_the_cap_with_every_connection_busy_a_new_one_gets_503(
     tmp_path: Path, sim: SimProcess

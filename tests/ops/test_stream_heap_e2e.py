@@ -42,10 +42,12 @@ GENERIC_MODULES = frozenset(
         "uvloop.loop",
     ]
 )
-#: Tracked objects of the server side per open stream: measured 34.2 (58.6 before closures,
+#: Tracked objects of the server side per open stream: measured 40.9 (58.6 before closures,
 #: events, coroutine frames and per-stream timers went; uvicorn, httptools and Litestar objects
-#: count only where the server side holds them directly).
-SERVER_BUDGET = 40
+#: count only where the server side holds them directly). The request head limits added 7:
+#: one head count, and the parser and its callbacks, which are turnout's now (httptools' parser
+#: and the same bound methods were there before, uncounted).
+SERVER_BUDGET = 44
 
 
 def _module(obj: object) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.server.harness import MODEL, Router, run_router
+from tests.server.harness import MODEL, Router, free_port, run_router
 from turnout.demo_model import path as demo_path
 
 from .helpers import chat, fresh_window, scrape, value
@@ -71,9 +71,14 @@ def bearer(key: str) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def router() -> Iterator[Router]:
+def metrics_port() -> int:
+    return free_port()
+
+
+@pytest.fixture(scope="module")
+def router(metrics_port: int) -> Iterator[Router]:
     config = {
-        "server": {"api_keys": [PLAIN], "admin_api_key": ADMIN},
+        "server": {"api_keys": [PLAIN], "admin_api_key": ADMIN, "metrics_port": metrics_port},
         "tenants": TENANTS,
         "limits": {"window_s": WINDOW_S},
     }
@@ -161,15 +166,19 @@ def test_a_model_the_tenant_may_not_use_is_not_served_for_it(router: Router) -> 
     assert [m["id"] for m in listed.json()["data"]] == [MODEL]
 
 
-def test_metrics_without_the_admin_key_name_no_tenant_and_no_hidden_model(router: Router) -> None:
+def test_metrics_without_the_admin_key_name_no_tenant_and_no_hidden_model(
+    router: Router, metrics_port: int
+) -> None:
     assert post(router, KEYS["ident"], chat()).status_code == 200
     full = scrape(router.base_url, **bearer(ADMIN))
     assert any(("tenant", "ident") in labels for _, labels in full)
     assert any(("model", MODEL) in labels for _, labels in full)
     # "blocked" is told the model does not exist: a scrape without the admin key (public, or
-    # with a serving key) shows neither the tenants nor that model.
-    for headers in ({}, bearer(PLAIN), bearer(KEYS["ident"])):
-        public = scrape(router.base_url, **headers)
+    # with a serving key, or on the metrics port) shows neither the tenants nor that model.
+    scrapes = [(router.base_url, {}), (router.base_url, bearer(PLAIN))]
+    scrapes += [(router.base_url, bearer(KEYS["ident"])), (f"http://127.0.0.1:{metrics_port}", {})]
+    for base_url, headers in scrapes:
+        public = scrape(base_url, **headers)
         assert public, "the rest is still there"
         assert not any(name == "tenant" for _, labels in public for name, _ in labels)
         assert not any(("model", MODEL) in labels for _, labels in public)
@@ -190,6 +199,21 @@ def test_models_are_matched_by_alias_and_glob(router: Router) -> None:
     assert post(router, KEYS["alias"], {**chat(), "model": "demo-alias"}).status_code == 200
     assert post(router, KEYS["alias"], chat()).status_code == 200  # the same model by its id
     assert post(router, KEYS["ident"], chat()).status_code == 200  # turnout-*
+
+
+def test_a_glob_matches_a_model_the_workers_serve_that_the_config_does_not_list() -> None:
+    # No `models:` entry: the model id comes from the workers (the tokenizer from the defaults).
+    tenants = {
+        "glob": {"keys": [KEYS["ident"]], "models": ["turnout-*"]},
+        "blocked": {"keys": [KEYS["blocked"]], "models": ["elsewhere/*"]},
+    }
+    with run_router(config={"tenants": tenants}, sims=1, discover_model=True) as running:
+        listed = httpx.get(
+            f"{running.base_url}/v1/models", headers=bearer(KEYS["ident"]), timeout=10
+        )
+        assert [m["id"] for m in listed.json()["data"]] == [MODEL]
+        assert post(running, KEYS["ident"], chat()).status_code == 200
+        assert post(running, KEYS["blocked"], chat()).status_code == 404
 
 
 # -- requests per minute -----------------------------------------------------------------------

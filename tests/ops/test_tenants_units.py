@@ -17,7 +17,7 @@ from turnout.errors import ApiError, ConfigError
 from turnout.server.auth import Access, KeyRing
 from turnout.server.limits import AdmissionGate
 from turnout.tenants import TenantTable
-from turnout.tenants.limiter import reservation_size
+from turnout.tenants.limiter import TenantLimiter, reservation_size
 from turnout.tenants.refusal import WindowState, duration
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
@@ -119,15 +119,18 @@ def test_model_patterns_match_ids_and_aliases() -> None:
         models={"org/big-model": {"aliases": ["big"]}},
         tenants={
             "glob": {"models": ["org/*"]},
+            "unlisted": {"models": ["other/*"]},
             "alias": {"models": ["big"]},
             "none": {"models": []},
             "all": {},
         },
     )
     table = TenantTable.from_config(cfg)
+    # other/m is not under `models:` (its workers serve it): a glob still matches its id.
     allows = {t.name: (t.allows("org/big-model"), t.allows("other/m")) for t in table}
     assert allows == {
         "glob": (True, False),
+        "unlisted": (False, True),
         "alias": (True, False),
         "none": (False, False),
         "all": (True, True),
@@ -161,6 +164,8 @@ def test_a_previous_window_ages_out_linearly() -> None:
     assert state.wait_s(1) == 0
     # 3 more need the weighted previous count at 3: 10 * (30 - t) / 60 < 4 -> t > 6.
     assert state.wait_s(3) == pytest.approx(6.0)
+    # A previous window never weighs more than its count, whatever time to live is reported.
+    assert WindowState(10, 60, previous=6, previous_ttl=90, current=0, current_ttl=0).remaining == 4
 
 
 @pytest.mark.parametrize(
@@ -196,6 +201,24 @@ def test_reservation_is_prompt_plus_max_tokens_per_choice() -> None:
     assert reservation_size(worker_request(10, 20), 25, 4096) == 25  # the context caps it
     assert reservation_size(worker_request(10, None), 100, 4096) == 100
     assert reservation_size(worker_request(10, None), None, 50) == 60
+
+
+async def test_a_reservation_of_exactly_the_whole_budget_fits_once() -> None:
+    """60 tokens a minute in 60 s windows: 60 fit (then nothing more does), 61 never do."""
+    cfg = config(tenants={"t": {"keys": ["k"], "tokens_per_minute": 60}})
+    tenant = TenantTable.from_config(cfg).get("t")
+    assert tenant is not None
+    limiter = TenantLimiter(cfg.limits, request_timeout_s=60)
+    try:
+        with pytest.raises(ApiError) as caught:
+            await limiter.reserve(await limiter.admit(tenant), 61)
+        assert caught.value.code == "request_too_large_for_limit"
+        assert await limiter.reserve(await limiter.admit(tenant), 60) is not None
+        with pytest.raises(ApiError) as caught:
+            await limiter.reserve(await limiter.admit(tenant), 1)
+        assert caught.value.code == "rate_limit_exceeded"
+    finally:
+        await limiter.aclose()
 
 
 # -- admission priority ------------------------------------------------------------------------

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
+
 from turnout.config import build_config, config_warnings
 from turnout.responses.store import MemoryResponseStore, StoredResponse
 
@@ -32,6 +34,17 @@ async def test_get_returns_what_put_kept_and_delete_forgets_it() -> None:
     assert await store.delete("a")
     assert await store.get("a") is None
     assert not await store.delete("a")
+    assert store.size == (0, 0)
+
+
+async def test_keeping_a_response_again_replaces_it() -> None:
+    """The same id kept twice (a response kept again when it completes) counts once."""
+    store = MemoryResponseStore(max_entries=10, max_bytes=10_000, ttl_s=60)
+    await store.put(stored("a", "first"))
+    await store.put(stored("a", "second, longer"))
+    assert await store.get("a") == stored("a", "second, longer")
+    assert store.size == (1, len(msgspec.json.encode(stored("a", "second, longer"))))
+    assert await store.delete("a")
     assert store.size == (0, 0)
 
 
@@ -91,3 +104,17 @@ async def test_an_item_finds_the_response_that_holds_it_until_that_is_dropped() 
     assert await store.holding("msg_out") == first
     await store.put(StoredResponse({"id": "resp_2", "output": []}, []))
     assert await store.holding("msg_in") is None
+
+
+async def test_a_write_sweeps_out_expired_responses_nobody_reads() -> None:
+    clock = Clock()
+    store = MemoryResponseStore(max_entries=100, max_bytes=100_000, ttl_s=10, clock=clock)
+    for name in "abc":
+        await store.put(stored(name))
+    clock.now += 5
+    await store.put(stored("d"))
+    assert store.size[0] == 4  # none expired yet
+    clock.now += 6  # a, b and c expired; d has 4 s left
+    await store.put(stored("e"))
+    one = len(__import__("msgspec").json.encode(stored("a")))
+    assert store.size == (2, 2 * one)  # gone without being read

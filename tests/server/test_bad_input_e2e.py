@@ -142,3 +142,53 @@ def test_a_normal_request_is_served_after_bad_ones(router: Router) -> None:
     response = httpx.post(f"{router.base_url}/v1/chat/completions", json=chat(), timeout=30)
     assert response.status_code == 200
     assert response.json()["choices"][0]["message"]["content"]
+
+
+#: The demo model: a context of 8192 tokens and a vocabulary of 3000 (config.json).
+MAX_INT32 = 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "param", "says"),
+    [
+        # min_tokens beyond what the model can generate: the room the prompt leaves in the
+        # context (without max_tokens, or with one beyond the context), the endpoint's default.
+        ("/v1/chat/completions", chat(min_tokens=MAX_INT32), "min_tokens",
+         "leaves in the model's context of 8192 tokens"),
+        ("/v1/chat/completions", chat(min_tokens=8190, max_completion_tokens=9000), "min_tokens",
+         "leaves in the model's context"),
+        ("/v1/completions", {"prompt": "x", "min_tokens": 17}, "min_tokens",
+         "must not exceed max_tokens (16 when not given)"),
+        ("/generate", {"text": "x", "sampling_params": {"min_new_tokens": 129}},
+         "sampling_params.min_new_tokens", "must not exceed max_new_tokens (128 when not given)"),
+        ("/generate", {"text": "x", "sampling_params": {"min_new_tokens": MAX_INT32,
+                                                         "max_new_tokens": MAX_INT32}},
+         "sampling_params.min_new_tokens", "min_new_tokens (2147483647) is more than the 8191"),
+        # logit_bias ids outside the vocabulary, named in the message.
+        ("/v1/chat/completions", chat(logit_bias={"5": 1, "3000": -1}), "logit_bias",
+         "token id 3000 is not in the model's vocabulary (ids 0 to 2999)"),
+        ("/v1/completions", {"prompt": "x", "logit_bias": {"99999": 1}}, "logit_bias",
+         "token id 99999"),
+        ("/generate", {"text": "x", "sampling_params": {"logit_bias": {"123456": 2}}},
+         "sampling_params.logit_bias", "token id 123456"),
+    ],
+)  # fmt: skip
+def test_sampling_the_model_cannot_honour_is_a_400_before_any_worker(
+    router: Router, path: str, body: dict[str, Any], param: str, says: str
+) -> None:
+    before = sum(len(sim.records.requests) for sim in router.sims)
+    response = httpx.post(f"{router.base_url}{path}", json=body, timeout=30)
+    error = assert_openai_error(response, 400)
+    assert error["param"] == param
+    assert error["code"] == "invalid_value"
+    assert says in error["message"]
+    assert sum(len(sim.records.requests) for sim in router.sims) == before
+
+
+def test_sampling_within_the_model_is_served(router: Router) -> None:
+    body = chat(min_tokens=2, max_tokens=3, logit_bias={"0": 1, "2999": -1})
+    response = httpx.post(f"{router.base_url}/v1/chat/completions", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    body = {"text": "x", "sampling_params": {"min_new_tokens": 2, "logit_bias": {"7": 1}}}
+    response = httpx.post(f"{router.base_url}/generate", json=body, timeout=30)
+    assert response.status_code == 200, response.text

@@ -218,3 +218,102 @@ def test_truncate_prompt_tokens_keeps_the_prompts_last_tokens(router: Router) ->
         router, "/v1/completions", {"model": MODEL, "prompt": text, "truncate_prompt_tokens": -1}
     ).json()
     assert full["usage"]["prompt_tokens"] == len(ids)
+
+
+def test_return_token_ids_gives_the_prompts_and_the_outputs_ids(
+    router: Router, client: openai.OpenAI
+) -> None:
+    reply = client.chat.completions.create(
+        model=MODEL,
+        messages=user("Hello there"),
+        logprobs=True,
+        extra_body={"return_token_ids": True, "return_tokens_as_token_ids": True},
+    )
+    body = reply.model_dump()
+    prompt_ids = body["prompt_token_ids"]
+    assert len(prompt_ids) == body["usage"]["prompt_tokens"]
+    output_ids = body["choices"][0]["token_ids"]
+    assert TOKENIZER.decode(output_ids).startswith(body["choices"][0]["message"]["content"])
+    entries = body["choices"][0]["logprobs"]["content"]
+    assert [entry["token"] for entry in entries] == [f"token_id:{i}" for i in output_ids][
+        : len(entries)
+    ]
+    chunks = stream_chunks(router, "/v1/chat/completions", chat(return_token_ids=True))
+    assert chunks[0]["prompt_token_ids"] == prompt_ids
+    streamed = [i for c in chunks[1:] for i in c["choices"][0].get("token_ids") or []]
+    assert streamed == output_ids
+    text = post(
+        router,
+        "/v1/completions",
+        {"model": MODEL, "prompt": "Hello there", "return_token_ids": True},
+    ).json()["choices"][0]
+    assert text["prompt_token_ids"] == TOKENIZER.encode("Hello there", add_special_tokens=True)
+    assert TOKENIZER.decode(text["token_ids"]).startswith(text["text"])
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
+def test_prompt_logprobs_cover_every_prompt_token(router: Router, path: str) -> None:
+    body = (
+        chat(prompt_logprobs=2)
+        if "chat" in path
+        else {"model": MODEL, "prompt": "Hello there", "prompt_logprobs": 2}
+    )
+    answer = post(router, path, body).json()
+    logprobs = (
+        answer["prompt_logprobs"] if "chat" in path else answer["choices"][0]["prompt_logprobs"]
+    )
+    assert len(logprobs) == answer["usage"]["prompt_tokens"]
+    assert logprobs[0] is None
+    assert all(1 <= len(entry) <= 3 for entry in logprobs[1:])
+    assert all(
+        all(v["logprob"] <= 0 and isinstance(v["decoded_token"], str) for v in entry.values())
+        for entry in logprobs[1:]
+    )
+    streamed = post(router, path, {**body, "stream": True})
+    assert streamed.status_code == 400
+    assert streamed.json()["error"]["param"] == "prompt_logprobs"
+
+
+def test_chat_echo_starts_the_answer_with_the_last_assistant_message(router: Router) -> None:
+    messages = [*user("Hello there"), {"role": "assistant", "content": "Well, "}]
+    answer = post(router, "/v1/chat/completions", chat(messages=messages, echo=True)).json()
+    content = answer["choices"][0]["message"]["content"]
+    assert content.startswith("Well, ")
+    assert len(content) > len("Well, ")
+    chunks = stream_chunks(router, "/v1/chat/completions", chat(messages=messages, echo=True))
+    streamed = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert streamed == content
+    plain = post(  # a user's message is not the answer's role: not echoed
+        router, "/v1/chat/completions", chat(messages=user("ponder this"), echo=True)
+    ).json()
+    assert plain["choices"][0]["message"]["content"] == "The answer is 42."
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_completions_echo_with_logprobs_covers_the_prompt(router: Router, stream: bool) -> None:
+    prompt = "Hello there"
+    prompt_ids = TOKENIZER.encode(prompt, add_special_tokens=True)
+    body = {"model": MODEL, "prompt": prompt, "echo": True, "logprobs": 1, "max_tokens": 4}
+    if stream:
+        chunks = stream_chunks(router, "/v1/completions", body)
+        first = chunks[0]["choices"][0]
+        assert first["text"] == prompt
+        tokens = first["logprobs"]["tokens"]
+        values = first["logprobs"]["token_logprobs"]
+        tops = first["logprobs"]["top_logprobs"]
+    else:
+        choice = post(router, "/v1/completions", body).json()["choices"][0]
+        assert choice["text"].startswith(prompt)
+        logprobs = choice["logprobs"]
+        tokens, values, tops = (
+            logprobs["tokens"],
+            logprobs["token_logprobs"],
+            logprobs["top_logprobs"],
+        )
+        assert len(tokens) > len(prompt_ids)
+        offsets = logprobs["text_offset"]
+        assert offsets == [sum(len(t) for t in tokens[:i]) for i in range(len(tokens))]
+    assert tokens[: len(prompt_ids)] == [TOKENIZER.decode([i]) for i in prompt_ids]
+    assert values[0] is None
+    assert tops[0] is None
+    assert all(v <= 0 for v in values[1:])

@@ -19,7 +19,7 @@ import httpx
 import openai
 import pytest
 
-from tests.multimodal.helpers import data_uri, image_bytes
+from tests.multimodal.helpers import data_uri, image_bytes, png_claiming
 from tests.tokenizer.helpers import TEMPLATES
 from turnout.demo_model import path as demo_path
 
@@ -36,8 +36,9 @@ pytestmark = [
 ]
 
 
-def vision_model(directory: Path) -> Path:
-    """The demo model with Qwen2-VL's vision tokens and config entries."""
+def vision_model(directory: Path, context: int | None = None) -> Path:
+    """The demo model with Qwen2-VL's vision tokens and config entries (and a context of
+    ``context`` tokens instead of 8192)."""
     model = directory / "vision-model"
     shutil.copytree(demo_path(), model)
     tokenizer = json.loads((model / "tokenizer.json").read_text())
@@ -65,6 +66,8 @@ def vision_model(directory: Path) -> Path:
         image_token_id=IMAGE_PAD,
         vision_config={"patch_size": 14, "spatial_merge_size": 2},
     )
+    if context is not None:
+        config["max_position_embeddings"] = context
     (model / "config.json").write_text(json.dumps(config))
     return model
 
@@ -284,3 +287,81 @@ def test_a_responses_input_image_reaches_the_worker(client: openai.OpenAI, route
     assert record.model_specific_tensors["image_grid_thw"].sha256 == grid_sha((1, 4, 4))
     [(offset, length)] = record.placeholders
     assert list(request.tokenized.input_ids)[offset : offset + length] == [IMAGE_PAD] * 4
+
+
+#: A tenant whose window takes 300 tokens (the limits' window is 60 s).
+TIGHT_KEY, PLAIN_KEY = "key-of-tight", "plain-key"
+
+
+@pytest.fixture(scope="module")
+def small_context(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
+    """A vision model with a 512-token context, and a tenant with 300 tokens a window."""
+    model = vision_model(tmp_path_factory.mktemp("vision-512"), context=512)
+    config = {
+        "server": {"api_keys": [PLAIN_KEY]},
+        "tenants": {"tight": {"keys": [TIGHT_KEY], "tokens_per_minute": 300}},
+    }
+    with run_router(
+        config,
+        sims=1,
+        model_dir=model,
+        model={"chat_template": str(QWEN2_VL), "images": IMAGES},
+    ) as running:
+        yield running
+
+
+def post_as(router: Router, key: str, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(
+        f"{router.base_url}/v1/chat/completions",
+        json=body,
+        headers={"authorization": f"Bearer {key}"},
+        timeout=30,
+    )
+
+
+#: 440 x 440 pixels (within the 200,000 allowed) is 256 image tokens.
+CLAIMED = data_uri(png_claiming(440, 440))
+
+
+def test_images_that_cannot_fit_the_context_are_refused_before_decoding(
+    small_context: Router,
+) -> None:
+    """Two images of 256 tokens each cannot fit a 512-token context. Their PNGs claim their
+    size in the header but hold no pixels, so decoding them would fail ("invalid_image"): the
+    context's 400 proves the request was refused from the headers, before any decoding."""
+    body = {"model": MODEL, "messages": ask(image_part(CLAIMED), image_part(CLAIMED))}
+    response = post_as(small_context, PLAIN_KEY, body)
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "context_length_exceeded", error
+    assert error["param"] == "messages"
+    assert "maximum context length is 512 tokens" in error["message"]
+    assert not small_context.sims[0].records.requests
+    # the same size with real pixels is refused the same way; one image fits and is served
+    real = data_uri(image_bytes("PNG", (440, 440)))
+    body = {"model": MODEL, "messages": ask(image_part(real), image_part(real))}
+    assert post_as(small_context, PLAIN_KEY, body).json()["error"]["code"] == (
+        "context_length_exceeded"
+    )
+    body = {"model": MODEL, "messages": ask(image_part(real)), "max_tokens": 2}
+    assert post_as(small_context, PLAIN_KEY, body).is_success
+    _, record = last_request(small_context)
+    assert record.placeholders[0][1] == 256
+
+
+def test_images_that_cannot_fit_the_tenants_budget_are_refused_before_decoding(
+    small_context: Router,
+) -> None:
+    """One image (about 280 tokens of prompt) and max_tokens 100 can never fit a window of
+    300 tokens: a 429 from the header's size, before decoding (the image holds no pixels)."""
+    before = len(small_context.sims[0].records.requests)
+    body = {"model": MODEL, "messages": ask(image_part(CLAIMED)), "max_tokens": 100}
+    response = post_as(small_context, TIGHT_KEY, body)
+    assert response.status_code == 429, response.text
+    error = response.json()["error"]
+    assert error["code"] == "request_too_large_for_limit", error
+    assert len(small_context.sims[0].records.requests) == before
+    # without the tenant's budget the request is decoded, and the missing pixels found
+    response = post_as(small_context, PLAIN_KEY, body)
+    assert response.status_code == 400, response.text
+    assert response.json()["error"]["code"] == "invalid_image"

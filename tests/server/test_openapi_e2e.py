@@ -115,3 +115,33 @@ def test_the_kept_response_routes_are_documented(schema: dict[str, Any]) -> None
     assert "get" in paths["/v1/responses/{response_id}/input_items"]
     assert "post" in paths["/v1/responses/{response_id}/cancel"]
     assert paths["/v1/responses"]["post"]["summary"]
+
+
+def test_every_operation_declares_the_key_it_takes(schema: dict[str, Any]) -> None:
+    scheme = schema["components"]["securitySchemes"]["bearer"]
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    for path, operations in schema["paths"].items():
+        for operation in operations.values():
+            public = path in ("/health", "/liveness", "/readiness")
+            assert operation["security"] == ([] if public else [{"bearer": []}]), path
+
+
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions", "/v1/responses",
+                                  "/generate"])  # fmt: skip
+def test_streaming_routes_document_server_sent_events(schema: dict[str, Any], path: str) -> None:
+    content = schema["paths"][path]["post"]["responses"]["200"]["content"]
+    assert set(content) == {"application/json", "text/event-stream"}
+
+
+def test_the_documented_embeddings_answer_is_the_one_given(
+    router: Router, schema: dict[str, Any]
+) -> None:
+    operation = schema["paths"]["/v1/embeddings"]["post"]
+    ref = operation["responses"]["200"]["content"]["application/json"]["schema"]
+    assert ref == {"$ref": "#/components/schemas/EmbeddingResponse"}
+    validator = jsonschema.Draft202012Validator({**ref, "components": schema["components"]})
+    for encoding in ("float", "base64"):
+        body = {"model": MODEL, "input": ["a", [1, 2]], "encoding_format": encoding}
+        answer = httpx.post(f"{router.base_url}/v1/embeddings", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+        validator.validate(answer.json())

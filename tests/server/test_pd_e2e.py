@@ -36,6 +36,10 @@ from .test_chat_e2e import (  # noqa: F401
     test_tool_choice_required_constrains_the_worker,
     user,
 )
+from .test_fields_e2e import (  # noqa: F401  (prompt logprobs come from the prefill leg)
+    test_completions_echo_with_logprobs_covers_the_prompt,
+    test_prompt_logprobs_cover_every_prompt_token,
+)
 
 
 @pytest.fixture(scope="module")

@@ -50,14 +50,26 @@ def test_reload_drains_removed_workers_and_adds_them_back(router: Router) -> Non
     router.wait_until(lambda: sorted(worker_ids(router)) == sorted(before))
 
 
-def test_a_bad_new_config_is_rejected_and_the_old_one_stays(router: Router) -> None:
-    WANTED.update(policy="no_such_policy")
+@pytest.mark.parametrize(
+    ("policy", "expected"),
+    [
+        ("no_such_policy", "no_such_policy"),
+        (
+            {"name": "random", "params": {"sed": 1}},
+            "defaults.policy.params: policy 'random' takes seed, got sed",
+        ),
+    ],
+)
+def test_a_bad_new_config_is_rejected_and_the_old_one_stays(
+    router: Router, policy: Any, expected: str
+) -> None:
+    WANTED.update(policy=policy)
     try:
         answer = httpx.post(f"{router.base_url}/admin/reload", timeout=10)
     finally:
         WANTED.update(policy="round_robin")
     assert answer.status_code == 400
-    assert "no_such_policy" in answer.json()["error"]["message"]
+    assert expected in answer.json()["error"]["message"]
     reply = httpx.post(
         f"{router.base_url}/v1/chat/completions",
         json={"model": MODEL, "messages": [{"role": "user", "content": "fine"}]},

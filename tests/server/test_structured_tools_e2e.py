@@ -102,3 +102,47 @@ def test_the_worker_keeps_to_the_script_where_it_satisfies_the_constraint(
         model=MODEL, messages=user("json answer please"), response_format=FORMAT,  # type: ignore[arg-type]
     )  # fmt: skip
     assert json.loads(answer.choices[0].message.content or "") == {"answer": "forty-two"}
+
+
+def sent_tags(router: Router) -> list[dict[str, Any]]:
+    return [
+        json.loads(v) for s in router.sims for kind, v in s.constraints if kind == "structural_tag"
+    ]
+
+
+def test_strict_tools_under_auto_are_kept_to_their_schemas(
+    client: openai.OpenAI, router: Router
+) -> None:
+    strict = [{**TOOLS[0], "function": {**TOOLS[0]["function"], "strict": True}}]
+    reply = client.chat.completions.create(
+        model=MODEL, messages=user("the weather in Paris"), tools=strict,  # type: ignore[arg-type]
+    )  # fmt: skip
+    (call,) = reply.choices[0].message.tool_calls or []
+    assert json.loads(call.function.arguments) == {"city": "Paris", "days": 3}
+    (tag,) = [t["format"] for t in sent_tags(router) if t["format"]["type"] == "triggered_tags"]
+    assert tag["triggers"] == ["<tool_call>"]
+    (only,) = tag["tags"]
+    assert '"name": "get_weather"' in only["begin"]
+    assert only["content"]["json_schema"] == TOOLS[0]["function"]["parameters"]
+    assert not tag["at_least_one"]
+
+
+def test_a_format_beside_tools_lets_the_model_call_them_or_answer_in_the_format(
+    client: openai.OpenAI, router: Router
+) -> None:
+    called = client.chat.completions.create(
+        model=MODEL, messages=user("the weather in Paris"), tools=TOOLS,  # type: ignore[arg-type]
+        response_format=FORMAT,  # type: ignore[arg-type]
+    )  # fmt: skip
+    (call,) = called.choices[0].message.tool_calls or []
+    assert call.function.name == "get_weather"
+    assert called.choices[0].finish_reason == "tool_calls"
+    (tag,) = [t["format"] for t in sent_tags(router) if t["format"]["type"] == "or"]
+    assert tag["elements"][0]["at_least_one"]
+    assert tag["elements"][1]["json_schema"] == FORMAT["json_schema"]["schema"]  # type: ignore[index]
+    answered = client.chat.completions.create(
+        model=MODEL, messages=user("json answer please"), tools=TOOLS,  # type: ignore[arg-type]
+        response_format=FORMAT,  # type: ignore[arg-type]
+    )  # fmt: skip
+    assert answered.choices[0].message.tool_calls is None
+    assert json.loads(answered.choices[0].message.content or "") == {"answer": "forty-two"}

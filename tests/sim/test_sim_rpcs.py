@@ -122,7 +122,11 @@ async def test_json_schema_is_recorded_and_honoured(sim: SimWorker, client: Work
 
 @pytest.mark.parametrize(
     ("kind", "value"),
-    [("regex", "[0-9]+"), ("ebnf", 'root ::= "a"'), ("structural_tag", '{"type": "x"}')],
+    [
+        ("regex", "[0-9]+"),
+        ("ebnf", 'root ::= "a"'),
+        ("structural_tag", '{"type": "structural_tag", "format": {"type": "const_string"}}'),
+    ],
 )
 async def test_other_constraints_are_recorded(
     sim: SimWorker, client: WorkerClient, kind: str, value: str
@@ -132,8 +136,19 @@ async def test_other_constraints_are_recorded(
     assert sim.requests[-1].sampling_params.WhichOneof("constraint") is not None
 
 
-async def test_unusable_json_schema_is_invalid_argument(client: WorkerClient) -> None:
-    req = request("hi", constraint=Constraint("json_schema", "{not json"))
+@pytest.mark.parametrize(
+    ("kind", "value"),
+    [
+        ("json_schema", "{not json"),
+        ("structural_tag", "{not json"),
+        ("structural_tag", '{"type": "x"}'),
+        ("structural_tag", '{"format": {"type": "no_such_format"}}'),
+    ],
+)
+async def test_unusable_constraints_are_invalid_argument(
+    client: WorkerClient, kind: str, value: str
+) -> None:
+    req = request("hi", constraint=Constraint(kind, value))  # type: ignore[arg-type]
     with pytest.raises(WorkerCallError) as info:
         await fold(client.generate(req))
     assert info.value.code == grpc.StatusCode.INVALID_ARGUMENT

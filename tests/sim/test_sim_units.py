@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from turnout.sim.model import InvalidRequest
 from turnout.sim.ranks import Rank, Running
 from turnout.sim.schema_instance import SchemaError, conforms, instance_for
 from turnout.sim.servicer import SimRecords
+from turnout.sim.structural_tag import structural_answer
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
 from ..wire._helpers import request, token_id
@@ -212,3 +214,53 @@ async def test_a_paced_call_sleeps_its_time_unless_aborted() -> None:
     started = loop.time()
     await state.sleep(30)  # aborted: no more naps
     assert loop.time() - started < 1
+
+
+CALL_TAG = {
+    "type": "structural_tag",
+    "format": {
+        "type": "triggered_tags",
+        "triggers": ["<c>"],
+        "tags": [
+            {
+                "type": "tag",
+                "begin": '<c>{"name": "f", "arguments": ',
+                "content": {"type": "json_schema", "json_schema": {"type": "object",
+                            "properties": {"x": {"type": "integer"}}, "required": ["x"]}},
+                "end": "}</c>",
+            }
+        ],
+        "at_least_one": False,
+        "stop_after_first": True,
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("reply", "fits"),
+    [
+        ("plain text", True),
+        ('say <c>{"name": "f", "arguments": {"x": 1}}</c> then more', True),
+        ('<c>{"name": "f", "arguments": {"x": "1"}}</c>', False),
+        ('<c>{"name": "g", "arguments": {"x": 1}}</c>', False),
+        ('<c>{"name": "f", "arguments": {"x": 1}}</c>' * 2, False),
+    ],
+)
+def test_a_scripted_reply_answers_when_it_fits_the_structural_tag(reply: str, fits: bool) -> None:
+    answer = structural_answer(json.dumps(CALL_TAG), (reply,))
+    assert (answer == reply) is fits
+
+
+def test_an_or_of_calls_and_a_format_builds_a_call_when_nothing_fits() -> None:
+    calls = {**CALL_TAG["format"], "at_least_one": True}  # type: ignore[dict-item]
+    answer_format = {"type": "json_schema", "json_schema": {"type": "object"}}
+    tag = {"type": "structural_tag", "format": {"type": "or", "elements": [calls, answer_format]}}
+    assert structural_answer(json.dumps(tag), ('{"free": "json"}',)) == '{"free": "json"}'
+    assert (
+        structural_answer(json.dumps(tag), ("prose",))
+        == '<c>{"name": "f", "arguments": {"x": 0}}</c>'
+    )
+    legacy = {"structures": [{"begin": "<c>", "schema": {"type": "object"}, "end": "</c>"}],
+              "triggers": ["<c>"]}  # fmt: skip
+    assert structural_answer(json.dumps(legacy), ("a <c>{}</c>",)) == "a <c>{}</c>"
+    assert structural_answer(json.dumps(legacy), ("a <c>[]</c>",)) == ""

@@ -134,6 +134,8 @@ def regex_reference(
 # A partial match begun in the held text and continued by the next chunk must stay held.
 @example(text="aba", stops=[], patterns=["a[bc]a"], cuts=[1, 2], keep=False)
 @example(text="xéab", stops=[], patterns=["é.b"], cuts=[2, 3], keep=True)
+# A string and a regex completed at the same place, same start: the string is reported.
+@example(text="abc", stops=["bc"], patterns=["b+c"], cuts=[], keep=False)
 # A lookahead completes where its lookahead is satisfied, whatever the chunks: "ba" first.
 @example(text="xfoobar", stops=["ba"], patterns=["foo(?=bar)"], cuts=[], keep=False)
 @example(text="cabc", stops=["ab"], patterns=["a(?=bc)"], cuts=[], keep=True)

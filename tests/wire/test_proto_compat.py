@@ -1,68 +1,88 @@
-"""Our sglang_scheduler.proto must put the same bytes on the wire as smg-grpc-proto's.
+"""Our scheduler service must put the same bytes on the wire as smg-grpc-proto's.
 
-smg-grpc-proto's modules cannot be imported next to ours (both register ``sglang_scheduler.proto``
-in the default descriptor pool), so its shipped .proto sources are compiled into a private pool.
+Compares the descriptors of our generated stubs with the descriptors smg-grpc-proto ships in its
+own generated modules: the service's RPCs, and every message and enum those RPCs reach, field by
+field (name, number, type, label, presence, oneof) and both ways, so a field or RPC added upstream
+fails here until we declare it. The package's modules cannot be imported next to ours (both
+register ``sglang_scheduler.proto`` and ``common.proto`` in the default descriptor pool), so their
+serialized descriptors are read out of the module source into a private pool.
 """
 
 from __future__ import annotations
 
-import subprocess
-import sys
+import ast
+import importlib.util
 from pathlib import Path
 
 import pytest
 from google.protobuf import descriptor_pb2, descriptor_pool
-from google.protobuf.descriptor import Descriptor, FieldDescriptor, FileDescriptor
+from google.protobuf.descriptor import (
+    Descriptor,
+    EnumDescriptor,
+    FieldDescriptor,
+    ServiceDescriptor,
+)
 
-from turnout.wire.proto import sglang_scheduler_pb2
+from turnout.wire.proto import common_pb2, sglang_scheduler_pb2
 
 PACKAGE = "sglang.grpc.scheduler"
+SERVICE = f"{PACKAGE}.SglangScheduler"
+WELL_KNOWN = ("google/protobuf/struct.proto", "google/protobuf/timestamp.proto")
 
 
-def _upstream_pool(tmp_path: Path) -> descriptor_pool.DescriptorPool:
-    import importlib.util
+def _serialized_descriptor(module_path: Path) -> bytes:
+    """The FileDescriptorProto bytes a generated ``*_pb2.py`` hands to ``AddSerializedFile``."""
+    for node in ast.walk(ast.parse(module_path.read_text())):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "AddSerializedFile"
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, bytes)
+        ):
+            return node.args[0].value
+    raise AssertionError(f"{module_path} holds no serialized descriptor")
 
-    spec = importlib.util.find_spec("smg_grpc_proto")
-    if spec is None or spec.origin is None:
-        pytest.skip("smg-grpc-proto is not installed (test-only dependency)")
-    proto_dir = Path(spec.origin).parent / "proto"
-    out = tmp_path / "upstream.desc"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "grpc_tools.protoc",
-            f"-I{proto_dir}",
-            f"--descriptor_set_out={out}",
-            "--include_imports",
-            str(proto_dir / "sglang_scheduler.proto"),
-        ],
-        check=True,
-    )
-    fds = descriptor_pb2.FileDescriptorSet.FromString(out.read_bytes())
+
+def _pool_with_well_known_types() -> descriptor_pool.DescriptorPool:
     pool = descriptor_pool.DescriptorPool()
-    for file_proto in fds.file:
-        pool.Add(file_proto)
+    for name in WELL_KNOWN:
+        proto = descriptor_pb2.FileDescriptorProto()
+        descriptor_pool.Default().FindFileByName(name).CopyToProto(proto)
+        pool.Add(proto)
     return pool
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory: pytest.TempPathFactory) -> FileDescriptor:
-    pool = _upstream_pool(tmp_path_factory.mktemp("smg"))
-    return pool.FindFileByName("sglang_scheduler.proto")
+def upstream() -> ServiceDescriptor:
+    spec = importlib.util.find_spec("smg_grpc_proto")
+    if spec is None or spec.origin is None:
+        pytest.skip("smg-grpc-proto is not installed (test-only dependency)")
+    generated = Path(spec.origin).parent / "generated"
+    pool = _pool_with_well_known_types()
+    for module in ("common_pb2.py", "sglang_scheduler_pb2.py"):
+        pool.AddSerializedFile(_serialized_descriptor(generated / module))
+    return pool.FindServiceByName(SERVICE)
 
 
-def _all_messages(file: FileDescriptor) -> dict[str, Descriptor]:
-    out: dict[str, Descriptor] = {}
-
-    def walk(desc: Descriptor) -> None:
-        out[desc.full_name] = desc
-        for nested in desc.nested_types:
-            walk(nested)
-
-    for desc in file.message_types_by_name.values():
-        walk(desc)
-    return out
+def _reachable(
+    service: ServiceDescriptor,
+) -> tuple[dict[str, Descriptor], dict[str, EnumDescriptor]]:
+    """Every message (map entries included) and enum the service's RPCs can carry."""
+    messages: dict[str, Descriptor] = {}
+    enums: dict[str, EnumDescriptor] = {}
+    todo = [t for m in service.methods for t in (m.input_type, m.output_type)]
+    while todo:
+        desc = todo.pop()
+        if desc.full_name in messages:
+            continue
+        messages[desc.full_name] = desc
+        for field in desc.fields:
+            if field.message_type is not None:
+                todo.append(field.message_type)
+            if field.enum_type is not None:
+                enums[field.enum_type.full_name] = field.enum_type
+    return messages, enums
 
 
 def _field_signature(field: FieldDescriptor) -> dict[str, object]:
@@ -84,94 +104,97 @@ def _reserved(desc: Descriptor) -> list[tuple[int, int]]:
     return sorted((r.start, r.end) for r in proto.reserved_range)
 
 
-OURS = _all_messages(sglang_scheduler_pb2.DESCRIPTOR)
-
-
-def test_we_define_everything_turnout_uses() -> None:
-    needed = {
-        "SamplingParams",
-        "GenerateRequest",
-        "TokenizedInput",
-        "GenerateResponse",
-        "GenerateStreamChunk",
-        "GenerateComplete",
-        "OutputLogProbs",
-        "InputLogProbs",
-        "InputTokenLogProb",
-        "TopLogProbs",
-        "HealthCheckRequest",
-        "HealthCheckResponse",
-        "AbortRequest",
-        "AbortResponse",
-        "GetModelInfoRequest",
-        "GetModelInfoResponse",
-        "GetServerInfoRequest",
-        "GetServerInfoResponse",
-        "GetLoadsRequest",
-        "GetLoadsResponse",
-        "SchedulerLoad",
-        "EmbedRequest",
-        "EmbedResponse",
-    }
-    assert {f"{PACKAGE}.{n}" for n in needed} <= set(OURS)
-
-
 def _mismatches(ours: Descriptor, theirs: Descriptor) -> list[str]:
     problems = []
+    our_fields = {f.number: f for f in ours.fields}
     their_fields = {f.number: f for f in theirs.fields}
-    for field in ours.fields:
-        other = their_fields.get(field.number)
+    for number, field in our_fields.items():
+        other = their_fields.get(number)
         if other is None:
-            problems.append(f"{field.full_name}: number {field.number} unknown upstream")
+            problems.append(f"{field.full_name}: number {number} unknown upstream")
         elif _field_signature(field) != _field_signature(other):
             problems.append(
                 f"{field.full_name}: {_field_signature(field)} != {_field_signature(other)}"
             )
-    # A number we leave out must never be reused: upstream's reserved ranges stay reserved.
-    ours_numbers = {f.number for f in ours.fields}
-    allowed = set(_reserved(ours)) | {(n, n + 1) for n in their_fields if n not in ours_numbers}
     problems += [
-        f"{ours.full_name}: reserved {r} not kept" for r in _reserved(theirs) if r not in allowed
+        f"{ours.full_name}: upstream field {f.name} = {n} missing"
+        for n, f in their_fields.items()
+        if n not in our_fields
+    ]
+    problems += [
+        f"{ours.full_name}: reserved {r} not kept"
+        for r in _reserved(theirs)
+        if r not in _reserved(ours)
     ]
     if ours.GetOptions().map_entry != theirs.GetOptions().map_entry:
         problems.append(f"{ours.full_name}: map_entry differs")
     return problems
 
 
-@pytest.mark.parametrize("full_name", sorted(OURS))
-def test_message_matches_upstream(upstream: FileDescriptor, full_name: str) -> None:
-    theirs_all = _all_messages(upstream)
-    assert full_name in theirs_all, f"{full_name} does not exist upstream"
-    assert _mismatches(OURS[full_name], theirs_all[full_name]) == []
+OUR_SERVICE = sglang_scheduler_pb2.DESCRIPTOR.services_by_name["SglangScheduler"]
+OUR_MESSAGES, OUR_ENUMS = _reachable(OUR_SERVICE)
 
 
-def test_service_methods_match_upstream(upstream: FileDescriptor) -> None:
-    ours = sglang_scheduler_pb2.DESCRIPTOR.services_by_name["SglangScheduler"]
-    theirs = upstream.services_by_name["SglangScheduler"]
-    assert ours.full_name == theirs.full_name == f"{PACKAGE}.SglangScheduler"
-    for method in ours.methods:
-        other = theirs.methods_by_name[method.name]
-        assert method.input_type.full_name == other.input_type.full_name
-        assert method.output_type.full_name == other.output_type.full_name
-        assert method.client_streaming == other.client_streaming
-        assert method.server_streaming == other.server_streaming
+def test_service_has_every_upstream_rpc(upstream: ServiceDescriptor) -> None:
+    assert OUR_SERVICE.full_name == upstream.full_name == SERVICE
+    assert sorted(m.name for m in OUR_SERVICE.methods) == sorted(m.name for m in upstream.methods)
+    for method in OUR_SERVICE.methods:
+        other = upstream.methods_by_name[method.name]
+        assert method.input_type.full_name == other.input_type.full_name, method.name
+        assert method.output_type.full_name == other.output_type.full_name, method.name
+        assert method.client_streaming == other.client_streaming, method.name
+        assert method.server_streaming == other.server_streaming, method.name
 
 
-def test_comparison_catches_a_mismatch(upstream: FileDescriptor) -> None:
-    """The checks above can fail: a renumbered and a retyped field are both reported."""
+def test_service_reaches_the_same_messages_and_enums(upstream: ServiceDescriptor) -> None:
+    their_messages, their_enums = _reachable(upstream)
+    assert sorted(OUR_MESSAGES) == sorted(their_messages)
+    assert sorted(OUR_ENUMS) == sorted(their_enums)
+
+
+@pytest.mark.parametrize("full_name", sorted(OUR_MESSAGES))
+def test_message_matches_upstream(upstream: ServiceDescriptor, full_name: str) -> None:
+    theirs = _reachable(upstream)[0]
+    assert full_name in theirs, f"{full_name} does not exist upstream"
+    assert _mismatches(OUR_MESSAGES[full_name], theirs[full_name]) == []
+
+
+@pytest.mark.parametrize("full_name", sorted(OUR_ENUMS))
+def test_enum_matches_upstream(upstream: ServiceDescriptor, full_name: str) -> None:
+    theirs = _reachable(upstream)[1][full_name]
+    ours = OUR_ENUMS[full_name]
+    assert [(v.name, v.number) for v in ours.values] == [(v.name, v.number) for v in theirs.values]
+
+
+def test_common_messages_live_in_smg_common_package() -> None:
+    assert common_pb2.DESCRIPTOR.package == "smg.grpc.common"
+    assert common_pb2.DESCRIPTOR.name == "common.proto"
+    assert sglang_scheduler_pb2.DESCRIPTOR.package == PACKAGE
+
+
+def test_comparison_catches_a_mismatch(upstream: ServiceDescriptor) -> None:
+    """The checks above can fail: a renumbered, a retyped and a dropped field are all reported."""
     proto = descriptor_pb2.FileDescriptorProto()
     sglang_scheduler_pb2.DESCRIPTOR.CopyToProto(proto)
     sampling = next(m for m in proto.message_type if m.name == "SamplingParams")
     next(f for f in sampling.field if f.name == "n").number = 99
     next(f for f in sampling.field if f.name == "top_k").type = FieldDescriptor.TYPE_UINT32
-    pool = descriptor_pool.DescriptorPool()
-    for dep in ("google/protobuf/struct.proto", "google/protobuf/timestamp.proto"):
-        dep_proto = descriptor_pb2.FileDescriptorProto()
-        descriptor_pool.Default().FindFileByName(dep).CopyToProto(dep_proto)
-        pool.Add(dep_proto)
+    complete = next(m for m in proto.message_type if m.name == "GenerateComplete")
+    complete.field.remove(next(f for f in complete.field if f.name == "spec_draft_tokens"))
+    pool = _pool_with_well_known_types()
+    common = descriptor_pb2.FileDescriptorProto()
+    common_pb2.DESCRIPTOR.CopyToProto(common)
+    pool.Add(common)
     pool.Add(proto)
-    mutated = pool.FindMessageTypeByName(f"{PACKAGE}.SamplingParams")
-    problems = _mismatches(mutated, _all_messages(upstream)[f"{PACKAGE}.SamplingParams"])
-    assert len(problems) == 2
+    theirs = _reachable(upstream)[0]
+    problems = _mismatches(
+        pool.FindMessageTypeByName(f"{PACKAGE}.SamplingParams"), theirs[f"{PACKAGE}.SamplingParams"]
+    )
     assert any("number 99" in p for p in problems)
     assert any("top_k" in p for p in problems)
+    assert any("n = 17 missing" in p for p in problems)
+    dropped = _mismatches(
+        pool.FindMessageTypeByName(f"{PACKAGE}.GenerateComplete"),
+        theirs[f"{PACKAGE}.GenerateComplete"],
+    )
+    assert dropped == [f"{PACKAGE}.GenerateComplete: upstream field spec_draft_tokens = 14 missing"]

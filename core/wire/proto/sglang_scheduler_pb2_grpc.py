@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from turnout.wire.proto import common_pb2 as common__pb2
 from turnout.wire.proto import sglang_scheduler_pb2 as sglang__scheduler__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -69,6 +70,41 @@ class SglangSchedulerStub:
                 request_serializer=sglang__scheduler__pb2.GetLoadsRequest.SerializeToString,
                 response_deserializer=sglang__scheduler__pb2.GetLoadsResponse.FromString,
                 _registered_method=True)
+        self.FlushCache = channel.unary_unary(
+                '/sglang.grpc.scheduler.SglangScheduler/FlushCache',
+                request_serializer=common__pb2.FlushCacheRequest.SerializeToString,
+                response_deserializer=common__pb2.FlushCacheResponse.FromString,
+                _registered_method=True)
+        self.StartProfile = channel.unary_unary(
+                '/sglang.grpc.scheduler.SglangScheduler/StartProfile',
+                request_serializer=common__pb2.StartProfileRequest.SerializeToString,
+                response_deserializer=common__pb2.ProfileResponse.FromString,
+                _registered_method=True)
+        self.StopProfile = channel.unary_unary(
+                '/sglang.grpc.scheduler.SglangScheduler/StopProfile',
+                request_serializer=common__pb2.StopProfileRequest.SerializeToString,
+                response_deserializer=common__pb2.ProfileResponse.FromString,
+                _registered_method=True)
+        self.GetTokenizer = channel.unary_stream(
+                '/sglang.grpc.scheduler.SglangScheduler/GetTokenizer',
+                request_serializer=common__pb2.GetTokenizerRequest.SerializeToString,
+                response_deserializer=common__pb2.GetTokenizerChunk.FromString,
+                _registered_method=True)
+        self.SubscribeKvEvents = channel.unary_stream(
+                '/sglang.grpc.scheduler.SglangScheduler/SubscribeKvEvents',
+                request_serializer=common__pb2.SubscribeKvEventsRequest.SerializeToString,
+                response_deserializer=common__pb2.KvEventBatch.FromString,
+                _registered_method=True)
+        self.LoadLoRAAdapter = channel.unary_unary(
+                '/sglang.grpc.scheduler.SglangScheduler/LoadLoRAAdapter',
+                request_serializer=sglang__scheduler__pb2.LoadLoRAAdapterRequest.SerializeToString,
+                response_deserializer=sglang__scheduler__pb2.LoadLoRAAdapterResponse.FromString,
+                _registered_method=True)
+        self.UnloadLoRAAdapter = channel.unary_unary(
+                '/sglang.grpc.scheduler.SglangScheduler/UnloadLoRAAdapter',
+                request_serializer=sglang__scheduler__pb2.UnloadLoRAAdapterRequest.SerializeToString,
+                response_deserializer=sglang__scheduler__pb2.UnloadLoRAAdapterResponse.FromString,
+                _registered_method=True)
         self.ListLoadedLoRAAdapters = channel.unary_unary(
                 '/sglang.grpc.scheduler.SglangScheduler/ListLoadedLoRAAdapters',
                 request_serializer=sglang__scheduler__pb2.ListLoadedLoRAAdaptersRequest.SerializeToString,
@@ -123,6 +159,52 @@ class SglangSchedulerServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FlushCache(self, request, context):
+        """Drop the prefix cache (every rank); the event stream then carries a `cleared` event.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StartProfile(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def StopProfile(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetTokenizer(self, request, context):
+        """The model's tokenizer files as a zip, in chunks; the last chunk carries the SHA-256.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def SubscribeKvEvents(self, request, context):
+        """Blocks stored/evicted/cleared, per data-parallel rank, with the engine's load on every batch.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def LoadLoRAAdapter(self, request, context):
+        """Add or drop a LoRA adapter at run time; requests then name it by `lora_id`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnloadLoRAAdapter(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ListLoadedLoRAAdapters(self, request, context):
         """The LoRA adapters loaded in the engine (SGLang with smg-grpc-servicer >= mid 2026).
         """
@@ -167,6 +249,41 @@ def add_SglangSchedulerServicer_to_server(servicer, server):
                     servicer.GetLoads,
                     request_deserializer=sglang__scheduler__pb2.GetLoadsRequest.FromString,
                     response_serializer=sglang__scheduler__pb2.GetLoadsResponse.SerializeToString,
+            ),
+            'FlushCache': grpc.unary_unary_rpc_method_handler(
+                    servicer.FlushCache,
+                    request_deserializer=common__pb2.FlushCacheRequest.FromString,
+                    response_serializer=common__pb2.FlushCacheResponse.SerializeToString,
+            ),
+            'StartProfile': grpc.unary_unary_rpc_method_handler(
+                    servicer.StartProfile,
+                    request_deserializer=common__pb2.StartProfileRequest.FromString,
+                    response_serializer=common__pb2.ProfileResponse.SerializeToString,
+            ),
+            'StopProfile': grpc.unary_unary_rpc_method_handler(
+                    servicer.StopProfile,
+                    request_deserializer=common__pb2.StopProfileRequest.FromString,
+                    response_serializer=common__pb2.ProfileResponse.SerializeToString,
+            ),
+            'GetTokenizer': grpc.unary_stream_rpc_method_handler(
+                    servicer.GetTokenizer,
+                    request_deserializer=common__pb2.GetTokenizerRequest.FromString,
+                    response_serializer=common__pb2.GetTokenizerChunk.SerializeToString,
+            ),
+            'SubscribeKvEvents': grpc.unary_stream_rpc_method_handler(
+                    servicer.SubscribeKvEvents,
+                    request_deserializer=common__pb2.SubscribeKvEventsRequest.FromString,
+                    response_serializer=common__pb2.KvEventBatch.SerializeToString,
+            ),
+            'LoadLoRAAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.LoadLoRAAdapter,
+                    request_deserializer=sglang__scheduler__pb2.LoadLoRAAdapterRequest.FromString,
+                    response_serializer=sglang__scheduler__pb2.LoadLoRAAdapterResponse.SerializeToString,
+            ),
+            'UnloadLoRAAdapter': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnloadLoRAAdapter,
+                    request_deserializer=sglang__scheduler__pb2.UnloadLoRAAdapterRequest.FromString,
+                    response_serializer=sglang__scheduler__pb2.UnloadLoRAAdapterResponse.SerializeToString,
             ),
             'ListLoadedLoRAAdapters': grpc.unary_unary_rpc_method_handler(
                     servicer.ListLoadedLoRAAdapters,
@@ -363,6 +480,195 @@ class SglangScheduler:
             '/sglang.grpc.scheduler.SglangScheduler/GetLoads',
             sglang__scheduler__pb2.GetLoadsRequest.SerializeToString,
             sglang__scheduler__pb2.GetLoadsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FlushCache(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sglang.grpc.scheduler.SglangScheduler/FlushCache',
+            common__pb2.FlushCacheRequest.SerializeToString,
+            common__pb2.FlushCacheResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StartProfile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sglang.grpc.scheduler.SglangScheduler/StartProfile',
+            common__pb2.StartProfileRequest.SerializeToString,
+            common__pb2.ProfileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def StopProfile(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sglang.grpc.scheduler.SglangScheduler/StopProfile',
+            common__pb2.StopProfileRequest.SerializeToString,
+            common__pb2.ProfileResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetTokenizer(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sglang.grpc.scheduler.SglangScheduler/GetTokenizer',
+            common__pb2.GetTokenizerRequest.SerializeToString,
+            common__pb2.GetTokenizerChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SubscribeKvEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sglang.grpc.scheduler.SglangScheduler/SubscribeKvEvents',
+            common__pb2.SubscribeKvEventsRequest.SerializeToString,
+            common__pb2.KvEventBatch.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def LoadLoRAAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sglang.grpc.scheduler.SglangScheduler/LoadLoRAAdapter',
+            sglang__scheduler__pb2.LoadLoRAAdapterRequest.SerializeToString,
+            sglang__scheduler__pb2.LoadLoRAAdapterResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnloadLoRAAdapter(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sglang.grpc.scheduler.SglangScheduler/UnloadLoRAAdapter',
+            sglang__scheduler__pb2.UnloadLoRAAdapterRequest.SerializeToString,
+            sglang__scheduler__pb2.UnloadLoRAAdapterResponse.FromString,
             options,
             channel_credentials,
             insecure,
