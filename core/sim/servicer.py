@@ -19,6 +19,7 @@ import turnout
 from turnout.sim.disagg import BootstrapServer, DisaggError, PrefillRoom, receive_kv
 from turnout.sim.embedding import embed_ids, embedding_dim
 from turnout.sim.kv_cache import KvEventLog, block_hashes
+from turnout.sim.kv_stream import kv_event_stream
 from turnout.sim.lora import SimAdapters
 from turnout.sim.model import (
     ChoicePlan,
@@ -243,6 +244,8 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         #: The ``StartProfile`` request while the profiler runs; None while it does not.
         self.profiling: common_pb2.StartProfileRequest | None = None
         self._tokenizer_archive: TokenizerArchive | None = None
+        if kv_cache_tokens:
+            self.cache_flush_hooks.append(self._flush_kv_caches)
 
     @property
     def dp_size(self) -> int:
@@ -649,6 +652,26 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             hook()
         self.cache_flushes += 1
         return common_pb2.FlushCacheResponse(success=True, message="Cache flushed successfully")
+
+    def _flush_kv_caches(self) -> None:
+        for rank in self.ranks:
+            rank.cache.flush()
+
+    async def SubscribeKvEvents(
+        self,
+        request: common_pb2.SubscribeKvEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[common_pb2.KvEventBatch]:
+        """The prefix caches' stores, evictions and flushes with each rank's load, resumable
+        (see :mod:`turnout.sim.kv_stream`); UNIMPLEMENTED without a cache, as SGLang without
+        KV events."""
+        if not self.kv_cache_tokens:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "KV cache events need a prefix cache (--kv-cache-tokens > 0)",
+            )
+        async for batch in kv_event_stream(self, request, context):
+            yield batch
 
     async def StartProfile(
         self, request: common_pb2.StartProfileRequest, context: grpc.aio.ServicerContext[Any, Any]

@@ -320,6 +320,7 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
             "lora_adapters": {a.name: a.lora_id for a in worker.servicer.adapters.by_name.values()},
             "cache_flushes": worker.servicer.cache_flushes,
             "profiling": worker.servicer.profiling is not None,
+            "kv_subscriptions": list(records.kv_subscriptions),
         }
 
     async def get_counters_rpc(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
