@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 import time
 from array import array
 from collections import OrderedDict, deque
@@ -80,23 +81,27 @@ class EventBatch:
 
 
 class KvEventLog:
-    """The newest ``keep`` batches of a worker's ranks, and a way to wait for the next one.
+    """The newest ``keep`` batches of a worker's ranks (and at most about ``keep_blocks`` stored
+    blocks in them), and a way to wait for the next one.
 
     Sequence numbers start at 1 and never repeat. The ranks of one endpoint share them (each
     batch names its ``dp_rank``), so one cursor resumes a subscriber to every rank and a gap is
     a gap; a cursor that fell out of the ring is :meth:`expired`.
     """
 
-    def __init__(self, keep: int = 10_000) -> None:
+    def __init__(self, keep: int = 10_000, keep_blocks: int = 100_000) -> None:
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep!r}")
-        self._batches: deque[EventBatch] = deque(maxlen=keep)
+        self.keep = keep
+        self.keep_blocks = keep_blocks
+        self._batches: deque[tuple[EventBatch, int]] = deque()
+        self._blocks_kept = 0
         self.last_sequence = 0
         self._event_id = 0
         self._changed: asyncio.Event | None = None
 
     def next_event_id(self) -> int:
-        """A fresh ``event_id`` (per rank, from 1)."""
+        """A fresh ``event_id`` (from 1, across the ranks)."""
         self._event_id += 1
         return self._event_id
 
@@ -104,7 +109,13 @@ class KvEventLog:
         """Number ``events`` of rank ``dp_rank`` as the next batch and wake the waiters."""
         self.last_sequence += 1
         batch = EventBatch(self.last_sequence, time.time(), tuple(events), dp_rank)
-        self._batches.append(batch)
+        blocks = sum(len(e.blocks) for e in events if isinstance(e, BlocksStored))
+        self._batches.append((batch, blocks))
+        self._blocks_kept += blocks
+        while len(self._batches) > 1 and (
+            len(self._batches) > self.keep or self._blocks_kept > self.keep_blocks
+        ):
+            self._blocks_kept -= self._batches.popleft()[1]
         self.poke()
         return batch
 
@@ -118,15 +129,14 @@ class KvEventLog:
         """Whether batches following ``after`` fell out of the ring (0: never)."""
         if after <= 0 or not self._batches:
             return after > self.last_sequence
-        return after + 1 < self._batches[0].sequence_number or after > self.last_sequence
+        return after + 1 < self._batches[0][0].sequence_number or after > self.last_sequence
 
     def since(self, after: int) -> list[EventBatch]:
         """The kept batches numbered above ``after``, oldest first."""
         if after >= self.last_sequence:
             return []
-        first = self._batches[0].sequence_number
-        skip = max(after + 1 - first, 0)
-        return [self._batches[i] for i in range(skip, len(self._batches))]
+        skip = max(after + 1 - self._batches[0][0].sequence_number, 0)
+        return [batch for batch, _ in itertools.islice(self._batches, skip, None)]
 
     def changed(self) -> asyncio.Event:
         """An event set when the next batch is appended (or on :meth:`poke`)."""

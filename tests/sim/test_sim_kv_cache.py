@@ -13,6 +13,7 @@ from turnout.sim.kv_cache import (
     CacheCleared,
     KvCache,
     KvEventLog,
+    StoredBlock,
     block_hashes,
 )
 from turnout.wire import WorkerClient, build_generate_request, build_sampling_params, pb
@@ -131,6 +132,15 @@ def test_event_log_is_a_ring_with_detectable_expiry() -> None:
     assert not log.expired(5)
     assert log.expired(1)  # batch 2 fell out
     assert log.expired(6)  # never sent
+
+
+def test_event_log_keeps_a_bounded_number_of_blocks() -> None:
+    log = KvEventLog(keep=100, keep_blocks=4)
+    chain = (StoredBlock(1, (1,)), StoredBlock(2, (2,)), StoredBlock(3, (3,)))
+    for i in range(3):
+        log.append([BlocksStored(i + 1, None, chain, 1, None)])
+    assert [b.sequence_number for b in log.since(0)] == [3]  # 9 blocks > 4: the newest stays
+    assert log.expired(1)
 
 
 # -- over gRPC ------------------------------------------------------------------------------------
