@@ -559,6 +559,9 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 "simulated": True,
                 "knobs": self.knobs.as_dict(),
                 "lora_paths": self.adapters.server_args(),
+                # SGLang's names for the prefix cache: its block size, and whether it is off.
+                "page_size": self.ranks[0].cache.block_size,
+                "disable_radix_cache": not self.kv_cache_tokens,
             }
         )
         if self.bootstrap is not None:

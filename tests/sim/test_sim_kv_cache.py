@@ -156,6 +156,10 @@ async def test_cached_tokens_follow_the_cache_and_its_evictions() -> None:
         assert await _cached(client, other, "b1") == 0
         assert await _cached(client, first, "a3") < 64
         loads = await client.get_loads()
+        info = await client.get_server_info()
+    assert info.server_args["page_size"] == 16
+    assert info.server_args["disable_radix_cache"] is False
+    assert info.max_total_num_tokens == 128
     load = loads.loads[0]
     assert load.max_total_num_tokens == 128
     assert 0 < load.token_usage <= 1.0
