@@ -72,6 +72,9 @@ class RankStats:
     peak_waiting: int = 0
     #: Seconds requests spent waiting for a running slot, summed.
     queue_wait_s: float = 0.0
+    #: Prompt tokens admitted, and those of them served from the prefix cache.
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
 
     def as_dict(self) -> dict[str, float]:
         """JSON-ready values."""
@@ -80,6 +83,8 @@ class RankStats:
             "generated_tokens": self.generated_tokens,
             "peak_waiting": self.peak_waiting,
             "queue_wait_s": round(self.queue_wait_s, 6),
+            "prompt_tokens": self.prompt_tokens,
+            "cached_tokens": self.cached_tokens,
         }
 
 

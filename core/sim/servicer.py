@@ -353,6 +353,8 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 try:
                     # Matched at admission: the cache may have changed while it waited.
                     state.holding, cached = cache.hold(prompt, hashes, lora_name)
+                    rank.stats.prompt_tokens += len(prompt)
+                    rank.stats.cached_tokens += cached
                     rank.begin_prefill(state)
                     if self.role != "decode":  # a decode server starts from the sent KV
                         await state.sleep(knobs.ttft_ms / 1000)

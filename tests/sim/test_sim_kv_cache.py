@@ -165,6 +165,9 @@ async def test_cached_tokens_follow_the_cache_and_its_evictions() -> None:
     assert 0 < load.token_usage <= 1.0
     assert load.num_used_tokens == sim.servicer.ranks[0].cache.used_blocks * 16
     assert 0 < load.cache_hit_rate < 1
+    (stats,) = sim.rank_stats  # for a benchmark: its hit rate over a window
+    assert stats["cached_tokens"] == 64 + 32
+    assert stats["prompt_tokens"] == 3 * 65 + 97
 
 
 async def test_the_lora_adapter_is_part_of_the_namespace() -> None:
