@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_KV_CACHE_TOKENS,
         help=(
             "prefix-cache capacity per DP rank, tokens; unreferenced blocks are evicted least "
-            "recently used first (default %(default)s; 0: no cache)"
+            "recently used first (default %(default)s; 0: no cache and no KV events)"
         ),
     )
     parser.add_argument(
@@ -85,7 +85,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--kv-events-keep",
         type=int,
         default=10_000,
-        help="KV event batches kept per DP rank for resuming subscribers (default %(default)s)",
+        help="KV event batches kept for resuming subscribers, all ranks (default %(default)s)",
     )
     parser.add_argument(
         "--dp-size",
