@@ -166,6 +166,7 @@ class _Block:
     block_hash: int
     parent: int | None
     token_ids: tuple[int, ...]
+    lora_name: str | None
     refs: int = 0
     children: int = 0
 
@@ -279,6 +280,24 @@ class KvCache:
         self._epoch += 1
         self.log.append([CacheCleared(self.log.next_event_id())], self.dp_rank)
 
+    def live_chains(self) -> list[BlocksStored]:
+        """Every cached block as ``stored`` events (``event_id`` 0), parents before children,
+        one event per run of blocks that chain on each other: a snapshot of the cache."""
+        events: list[BlocksStored] = []
+        run: list[StoredBlock] = []
+        run_parent: int | None = None
+        lora: str | None = None
+        for block in self._blocks.values():  # insertion order: a parent is older than its child
+            if run and (block.parent != run[-1].block_hash or block.lora_name != lora):
+                events.append(BlocksStored(0, run_parent, tuple(run), self.block_size, lora))
+                run = []
+            if not run:
+                run_parent, lora = block.parent, block.lora_name
+            run.append(StoredBlock(block.block_hash, block.token_ids))
+        if run:
+            events.append(BlocksStored(0, run_parent, tuple(run), self.block_size, lora))
+        return events
+
     def _ref(self, block_hash: int) -> None:
         block = self._blocks[block_hash]
         if block.refs == 0:
@@ -309,7 +328,9 @@ class KvCache:
             if len(self._blocks) >= self.capacity_blocks and not self._evict_one(evicted):
                 break
             token_ids = tuple(tokens[index * size : (index + 1) * size])
-            self._blocks[block_hash] = _Block(block_hash, parent, token_ids, refs=1)
+            self._blocks[block_hash] = _Block(
+                block_hash, parent, token_ids, holding.lora_name, refs=1
+            )
             if parent is not None:
                 self._blocks[parent].children += 1
             holding.hashes.append(block_hash)

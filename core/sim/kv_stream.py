@@ -1,14 +1,17 @@
 """``SubscribeKvEvents`` for the simulator: the KV event log as ``smg.grpc.common`` batches.
 
-A subscription replays the kept batches after its ``start_sequence_number`` (0: all the ring
-still holds; a cursor that fell out of it is ``OUT_OF_RANGE``, and a subscriber that falls so far
-behind that the ring overtakes it gets ``DATA_LOSS``: either way it starts over from 0), then
-follows the log live. Each batch carries its rank's :class:`EngineLoad`; when a rank's load
-changed without an event (an admission served from cache, a first token, a completion) and
-once a second while nothing else is sent, a ``load_only`` record per rank repeats the last
-sequence number sent, so a subscriber sees the engine's queue, its silence
-(``engine_silence_ms``) and its prefill work in hand (``prefill_pending_tokens``) within a
-second without polling ``GetLoads``.
+A subscription replays the kept batches after its ``start_sequence_number`` (a cursor that fell
+out of the ring is ``OUT_OF_RANGE``, and a subscriber that falls so far behind that the ring
+overtakes it gets ``DATA_LOSS``: either way it starts over from 0), then follows the log live.
+From 0 it gets the current state first: a snapshot of every rank's cached blocks
+(``KvSnapshotChunk`` batches numbered up to the newest sequence, each a ``cleared`` of its rank
+and then its blocks, parents first), exact however long ago the ring wrapped.
+
+Each batch carries its rank's :class:`EngineLoad`; when a rank's load changed without an event
+(an admission served from cache, a first token, a completion) and once a second while nothing
+else is sent, a ``load_only`` record per rank repeats the last sequence number sent, so a
+subscriber sees the engine's queue, its silence (``engine_silence_ms``) and its prefill work in
+hand (``prefill_pending_tokens``) within a second without polling ``GetLoads``.
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ from typing import TYPE_CHECKING, Any, Final
 import grpc
 import grpc.aio
 
-from turnout.sim.kv_cache import BlocksRemoved, BlocksStored, EventBatch, KvEvent
+from turnout.sim.kv_cache import BlocksRemoved, BlocksStored, CacheCleared, EventBatch, KvEvent
 from turnout.sim.ranks import Rank
 from turnout.wire.proto import common_pb2
 
 if TYPE_CHECKING:
     from turnout.sim.servicer import SimServicer
 
-__all__ = ["HEARTBEAT_S", "engine_load", "kv_event_stream", "to_proto"]
+__all__ = ["HEARTBEAT_S", "engine_load", "kv_event_stream", "snapshot", "to_proto"]
 
 #: A load record per rank at least this often while no batch is sent, seconds.
 HEARTBEAT_S: Final = 1.0
@@ -69,6 +72,31 @@ def _event(event: KvEvent) -> common_pb2.KvCacheEvent:
         removed = common_pb2.KvBlocksRemoved(block_hashes=event.block_hashes)
         return common_pb2.KvCacheEvent(event_id=event.event_id, removed=removed)
     return common_pb2.KvCacheEvent(event_id=event.event_id, cleared=common_pb2.KvCacheCleared())
+
+
+def snapshot(ranks: Sequence[Rank], taken_at: int) -> list[common_pb2.KvEventBatch]:
+    """The cached blocks of every rank holding any, as the chunks of a state snapshot taken
+    at sequence ``taken_at``: one chunk per such rank, numbered consecutively up to
+    ``taken_at``, each a ``cleared`` for its rank and then its blocks, parents first."""
+    holding = [r for r in ranks if r.cache.used_blocks]
+    chunks = []
+    for index, rank in enumerate(holding):
+        stored = rank.cache.live_chains()
+        events: list[KvEvent] = [CacheCleared(0), *stored]
+        logged = EventBatch(
+            taken_at - len(holding) + 1 + index, time.time(), tuple(events), rank.index
+        )
+        chunk = to_proto(logged, None)
+        chunk.snapshot.CopyFrom(
+            common_pb2.KvSnapshotChunk(
+                index=index,
+                count=len(holding),
+                blocks=sum(r.cache.used_blocks for r in holding),
+                unknown_before=0,
+            )
+        )
+        chunks.append(chunk)
+    return chunks
 
 
 def engine_load(
@@ -134,10 +162,29 @@ async def kv_event_stream(
     sample = 0
     sent_load: dict[int, tuple[int, ...]] = {}
     last_record = time.monotonic()
+    sent = cursor  # the last sequence number sent on the stream: load-only records repeat it
+    if not cursor:  # the current state first, then what follows it
+        capacity = servicer.capacity_tokens
+        cursor = log.last_sequence
+        for chunk in snapshot(ranks, cursor):
+            rank = ranks[chunk.dp_rank]
+            sample += 1
+            chunk.load.CopyFrom(
+                engine_load(
+                    rank,
+                    capacity=capacity,
+                    uptime_s=time.time() - servicer.started,
+                    sample=sample,
+                    telemetry=True,
+                )
+            )
+            sent_load[rank.index] = _fingerprint(rank)
+            sent = chunk.sequence_number
+            yield chunk
     while True:
         wake = log.changed()
         batches = log.since(cursor)
-        if batches and cursor and batches[0].sequence_number > cursor + 1:
+        if batches and batches[0].sequence_number > cursor + 1:
             await context.abort(
                 grpc.StatusCode.DATA_LOSS,
                 f"the subscriber fell behind: events after {cursor} are gone; subscribe from 0",
@@ -152,11 +199,11 @@ async def kv_event_stream(
                 rank, capacity=capacity, uptime_s=uptime, sample=sample, telemetry=first
             )
             sent_load[rank.index] = _fingerprint(rank)
-            cursor = batch.sequence_number
+            cursor = sent = batch.sequence_number
             last_record = time.monotonic()
             yield to_proto(batch, load)
         now = time.monotonic()
-        if not batches and (cursor or early_loads):
+        if not batches and (sent or early_loads):
             due = now - last_record >= HEARTBEAT_S
             changed = [r for r in ranks if sent_load.get(r.index) != _fingerprint(r)]
             if due or (changed and now - last_record >= _COALESCE_S):
@@ -168,13 +215,13 @@ async def kv_event_stream(
                     load.load_only = True
                     sent_load[rank.index] = _fingerprint(rank)
                     yield common_pb2.KvEventBatch(
-                        sequence_number=cursor, timestamp=time.time(), dp_rank=rank.index, load=load
+                        sequence_number=sent, timestamp=time.time(), dp_rank=rank.index, load=load
                     )
                 last_record = now = time.monotonic()
             elif changed:  # coalesce: come back when the window is over
                 await asyncio.sleep(_COALESCE_S - (now - last_record))
                 continue
         # Before its first batch a subscriber without early load records waits for one.
-        timeout = max(HEARTBEAT_S - (now - last_record), 0.0) if cursor or early_loads else None
+        timeout = max(HEARTBEAT_S - (now - last_record), 0.0) if sent or early_loads else None
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(wake.wait(), timeout)

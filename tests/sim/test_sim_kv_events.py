@@ -41,6 +41,14 @@ def _request(ids: list[int], rid: str, **extra: Any) -> pb.GenerateRequest:
     return req
 
 
+async def _subscribed(client: WorkerClient, start: int = 0) -> Any:
+    """A subscription the sim has answered (its first record read)."""
+    events = client.subscribe_kv_events(start, load_records_before_first_batch=True)
+    async with asyncio.timeout(5):
+        await anext(events)
+    return events
+
+
 async def _next(stream: AsyncIterator[common_pb2.KvEventBatch]) -> common_pb2.KvEventBatch:
     """The next batch that is not a load-only record."""
     async with asyncio.timeout(5):
@@ -55,7 +63,7 @@ async def test_stores_and_evictions_stream_as_numbered_batches(transport: str) -
         SimWorker(port=0, transport=transport, kv_cache_tokens=64) as sim,
         WorkerClient(sim.url) as client,
     ):
-        events = client.subscribe_kv_events()
+        events = await _subscribed(client)
         first = [*_blocks(1, 2, 3), 9]
         await fold(client.generate(_request(first, "a")))
         batch = await _next(events)
@@ -68,7 +76,7 @@ async def test_stores_and_evictions_stream_as_numbered_batches(transport: str) -
         assert [b.block_hash for b in stored.blocks] == block_hashes(first, 16)
         assert {b.block_size for b in stored.blocks} == {16}
         assert batch.load.HasField("waiting_uncached_tokens")
-        assert batch.load.max_total_num_tokens == 64  # the stream's first record: telemetry too
+        assert 3 / 4 <= batch.load.token_usage < 1  # 3 of 4 blocks, and the running tail
         # 4 blocks of room: two more blocks of another prefix evict the idle leaves first.
         await fold(client.generate(_request([*_blocks(5, 6), 9], "b")))
         batch = await _next(events)
@@ -103,12 +111,45 @@ async def test_a_subscriber_resumes_after_its_cursor_and_an_expired_one_is_refus
     assert sim.records.kv_subscriptions == [2]
 
 
+async def test_a_subscriber_from_0_gets_the_state_as_a_snapshot_then_live(
+    transport: str,
+) -> None:
+    async with (
+        SimWorker(port=0, transport=transport, dp_size=2, kv_events_keep=2) as sim,
+        WorkerClient(sim.url) as client,
+    ):
+        for i in range(4):  # 4 batches, 2 per rank: the ring kept the last 2 only
+            prompt = [*_blocks(30 + i, 40 + i), 9]
+            await fold(client.generate(_request(prompt, f"s{i}", data_parallel_rank=i % 2)))
+        events = client.subscribe_kv_events()
+        chunks = [await _next(events), await _next(events)]
+        await fold(client.generate(_request([*_blocks(50), 9], "live", data_parallel_rank=0)))
+        live = await _next(events)
+        await events.aclose()
+    assert [(c.sequence_number, c.dp_rank) for c in chunks] == [(3, 0), (4, 1)]
+    assert [(c.snapshot.index, c.snapshot.count, c.snapshot.blocks) for c in chunks] == [
+        (0, 2, 8),
+        (1, 2, 8),
+    ]
+    for chunk in chunks:
+        assert chunk.events[0].HasField("cleared")
+        stored = [e.stored for e in chunk.events[1:]]
+        known: set[int] = set()
+        for event in stored:  # each event one chain, parents first
+            assert not event.HasField("parent_block_hash") or event.parent_block_hash in known
+            known.update(b.block_hash for b in event.blocks)
+        assert len(known) == 4  # 2 prompts of 2 blocks on each rank
+        assert chunk.load.HasField("cache_hit_rate")
+    assert (live.sequence_number, live.dp_rank) == (5, 0)
+    assert not live.HasField("snapshot")
+
+
 async def test_flush_cache_clears_and_streams_cleared(transport: str) -> None:
     async with SimWorker(port=0, transport=transport) as sim, WorkerClient(sim.url) as client:
         prompt = [*_blocks(1, 2), 9]
         await fold(client.generate(_request(prompt, "a")))
         events = client.subscribe_kv_events()
-        assert (await _next(events)).events[0].HasField("stored")  # replayed from the ring
+        assert (await _next(events)).HasField("snapshot")  # the current state first
         assert (await client.flush_cache()).success
         batch = await _next(events)
         assert batch.events[0].HasField("cleared")
@@ -122,7 +163,7 @@ async def test_each_rank_streams_its_own_blocks_under_one_numbering(transport: s
         SimWorker(port=0, transport=transport, dp_size=2, lora_adapters=["sql"]) as sim,
         WorkerClient(sim.url) as client,
     ):
-        events = client.subscribe_kv_events()
+        events = await _subscribed(client)
         lora_id = sim.servicer.adapters.by_name["sql"].lora_id
         prompt = [*_blocks(1), 9]
         await fold(client.generate(_request(prompt, "r0", data_parallel_rank=0)))

@@ -62,7 +62,7 @@ async def test_subprocess_cache_flags_and_its_event_subscriptions() -> None:
             batch = await asyncio.wait_for(anext(events), 5)
         load = (await client.get_loads()).loads[0]
         records = await get_records(proc.url)
-    assert batch.events[0].stored.blocks[0].block_size == 8
+    assert batch.events[1].stored.blocks[0].block_size == 8  # a snapshot: cleared, stored
     assert load.max_total_num_tokens == 256
     assert records["kv_subscriptions"] == [0]
 
