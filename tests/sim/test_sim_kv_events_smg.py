@@ -68,12 +68,27 @@ async def _warm(sim: SimWorker, prompt: str) -> list[int]:
     return ids
 
 
+@pytest.mark.parametrize(
+    "warm_before_smg",
+    [pytest.param(False, id="live-events"), pytest.param(True, id="snapshot")],
+)
 async def test_smg_routes_prefix_groups_to_the_sims_whose_events_announced_them(
-    tmp_path: Path,
+    tmp_path: Path, warm_before_smg: bool
 ) -> None:
+    """Each group is warmed on one sim directly: smg never routed these prefixes, only the
+    events tell it where they are (live, or in the snapshot of a sim warmed before smg)."""
     command = find_smg()
     assert command is not None
     async with SimWorker(port=0) as first, SimWorker(port=0) as second:
+        owner = dict(zip(_GROUPS, (second, first, second), strict=True))
+        warmed: dict[str, list[int]] = {}
+
+        async def warm_up() -> None:
+            for group, prompt in _GROUPS.items():
+                warmed[group] = await _warm(owner[group], prompt + " warm-up")
+
+        if warm_before_smg:
+            await warm_up()
         router = await asyncio.to_thread(
             start_smg, [first.url, second.url], tmp_path, policy="cache_aware", command=command
         )
@@ -82,10 +97,8 @@ async def test_smg_routes_prefix_groups_to_the_sims_whose_events_announced_them(
                 lambda: first.records.kv_subscriptions and second.records.kv_subscriptions,
                 "smg subscribes to both sims' KV events",
             )
-            # Warm each group on one sim directly: smg never routed these prefixes, only the
-            # events tell it where they are.
-            owner = dict(zip(_GROUPS, (second, first, second), strict=True))
-            warmed = {g: await _warm(owner[g], p + " warm-up") for g, p in _GROUPS.items()}
+            if not warm_before_smg:
+                await warm_up()
             await asyncio.sleep(0.5)  # the stored blocks reach smg
             sims = {sim.url: sim for sim in (first, second)}
             landed: dict[str, set[str]] = {}
