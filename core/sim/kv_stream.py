@@ -117,7 +117,7 @@ def engine_load(
         age_ms=0,
         sample=sample,
     )
-    if rank.running:  # requests in flight: how long the engine has been quiet, and its work
+    if rank.slots_used:  # requests admitted: how long the engine has been quiet, and its work
         load.engine_silence_ms = int((time.monotonic() - rank.last_output) * 1000)
         load.prefill_pending_tokens = rank.prefill_pending_tokens
     if telemetry:
