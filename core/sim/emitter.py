@@ -50,6 +50,11 @@ class ChoiceEmitter:
         # In a PD pair, prompt logprobs come from the prefill leg only.
         self.input_logprobs = request.logprob_start_len >= 0 and servicer.role != "decode"
         self.top_k = max(request.top_logprobs_num, 0)
+        self._sent0 = 0
+
+    def generated_ids(self) -> list[int]:
+        """The token ids choice 0 produced so far."""
+        return self.plans[0].token_ids[: self._sent0] if self.plans else []
 
     async def run(self) -> AsyncIterator[pb.GenerateResponse]:
         rid = self.request.request_id
@@ -98,7 +103,10 @@ class ChoiceEmitter:
                             stream,
                         ),
                     )
+            if first:
+                self.state.rank.end_prefill(self.state)
             first = False
+            self._sent0 = sent[0]
             self.state.rank.count_tokens(emitted)
             self.state.tokens += emitted
             self.servicer.records.generated[rid] = sum(sent)

@@ -21,6 +21,9 @@ class SimKnobs:
     delay_jitter_ms: float = 0.0
     #: Extra delay before the first token (prefill), milliseconds.
     ttft_ms: float = 0.0
+    #: Prefill speed: prompt tokens not served from the prefix cache per second, one prefill
+    #: at a time per DP rank (0: instant).
+    prefill_tokens_per_s: float = 0.0
     #: Tokens per streamed chunk (a request's ``stream_interval`` overrides it).
     tokens_per_chunk: int = 1
     #: Fail Generate (before the first chunk) and Embed with this gRPC status name (e.g.
@@ -37,7 +40,7 @@ class SimKnobs:
     fault_budget: int | None = None
     #: Requests generating at once per DP rank; later ones queue (0: unlimited).
     max_running: int = 0
-    #: KV capacity reported by GetLoads / GetServerInfo, tokens.
+    #: KV capacity reported by GetLoads / GetServerInfo when the prefix cache is off, tokens.
     max_total_tokens: int = 65536
     #: Prefill-decode rendezvous deadline, seconds (SGLang's bootstrap and KV waiting timeouts).
     bootstrap_timeout_s: float = 300.0

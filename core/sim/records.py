@@ -42,6 +42,8 @@ class SimRecords:
     metadata: dict[str, dict[str, str]] = field(default_factory=dict)
     #: request id → the ``lora_id`` its Generate request named (requests without one: absent).
     lora_ids: dict[str, str] = field(default_factory=dict)
+    #: The ``start_sequence_number`` of each ``SubscribeKvEvents`` call, in order.
+    kv_subscriptions: list[int] = field(default_factory=list)
 
     def clear(self) -> None:
         """Forget everything recorded."""
@@ -56,6 +58,7 @@ class SimRecords:
         self.multimodal.clear()
         self.metadata.clear()
         self.lora_ids.clear()
+        self.kv_subscriptions.clear()
 
     def note_request(self, request: pb.GenerateRequest) -> None:
         """Record a Generate request; trim every collection to the newest ``keep`` entries when
@@ -79,6 +82,7 @@ class SimRecords:
             self.aborted,
             self.embed_requests,
             self.multimodal,
+            self.kv_subscriptions,
         ):
             del entries[:-keep]
         for name in ("outcomes", "generated", "ranks", "metadata", "lora_ids"):

@@ -18,6 +18,8 @@ from turnout.sim.disagg import BootstrapServer, DisaggError, PrefillRoom, receiv
 from turnout.sim.embedding import embed_ids, embedding_dim
 from turnout.sim.emitter import ChoiceEmitter
 from turnout.sim.knobs import SimKnobs
+from turnout.sim.kv_cache import KvEventLog, block_hashes
+from turnout.sim.kv_stream import kv_event_stream
 from turnout.sim.lora import SimAdapters
 from turnout.sim.model import ChoicePlan, InvalidRequest, SimModel
 from turnout.sim.multimodal import InvalidMultimodal, record_multimodal
@@ -28,10 +30,12 @@ from turnout.wire.proto import common_pb2
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
 
-__all__ = ["Role", "SimKnobs", "SimRecords", "SimServicer"]
+__all__ = ["DEFAULT_KV_CACHE_TOKENS", "Role", "SimKnobs", "SimRecords", "SimServicer"]
 
 SIM_VERSION: Final = f"turnout-sim/{turnout.__version__}"
 _LOAD_SECTIONS: Final = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
+#: Prefix cache per DP rank by default, tokens: more than a test or benchmark fills.
+DEFAULT_KV_CACHE_TOKENS: Final = 1_000_000
 #: Metadata keys of the W3C trace context, recorded per Generate request.
 TRACE_CONTEXT_KEYS: Final = frozenset({"traceparent", "tracestate", "baggage"})
 
@@ -60,6 +64,9 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         role: Role = "regular",
         bootstrap: BootstrapServer | None = None,
         adapters: SimAdapters | None = None,
+        block_size: int = 16,
+        kv_cache_tokens: int = DEFAULT_KV_CACHE_TOKENS,
+        kv_events_keep: int = 10_000,
     ) -> None:
         if dp_size < 1:
             raise ValueError(f"dp_size must be >= 1, got {dp_size!r}")
@@ -75,7 +82,19 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         self.bootstrap = bootstrap
         #: The LoRA adapters loaded at start-up.
         self.adapters = adapters or SimAdapters()
-        self.ranks = [Rank(i, self._max_running) for i in range(dp_size)]
+        #: Every rank's KV events, numbered across the ranks (``dp_rank`` on each batch).
+        self.kv_events = KvEventLog(kv_events_keep)
+        self.ranks = [
+            Rank(
+                i,
+                self._max_running,
+                events=self.kv_events,
+                block_size=block_size,
+                kv_cache_tokens=kv_cache_tokens,
+            )
+            for i in range(dp_size)
+        ]
+        self.kv_cache_tokens = kv_cache_tokens
         self._next_rank = 0
         self._running: dict[str, Running] = {}
         self._last_receive = 0.0
@@ -87,6 +106,8 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         #: The ``StartProfile`` request while the profiler runs; None while it does not.
         self.profiling: common_pb2.StartProfileRequest | None = None
         self._tokenizer_archive: TokenizerArchive | None = None
+        if kv_cache_tokens:
+            self.cache_flush_hooks.append(self._flush_kv_caches)
 
     @property
     def dp_size(self) -> int:
@@ -95,6 +116,11 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
 
     def _max_running(self) -> int:
         return self.knobs.max_running
+
+    @property
+    def capacity_tokens(self) -> int:
+        """KV capacity per rank as reported: the prefix cache's, else ``max_total_tokens``."""
+        return self.kv_cache_tokens or self.knobs.max_total_tokens
 
     # -- Generate ------------------------------------------------------------------------------
 
@@ -164,7 +190,10 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 "simulated failure before the first token",
             )
         prompt = list(request.tokenized.input_ids)
-        cached = rank.cached_prefix(prompt)
+        cache = rank.cache
+        lora_name = self._adapter_name(request.lora_id)
+        hashes = block_hashes(prompt, cache.block_size, lora_name) if cache.capacity_blocks else []
+        uncached = len(prompt) - cache.peek(cache.matchable(len(prompt), hashes))
         state = Running(rid, len(prompt), rank)
         self._running[rid] = state
         rank.running[rid] = state
@@ -177,14 +206,21 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             ]
         outcome = "error"
         prefill: PrefillRoom | None = None
+        stream: ChoiceEmitter | None = None
         try:
             async with contextlib.AsyncExitStack() as legs:
                 if room is not None:
                     prefill = await self._meet_other_leg(context, request, state, room, legs)
-                await rank.acquire_slot()
+                await rank.acquire_slot(uncached)
                 try:
+                    # Matched at admission: the cache may have changed while it waited.
+                    state.holding, cached = cache.hold(prompt, hashes, lora_name)
+                    rank.stats.prompt_tokens += len(prompt)
+                    rank.stats.cached_tokens += cached
+                    rank.begin_prefill(state)
                     if self.role != "decode":  # a decode server starts from the sent KV
                         await state.sleep(knobs.ttft_ms / 1000)
+                        await rank.prefill(state, len(prompt) - cached, knobs.prefill_tokens_per_s)
                     if faulty and knobs.hang:
                         await state.aborted.wait()
                     if self.role == "prefill" and not state.aborted.is_set():
@@ -214,6 +250,17 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             self.records.outcomes[rid] = outcome
             self._running.pop(rid, None)
             rank.running.pop(rid, None)
+            rank.end_prefill(state)
+            if state.holding is not None:
+                if stream is not None:  # its generated tokens are cached too, as SGLang's
+                    cache.extend(state.holding, prompt + stream.generated_ids())
+                cache.release(state.holding)
+
+    def _adapter_name(self, lora_id: str) -> str | None:
+        """The name of the adapter ``lora_id`` names: the prefix cache's namespace."""
+        if not lora_id:
+            return None
+        return next((a.name for a in self.adapters.by_name.values() if a.lora_id == lora_id), None)
 
     def _bootstrap_room(self, request: pb.GenerateRequest) -> int | None:
         """The request's ``bootstrap_room``; None without a usable rendezvous address (as
@@ -376,12 +423,15 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 "simulated": True,
                 "knobs": self.knobs.as_dict(),
                 "lora_paths": self.adapters.server_args(),
+                # SGLang's names for the prefix cache: its block size, and whether it is off.
+                "page_size": self.ranks[0].cache.block_size,
+                "disable_radix_cache": not self.kv_cache_tokens,
             }
         )
         if self.bootstrap is not None:
             args.update({"disaggregation_bootstrap_port": self.bootstrap.port})
         scheduler = struct_pb2.Struct()
-        scheduler.update({"simulated": True, "max_total_num_tokens": self.knobs.max_total_tokens})
+        scheduler.update({"simulated": True, "max_total_num_tokens": self.capacity_tokens})
         start = timestamp_pb2.Timestamp()
         start.FromNanoseconds(int(self.started * 1e9))
         return pb.GetServerInfoResponse(
@@ -394,7 +444,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             sglang_version=SIM_VERSION,
             server_type="turnout-sim",
             start_time=start,
-            max_total_num_tokens=self.knobs.max_total_tokens,
+            max_total_num_tokens=self.capacity_tokens,
         )
 
     async def ListLoadedLoRAAdapters(
@@ -470,6 +520,26 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         self.cache_flushes += 1
         return common_pb2.FlushCacheResponse(success=True, message="Cache flushed successfully")
 
+    def _flush_kv_caches(self) -> None:
+        for rank in self.ranks:
+            rank.cache.flush()
+
+    async def SubscribeKvEvents(
+        self,
+        request: common_pb2.SubscribeKvEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[common_pb2.KvEventBatch]:
+        """The prefix caches' stores, evictions and flushes with each rank's load, resumable
+        (see :mod:`turnout.sim.kv_stream`); UNIMPLEMENTED without a cache, as SGLang without
+        KV events."""
+        if not self.kv_cache_tokens:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "KV cache events need a prefix cache (--kv-cache-tokens > 0)",
+            )
+        async for batch in kv_event_stream(self, request, context):
+            yield batch
+
     async def StartProfile(
         self, request: common_pb2.StartProfileRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> common_pb2.ProfileResponse:
@@ -512,7 +582,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                     f"dp_rank {request.dp_rank} does not exist (dp_size {len(ranks)})",
                 )
             ranks = [ranks[request.dp_rank]]
-        capacity = self.knobs.max_total_tokens
+        capacity = self.capacity_tokens
         uptime = time.time() - self.started
         mode = _MODES[self.role]
         loads = [
