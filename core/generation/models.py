@@ -7,7 +7,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -103,6 +103,7 @@ class ModelTable:
         *,
         prompt_limit: Callable[[str], PromptLimit | None] = lambda _model: None,
         worker_adapters: Callable[[str], Mapping[str, Adapter]] = lambda _model: {},
+        tokenizer_fetch: Callable[[str], Awaitable[Path]] | None = None,
     ) -> None:
         self._config = config
         self._plugins = plugins
@@ -114,6 +115,9 @@ class ModelTable:
         self.prompt_limit = prompt_limit
         #: The LoRA adapters a model's workers reported, by name.
         self.worker_adapters = worker_adapters
+        #: Fetches a model's tokenizer from its workers into a local directory (``GetTokenizer``)
+        #: when the router has no directory of its own for it; None: never.
+        self.tokenizer_fetch = tokenizer_fetch
         self._runtimes: dict[str, ModelRuntime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
@@ -136,6 +140,7 @@ class ModelTable:
             self.unplaced_workers,
             prompt_limit=self.prompt_limit,
             worker_adapters=self.worker_adapters,
+            tokenizer_fetch=self.tokenizer_fetch,
         )
 
     def served(self) -> list[str]:
@@ -243,7 +248,10 @@ class ModelTable:
         async with lock:
             runtime = self._runtimes.get(model_id)
             if runtime is None:
-                runtime = await asyncio.to_thread(self.build, model_id)
+                fetched = None
+                if self.tokenizer_fetch is not None and self._tokenizer_path(model_id) is None:
+                    fetched = await self.tokenizer_fetch(model_id)
+                runtime = await asyncio.to_thread(self.build, model_id, fetched)
                 self._runtimes[model_id] = runtime
         return runtime
 
@@ -282,13 +290,22 @@ class ModelTable:
         """True once the model's tokenizer is loaded."""
         return model_id in self._runtimes
 
-    def build(self, model_id: str) -> ModelRuntime:
-        """Load the tokenizer and resolve plugins for ``model_id``."""
+    def _tokenizer_path(self, model_id: str) -> str | None:
+        """The configured tokenizer directory of a model, else the path its workers report when
+        it is a directory on this host; None: the router has none of its own."""
+        model = self._config.models.get(model_id, ModelConfig())
+        configured = model.tokenizer_path or self._config.defaults.tokenizer_path
+        if configured:
+            return configured
+        hint = self.tokenizer_hint(model_id)
+        return hint if hint and Path(hint).is_dir() else None
+
+    def build(self, model_id: str, directory: Path | None = None) -> ModelRuntime:
+        """Load the tokenizer (from ``directory``, else the model's own path) and resolve
+        plugins for ``model_id``."""
         config = self._config
         model = config.models.get(model_id, ModelConfig())
-        path = (
-            model.tokenizer_path or config.defaults.tokenizer_path or self.tokenizer_hint(model_id)
-        )
+        path = str(directory) if directory is not None else self._tokenizer_path(model_id)
         if path is None or not Path(path).is_dir():
             raise ApiError(
                 503,

@@ -55,6 +55,7 @@ from turnout.server.worker_routes import DEPENDENCY as WORKER_REGISTRY
 from turnout.server.worker_routes import workers_router
 from turnout.tenants import current_tenant
 from turnout.workers.registry import WorkerRegistry
+from turnout.workers.remote_tokenizer import RemoteTokenizers
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +247,7 @@ def create_app(
             registry.unplaced,
             prompt_limit=prompt_limit,
             worker_adapters=registry.adapters,
+            tokenizer_fetch=RemoteTokenizers(registry).fetch,
         )
         discovery = DiscoveryManager(registry, plugins.discovery)
         metered = MeteredDispatch(

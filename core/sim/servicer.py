@@ -78,6 +78,11 @@ class SimKnobs:
     bootstrap_timeout_s: float = 300.0
     #: Answer ``ListLoadedLoRAAdapters`` (False: UNIMPLEMENTED, as SGLang before mid 2026).
     lists_adapters: bool = True
+    #: Answer ``GetTokenizer`` (False: UNIMPLEMENTED, as a servicer without it).
+    serves_tokenizer: bool = True
+    #: The model path GetModelInfo / GetServerInfo report instead of the real directory: a
+    #: worker on another host, whose path means nothing on the router's.
+    reported_model_path: str | None = None
 
     def update(self, changes: dict[str, Any]) -> None:
         """Set several knobs; ``ValueError`` names an unknown knob or a bad status name."""
@@ -470,9 +475,10 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
             if k in gen
         }
+        shown = self._shown_model_path()
         return pb.GetModelInfoResponse(
-            model_path=str(files.path),
-            tokenizer_path=str(files.path),
+            model_path=shown,
+            tokenizer_path=shown,
             is_generation=True,
             weight_version=SIM_VERSION,
             served_model_name=files.served_model_name,
@@ -488,6 +494,9 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             default_sampling_params_json=json.dumps(defaults) if defaults else "",
         )
 
+    def _shown_model_path(self) -> str:
+        return self.knobs.reported_model_path or str(self.model.files.path)
+
     async def GetServerInfo(
         self, request: pb.GetServerInfoRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetServerInfoResponse:
@@ -496,7 +505,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         args = struct_pb2.Struct()
         args.update(
             {
-                "model_path": str(files.path),
+                "model_path": self._shown_model_path(),
                 "served_model_name": files.served_model_name,
                 "tp_size": 1,
                 "dp_size": self.dp_size,
@@ -570,6 +579,8 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
     ) -> AsyncIterator[common_pb2.GetTokenizerChunk]:
         """The model directory's tokenizer files as a zip in 64 KiB chunks, the SHA-256 on the
         last (FAILED_PRECONDITION when the directory has none)."""
+        if not self.knobs.serves_tokenizer:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         if self._tokenizer_archive is None:
             try:
                 archive = await asyncio.to_thread(build_archive, self.model.files.path)
