@@ -25,6 +25,7 @@ from turnout.sim.model import (
     SimModel,
     synthetic_logprob,
     top_logprobs,
+    wanted_logprob,
 )
 from turnout.sim.multimodal import InvalidMultimodal, MultimodalRecord, record_multimodal
 from turnout.sim.ranks import Rank, Running
@@ -761,6 +762,8 @@ class _Emitter:
         # In a PD pair, prompt logprobs come from the prefill leg only.
         self.input_logprobs = request.logprob_start_len >= 0 and servicer.role != "decode"
         self.top_k = max(request.top_logprobs_num, 0)
+        #: The ids whose logprobs every output position reports (``token_ids_logprobs``).
+        self.wanted_ids = list(request.token_ids_logprob)
 
     async def run(self) -> AsyncIterator[pb.GenerateResponse]:
         rid = self.request.request_id
@@ -880,6 +883,13 @@ class _Emitter:
             for i, t in enumerate(ids):
                 values, top_ids = top_logprobs(t, start + i, self.top_k, vocab)
                 out.top_logprobs.append(pb.TopLogProbs(values=values, token_ids=top_ids))
+        if self.wanted_ids:
+            vocab = self.servicer.model.vocab_size
+            for i, t in enumerate(ids):
+                values = [wanted_logprob(t, start + i, w, vocab) for w in self.wanted_ids]
+                out.token_ids_logprobs.append(
+                    pb.TopLogProbs(values=values, token_ids=self.wanted_ids)
+                )
         return out
 
     def _input_logprobs(self) -> pb.InputLogProbs:
