@@ -44,6 +44,8 @@ class Plan:
     stream: bool = False
     logprobs: bool = False
     top_logprobs: int = 0
+    #: Token ids whose logprobs every output position reports.
+    token_ids_logprob: tuple[int, ...] = ()
     #: Ask the worker to count reasoning tokens.
     require_reasoning: bool = False
     #: The worker request id (``<id>-<k>`` for prompt ``k`` of several); ``None``: the

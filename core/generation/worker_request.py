@@ -145,6 +145,7 @@ def worker_requests(
                 stream=worker_streams,
                 return_logprob=plan.logprobs,
                 top_logprobs_num=plan.top_logprobs,
+                token_ids_logprob=plan.token_ids_logprob,
                 require_reasoning=plan.require_reasoning,
                 lora_id=plan.lora_id,
             )
