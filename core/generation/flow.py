@@ -198,7 +198,9 @@ async def prepare(
 ) -> Plan:
     """Check, model, prompts: the endpoint's plan for ``request``."""
     endpoint.check(request)
-    model_id, adapter = models.resolve_model(request.model, getattr(request, "lora_path", None))
+    model_id, adapter = await models.resolve_model_fresh(
+        request.model, getattr(request, "lora_path", None)
+    )
     runtime = await models.runtime(model_id)
     plan = await endpoint.prompts(request, runtime, ctx)
     if adapter is not None:

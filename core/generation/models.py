@@ -90,6 +90,14 @@ class ModelRuntime:
     vision: Vision | str = "it takes no images"
 
 
+class UnknownAdapter(ApiError):
+    """A request named a LoRA adapter its model does not have (404, like an unknown model)."""
+
+    def __init__(self, model_id: str, message: str) -> None:
+        super().__init__(404, message, param="model", code="model_not_found")
+        self.model_id = model_id
+
+
 class ModelTable:
     """Resolves request model names (ids and aliases) to runtimes, building them on first use."""
 
@@ -104,6 +112,7 @@ class ModelTable:
         prompt_limit: Callable[[str], PromptLimit | None] = lambda _model: None,
         worker_adapters: Callable[[str], Mapping[str, Adapter]] = lambda _model: {},
         tokenizer_fetch: Callable[[str], Awaitable[Path]] | None = None,
+        adapters_refresh: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._config = config
         self._plugins = plugins
@@ -118,6 +127,8 @@ class ModelTable:
         #: Fetches a model's tokenizer from its workers into a local directory (``GetTokenizer``)
         #: when the router has no directory of its own for it; None: never.
         self.tokenizer_fetch = tokenizer_fetch
+        #: Asks a model's workers again which adapters they have (rate-limited); None: never.
+        self.adapters_refresh = adapters_refresh
         self._runtimes: dict[str, ModelRuntime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
@@ -141,6 +152,7 @@ class ModelTable:
             prompt_limit=self.prompt_limit,
             worker_adapters=self.worker_adapters,
             tokenizer_fetch=self.tokenizer_fetch,
+            adapters_refresh=self.adapters_refresh,
         )
 
     def served(self) -> list[str]:
@@ -200,13 +212,24 @@ class ModelTable:
             return model_id, None
         if named not in self.adapters(model_id):
             known = ", ".join(f"{model_id}:{a}" for a in self.adapters(model_id)) or "none"
-            raise ApiError(
-                404,
-                f"model {model_id!r} has no LoRA adapter {named!r}; its adapters: {known}",
-                param="model",
-                code="model_not_found",
+            raise UnknownAdapter(
+                model_id, f"model {model_id!r} has no LoRA adapter {named!r}; its adapters: {known}"
             )
         return model_id, named
+
+    async def resolve_model_fresh(
+        self, requested: str | None, lora_path: LoraPath | None = None
+    ) -> tuple[str, str | None]:
+        """:meth:`resolve_model`, asking the model's workers again for their adapters before
+        answering that one is unknown: an adapter loaded at run time (through another serving
+        process or replica, or on the worker itself) routes at once."""
+        try:
+            return self.resolve_model(requested, lora_path)
+        except UnknownAdapter as exc:
+            if self.adapters_refresh is None:
+                raise
+            await self.adapters_refresh(exc.model_id)
+        return self.resolve_model(requested, lora_path)
 
     def _is_model(self, name: str) -> bool:
         return self._aliases.get(name, name) in self.served()
