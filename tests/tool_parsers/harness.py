@@ -215,3 +215,8 @@ def dumps(value: Any, compact: bool = False) -> str:
     if compact:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return json.dumps(value, ensure_ascii=False)
+
+
+def raw_value(value: Any) -> str:
+    """An argument value as XML-style formats write it: strings bare, anything else as JSON."""
+    return value if isinstance(value, str) else dumps(value)

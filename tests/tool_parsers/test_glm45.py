@@ -15,6 +15,7 @@ from .harness import (
     assert_cut_off_consistent,
     assert_stream_matches_complete,
     check_rendered,
+    raw_value,
     tools_for,
 )
 
@@ -36,16 +37,13 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def _raw(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 def render(calls: list[Call]) -> str:
     """GLM-4.5 output for ``calls`` (one block per call, tags on their own lines)."""
     blocks = []
     for name, args in calls:
         pairs = "".join(
-            f"<arg_key>{k}</arg_key>\n<arg_value>{_raw(v)}</arg_value>\n" for k, v in args.items()
+            f"<arg_key>{k}</arg_key>\n<arg_value>{raw_value(v)}</arg_value>\n"
+            for k, v in args.items()
         )
         blocks.append(f"<tool_call>{name}\n{pairs}</tool_call>")
     return "\n".join(blocks)

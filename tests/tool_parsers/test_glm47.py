@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .harness import Call, assert_calls, assert_stream_matches_complete, check_rendered
+from .harness import Call, assert_calls, assert_stream_matches_complete, check_rendered, raw_value
 
 P = "glm47"
 TOOLS: list[dict[str, Any]] = [
@@ -19,16 +19,12 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def _raw(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 def render(calls: list[Call]) -> str:
     """GLM-4.7 output for ``calls`` (no line breaks between tags)."""
     return "".join(
         f"<tool_call>{name}"
         + "".join(
-            f"<arg_key>{k}</arg_key><arg_value>{_raw(v)}</arg_value>" for k, v in args.items()
+            f"<arg_key>{k}</arg_key><arg_value>{raw_value(v)}</arg_value>" for k, v in args.items()
         )
         + "</tool_call>"
         for name, args in calls

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from turnout.tool_calls.types import ToolCall
@@ -13,6 +12,7 @@ from .harness import (
     assert_cut_off_consistent,
     assert_stream_matches_complete,
     check_rendered,
+    raw_value,
     tools_for,
 )
 
@@ -28,15 +28,13 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def _raw(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 def render(calls: list[Call]) -> str:
     """Seed-OSS output for ``calls`` (one block per call; values on their own lines)."""
     blocks = []
     for name, args in calls:
-        params = "".join(f"<parameter={k}>\n{_raw(v)}\n</parameter>\n" for k, v in args.items())
+        params = "".join(
+            f"<parameter={k}>\n{raw_value(v)}\n</parameter>\n" for k, v in args.items()
+        )
         blocks.append(
             f"<seed:tool_call>\n<function={name}>\n{params}</function>\n</seed:tool_call>"
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from turnout.tool_calls.types import ToolCall
@@ -13,6 +12,7 @@ from .harness import (
     assert_cut_off_consistent,
     assert_stream_matches_complete,
     check_rendered,
+    raw_value,
 )
 
 P = "step3"
@@ -27,16 +27,12 @@ TOOLS: list[dict[str, Any]] = [
 ]
 
 
-def _raw(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-
-
 def render(calls: list[Call]) -> str:
     """Step-3 output for ``calls`` (all calls in one block)."""
     parts = ["<｜tool_calls_begin｜>\n"]
     for name, args in calls:
         params = "".join(
-            f'<steptml:parameter name="{k}">{_raw(v)}</steptml:parameter>\n'
+            f'<steptml:parameter name="{k}">{raw_value(v)}</steptml:parameter>\n'
             for k, v in args.items()
         )
         parts.append(
