@@ -17,23 +17,12 @@ from .harness import (
     check_rendered,
     raw_value,
     tools_for,
+    typed_tool,
 )
 
 P = "glm45"
 TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "properties": {
-                    "city": {"type": "string"},
-                    "days": {"type": "integer"},
-                    "path": {"type": "string"},
-                }
-            },
-        },
-    }
+    typed_tool("get_weather", city="string", days="integer", path="string")
 ]
 
 
@@ -122,15 +111,7 @@ def test_split_tags_never_leak() -> None:
         assert result.normal_text == "ab"
 
 
-TODO_TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "todo_write",
-            "parameters": {"properties": {"todos": {"type": "array"}, "note": {"type": "string"}}},
-        },
-    }
-]
+TODO_TOOLS: list[dict[str, Any]] = [typed_tool("todo_write", todos="array", note="string")]
 TODOS = [
     {"id": "1", "task": "Check file at C:\\Users\\test.txt", "status": "pending"},
     {"id": "2", "task": "Print \\n to see newline", "status": "in_progress"},

@@ -5,18 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .harness import Call, assert_calls, assert_stream_matches_complete, check_rendered, raw_value
+from .harness import (
+    Call,
+    assert_calls,
+    assert_stream_matches_complete,
+    check_rendered,
+    raw_value,
+    typed_tool,
+)
 
 P = "glm47"
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "search",
-            "parameters": {"properties": {"q": {"type": "string"}, "k": {"type": "integer"}}},
-        },
-    }
-]
+TOOLS: list[dict[str, Any]] = [typed_tool("search", q="string", k="integer")]
 
 
 def render(calls: list[Call]) -> str:

@@ -6,24 +6,19 @@ import json
 from html import escape
 from typing import Any
 
-from .harness import Call, assert_calls, assert_stream_matches_complete, check_rendered, raw_value
+from .harness import (
+    Call,
+    assert_calls,
+    assert_stream_matches_complete,
+    check_rendered,
+    raw_value,
+    typed_tool,
+)
 
 P = "minimax_m2"
 TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "properties": {
-                    "city": {"type": "string"},
-                    "days": {"type": "integer"},
-                    "tags": {"type": "array"},
-                }
-            },
-        },
-    },
-    {"type": "function", "function": {"name": "ping", "parameters": {"properties": {}}}},
+    typed_tool("get_weather", city="string", days="integer", tags="array"),
+    typed_tool("ping"),
 ]
 
 

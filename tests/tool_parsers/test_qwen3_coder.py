@@ -18,6 +18,7 @@ from .harness import (
     split,
     stream,
     timed_stream,
+    typed_tool,
 )
 
 P = "qwen3_coder"
@@ -35,31 +36,8 @@ def render(calls: list[Call]) -> str:
 
 
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "city": {"type": "string"},
-                    "days": {"type": "integer"},
-                    "units": {"type": "string"},
-                    "opts": {"type": "object"},
-                },
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "write_file",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-            },
-        },
-    },
+    typed_tool("get_weather", city="string", days="integer", units="string", opts="object"),
+    typed_tool("write_file", path="string", content="string"),
 ]
 
 

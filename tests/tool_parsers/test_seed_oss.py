@@ -14,18 +14,11 @@ from .harness import (
     check_rendered,
     raw_value,
     tools_for,
+    typed_tool,
 )
 
 P = "seed_oss"
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {"properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
-        },
-    }
-]
+TOOLS: list[dict[str, Any]] = [typed_tool("get_weather", city="string", days="integer")]
 
 
 def render(calls: list[Call]) -> str:

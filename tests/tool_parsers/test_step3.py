@@ -13,18 +13,11 @@ from .harness import (
     assert_stream_matches_complete,
     check_rendered,
     raw_value,
+    typed_tool,
 )
 
 P = "step3"
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {"properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
-        },
-    }
-]
+TOOLS: list[dict[str, Any]] = [typed_tool("get_weather", city="string", days="integer")]
 
 
 def render(calls: list[Call]) -> str:
