@@ -26,7 +26,7 @@ from turnout.plugin_choice import choose_plugins
 from turnout.plugins.harmony import HarmonyChatFormat
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
-from ..server.outputs import TOKENIZER
+from ..generation.outputs import TOKENIZER
 from .samples import ANSWER, CALL
 from .test_harmony import offline
 
