@@ -56,7 +56,9 @@ from turnout.server.shutdown import drain_hook
 from turnout.server.worker_routes import DEPENDENCY as WORKER_REGISTRY
 from turnout.server.worker_routes import workers_router
 from turnout.tenants import current_tenant
+from turnout.workers.adapter_refresh import AdapterRefresher
 from turnout.workers.registry import WorkerRegistry
+from turnout.workers.remote_tokenizer import RemoteTokenizers
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +241,8 @@ def create_app(
             registry.unplaced,
             prompt_limit=prompt_limit,
             worker_adapters=registry.adapters,
+            tokenizer_fetch=RemoteTokenizers(registry).fetch,
+            adapters_refresh=AdapterRefresher(registry),
         )
         discovery = DiscoveryManager(registry, plugins.discovery)
         metered = MeteredDispatch(
