@@ -7,20 +7,14 @@ Knobs are plain attributes changed at run time. ``stop()``/``start()`` keep the 
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import grpc
 import grpc.aio
 
+from turnout.testing.router import free_port
 from turnout.wire import pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TestWorker(pb_grpc.SglangSchedulerServicer):
