@@ -47,7 +47,7 @@ from turnout.observability.logs import (
     log_access,
 )
 from turnout.observability.metrics import Metrics, route_label
-from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of
+from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of, credentials
 from turnout.server.connections import DIRECT_BODY_KEY, connection_of
 from turnout.server.limits import (
     AdmissionGate,
@@ -453,11 +453,9 @@ class _Gate:
         keys = self.ops.keys
         tenant = None
         if keys.enabled:
-            authorization = _header(scope.get("headers", ()), b"authorization")
-            tenant = keys.check(
-                access_of(path, self._metrics_public),
-                authorization.decode("latin-1") if authorization is not None else None,
-            )
+            headers = scope.get("headers", ())
+            given = credentials(_header(headers, b"authorization"), _header(headers, b"x-api-key"))
+            tenant = keys.check(access_of(path, self._metrics_public), given)
         if tenant is not None:
             return self._as_tenant(path, scope, receive, send, tenant)
         return self._route(path, scope, receive, send, None)
