@@ -4,6 +4,7 @@
 - a user turn: its ``tool_result`` blocks → ``tool`` messages (first, as Anthropic has them),
   its ``text`` and ``image`` blocks → one user message (images as ``image_url`` parts: a
   ``data:`` URI from a base64 source, or the URL; the chat path's image checks apply);
+- a ``system`` turn between the others (Claude Code sends them): a system message;
 - an assistant turn: ``text`` → content, ``thinking`` → ``reasoning_content``, ``tool_use``
   → tool calls (``input`` as JSON arguments); ``redacted_thinking`` is opaque and dropped.
 
@@ -72,8 +73,15 @@ def conversation(system: str | list[Any] | None, messages: list[Any]) -> Convers
             _user(content, where, out)
         elif role == "assistant":
             _assistant(content, where, out)
+        elif role == "system":  # Claude Code sends system text between the turns
+            if any(block["type"] != "text" for block in content):
+                raise bad_request(f"{where}: a system turn holds text blocks", where)
+            out.add(ChatMessage(role="system", content=_parts(content, where)), where)
         else:
-            raise bad_request(f"{where}.role must be 'user' or 'assistant'", f"{where}.role")
+            raise bad_request(
+                f"{where}.role must be 'user', 'assistant' or 'system', not {role!r}",
+                f"{where}.role",
+            )
     return out
 
 
