@@ -50,3 +50,8 @@ def error_body(error: ApiError) -> dict[str, Any]:
 def error_json(error: ApiError) -> bytes:
     """The error body as JSON bytes."""
     return msgspec.json.encode(error_body(error))
+
+
+def error_event(error: ApiError) -> bytes:
+    """The ``error`` event that ends a stream cut short (SSE framing)."""
+    return b"event: error\ndata: " + error_json(error) + b"\n\n"

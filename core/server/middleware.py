@@ -36,6 +36,7 @@ from litestar.types import (
     Send,
 )
 
+from turnout.anthropic.errors import error_event, error_json, is_messages_path
 from turnout.config import Config, ServerConfig
 from turnout.deadlines import Deadlines
 from turnout.errors import ApiError
@@ -281,7 +282,7 @@ class OpsMiddleware:
             raise asyncio.CancelledError  # somebody else cancelled it too
         record.outcome = "shutdown"
         error = ShutDown()
-        body = error.to_json()
+        body = error_json(error) if is_messages_path(record.path) else error.to_json()
         start: HTTPResponseStartEvent = {
             "type": "http.response.start",
             "status": error.status,
@@ -586,4 +587,8 @@ class _Gate:
             raise error
         if record.response_complete:
             return
-        await _send_tail(send, sse_error(error) + DONE if record.event_stream else b"", scope)
+        tail = b""
+        if record.event_stream:
+            messages = is_messages_path(scope["path"])
+            tail = error_event(error) if messages else sse_error(error) + DONE
+        await _send_tail(send, tail, scope)

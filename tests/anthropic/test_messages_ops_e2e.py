@@ -25,7 +25,7 @@ PLAIN_KEY = "plain-key"
 @pytest.fixture(scope="module")
 def router() -> Iterator[Router]:
     config = {
-        "server": {"api_keys": [PLAIN_KEY]},
+        "server": {"api_keys": [PLAIN_KEY], "request_timeout_s": 3},
         "tenants": {"a": {"keys": [TENANT_KEY], "requests_per_minute": 3}},
     }
     with run_router(config, sims=1) as running:
@@ -36,7 +36,9 @@ def router() -> Iterator[Router]:
 def sim_knobs(router: Router) -> Iterator[dict[str, Any]]:
     knobs: dict[str, Any] = router.sims[0].knobs
     yield knobs
-    knobs.update({"fail_after_tokens": None, "fail_status": None, "tokens_per_chunk": 1})
+    knobs.update(
+        {"fail_after_tokens": None, "fail_status": None, "tokens_per_chunk": 1, "delay_ms": 0.0}
+    )
 
 
 def client_of(router: Router, key: str = TENANT_KEY) -> anthropic.Anthropic:
@@ -61,13 +63,13 @@ def test_tenant_keys_work_through_x_api_key_and_limits_are_rate_limit_errors(
     assert refused.value.body["error"]["type"] == "authentication_error"  # type: ignore[index]
 
 
-def test_a_failure_mid_stream_is_an_error_event(router: Router, sim_knobs: dict[str, Any]) -> None:
-    sim_knobs.update({"fail_after_tokens": 2, "tokens_per_chunk": 1})
+def stream(router: Router, text: str) -> list[tuple[str, dict[str, Any]]]:
+    """The ``(event, data)`` pairs of a streamed answer to ``text``."""
     events = []
     with httpx.stream(
         "POST",
         f"{router.base_url}/v1/messages",
-        json={"model": MODEL, "max_tokens": 40, "stream": True, "messages": user("a b c d e")},
+        json={"model": MODEL, "max_tokens": 40, "stream": True, "messages": user(text)},
         headers={"x-api-key": PLAIN_KEY},
         timeout=30,
     ) as response:
@@ -77,6 +79,12 @@ def test_a_failure_mid_stream_is_an_error_event(router: Router, sim_knobs: dict[
                 name = line[len("event: ") :]
             elif line.startswith("data: "):
                 events.append((name, json.loads(line[len("data: ") :])))
+    return events
+
+
+def test_a_failure_mid_stream_is_an_error_event(router: Router, sim_knobs: dict[str, Any]) -> None:
+    sim_knobs.update({"fail_after_tokens": 2, "tokens_per_chunk": 1})
+    events = stream(router, "a b c d e")
     names = [name for name, _ in events]
     assert names[:2] == ["message_start", "ping"]
     assert "content_block_delta" in names
@@ -85,6 +93,19 @@ def test_a_failure_mid_stream_is_an_error_event(router: Router, sim_knobs: dict[
     assert last["type"] == "error"
     assert set(last["error"]) == {"type", "message"}
     assert "message_stop" not in names
+
+
+def test_a_stream_cut_by_the_request_timeout_ends_with_an_error_event(
+    router: Router, sim_knobs: dict[str, Any]
+) -> None:
+    sim_knobs.update({"delay_ms": 400.0, "tokens_per_chunk": 1})
+    events = stream(router, "one two three four five six seven eight nine ten eleven twelve")
+    name, last = events[-1]
+    assert name == "error"
+    assert last == {
+        "type": "error",
+        "error": {"type": "timeout_error", "message": "the request timed out after 3s"},
+    }
 
 
 def test_a_worker_refusal_before_the_answer_is_an_anthropic_error(
