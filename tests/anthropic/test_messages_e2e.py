@@ -377,3 +377,42 @@ def test_a_bearer_key_works_too(router: Router) -> None:
     )
     assert answer.status_code == 200
     assert answer.json()["type"] == "message"
+
+
+def test_history_blocks_reach_the_template(client: anthropic.Anthropic, router: Router) -> None:
+    """Thinking in an assistant turn is its reasoning (redacted thinking is opaque: dropped),
+    a system turn between the others is a system message, an error result says so."""
+    client.messages.create(
+        model=MODEL,
+        max_tokens=8,
+        tools=TOOLS,
+        messages=[
+            *user("weather in Paris"),
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "thinking", "thinking": "I should call it.", "signature": ""},
+                    {"type": "redacted_thinking", "data": "opaque"},
+                    {"type": "tool_use", "id": "toolu_1", "name": "get_weather", "input": {}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_1",
+                        "content": [{"type": "text", "text": "no such city"}],
+                        "is_error": True,
+                    },
+                    {"type": "text", "text": "try again"},
+                ],
+            },
+            {"role": "system", "content": "Be brief."},  # type: ignore[typeddict-item]
+            *user("go on"),
+        ],
+    )
+    prompt = router.sims[0].requests[-1].tokenized.original_text
+    assert "Error: no such city" in prompt
+    assert "opaque" not in prompt
+    assert prompt.index("no such city") < prompt.index("try again") < prompt.index("Be brief.")
