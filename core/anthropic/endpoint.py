@@ -104,8 +104,7 @@ async def chat_plan(
     *,
     stream: bool = False,
 ) -> Plan:
-    """The chat path's plan for a Messages request."""
-    check_request(request)
+    """The chat path's plan for a Messages request (checked by :func:`check_request`)."""
     talk = conversation(request.system, request.messages)
     chat_request = chat_request_of(request, talk.messages, stream=stream)
     choice = request.tool_choice or {}

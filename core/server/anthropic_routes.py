@@ -13,7 +13,7 @@ from litestar.types import ASGIApp, ControllerRouterHandler, Receive, Scope, Sen
 
 from turnout.anthropic.endpoint import ENDPOINT, chat_plan
 from turnout.anthropic.errors import error_body
-from turnout.anthropic.request import CountTokensRequest, MessagesRequest
+from turnout.anthropic.request import CountTokensRequest, MessagesRequest, check_request
 from turnout.errors import ApiError
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Folded, PayloadStream, Streamed, model_runtime
@@ -124,6 +124,7 @@ def anthropic_routes(
         body = await request.body()
         ctx.body_size = len(body)
         counted = decode_body(body, CountTokensRequest)
+        check_request(counted)
         runtime = await model_runtime(running.models, counted.model)
         plan = await chat_plan(counted, runtime, ctx)
         return answer_json({"input_tokens": sum(len(p.ids) for p in plan.prompts)})

@@ -121,12 +121,22 @@ def test_an_alias_names_the_model_and_the_answer_echoes_it(client: anthropic.Ant
     assert message.content
 
 
+@pytest.fixture
+def chunking(router: Router, request: pytest.FixtureRequest) -> Iterator[int]:
+    """The sim's tokens per streamed chunk, for one test."""
+    tokens: int = request.param
+    router.sims[0].knobs.update({"tokens_per_chunk": tokens})
+    yield tokens
+    router.sims[0].knobs.update({"tokens_per_chunk": 1})
+
+
+@pytest.mark.parametrize("chunking", [1, 3], indirect=True)
 @pytest.mark.parametrize(
     "text",
     ["hello there", "ponder this", "plan ahead for the weather", "stopper", "long story"],
 )
 def test_a_stream_folded_equals_the_one_shot_answer(
-    client: anthropic.Anthropic, router: Router, text: str
+    client: anthropic.Anthropic, router: Router, text: str, chunking: int
 ) -> None:
     body: dict[str, Any] = {
         "model": MODEL,
