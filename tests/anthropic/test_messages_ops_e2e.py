@@ -172,3 +172,12 @@ def test_images_base64_and_url_take_the_image_path(
                 ],
             )
         assert bad.value.body["error"]["type"] == "invalid_request_error"  # type: ignore[index]
+
+
+def test_requests_are_counted_under_their_route(router: Router) -> None:
+    client = client_of(router, PLAIN_KEY)
+    client.messages.create(model=MODEL, max_tokens=4, messages=user("count me"))
+    client.messages.count_tokens(model=MODEL, messages=user("count me"))
+    exposition = httpx.get(f"{router.base_url}/metrics", timeout=10).text
+    assert 'route="/v1/messages"' in exposition
+    assert 'route="/v1/messages/count_tokens"' in exposition
