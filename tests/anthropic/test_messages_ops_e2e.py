@@ -93,6 +93,13 @@ def test_a_failure_mid_stream_is_an_error_event(router: Router, sim_knobs: dict[
     assert last["type"] == "error"
     assert set(last["error"]) == {"type", "message"}
     assert "message_stop" not in names
+    client = client_of(router, PLAIN_KEY)
+    with (
+        pytest.raises(anthropic.APIStatusError),
+        client.messages.stream(model=MODEL, max_tokens=40, messages=user("f g h i j")) as events,
+    ):
+        for _ in events:
+            pass
 
 
 def test_a_stream_cut_by_the_request_timeout_ends_with_an_error_event(
