@@ -215,7 +215,17 @@ def _check_output_config(config: dict[str, Any] | None) -> None:
 def _check_context_management(management: dict[str, Any] | None) -> None:
     """Edits that only drop old thinking are accepted (the prompt has none of it); others
     (clearing tool results…) would change the prompt, and turnout does not make them."""
-    for i, edit in enumerate((management or {}).get("edits") or []):
+    if management is None:
+        return
+    extra = sorted(set(management) - {"edits"})
+    if extra:
+        raise unsupported(
+            f"context_management.{extra[0]}", f"context_management.{extra[0]} is not supported"
+        )
+    edits = management.get("edits") or []
+    if not isinstance(edits, list):
+        raise bad_request("context_management.edits must be a list", "context_management.edits")
+    for i, edit in enumerate(edits):
         kind = edit.get("type") if isinstance(edit, dict) else None
         if kind not in _HARMLESS_EDITS:
             raise unsupported(
