@@ -181,7 +181,8 @@ async def run_endpoint(
     if tracing is not None:  # time to first token and the stream, as spans
         spans = RequestSpans(tracing, ctx)
         if plan.stream:
-            return Streamed(spans.payloads(_Payloads(spans.renderer(renderer), sources)))
+            payloads = spans.payloads(_Payloads(spans.renderer(renderer), sources))
+            return Streamed(payloads, endpoint.typed_events)
         answer = _one_shot(
             _Retry(endpoint, request, ctx, backend.open_stream, plan, spans.renderer),
             spans.renderer(renderer),

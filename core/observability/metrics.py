@@ -48,6 +48,8 @@ _ROUTES = frozenset(
         "/v1/chat/completions",
         "/v1/completions",
         "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
         "/generate",
         "/v1/embeddings",
         "/v1/models",

@@ -30,6 +30,7 @@ from turnout.responses.endpoint import ResponsesApi
 from turnout.responses.sealing import ReasoningSeal
 from turnout.responses.store import make_store
 from turnout.routing.dispatch import Dispatcher
+from turnout.server.anthropic_routes import anthropic_routes
 from turnout.server.context import (
     SERVICES,
     ConfigSource,
@@ -319,6 +320,7 @@ def create_app(
         embeddings_route,
         _generation_route("/v1/responses", "resp", responses.endpoint, provide_services),
         *responses_routes(responses.store),
+        *anthropic_routes(provide_services, request_context),
         *info_routes(),
         metrics,
         workers_router(),
