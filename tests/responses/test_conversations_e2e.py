@@ -11,13 +11,22 @@ from typing import Any
 import httpx
 import openai
 import pytest
+import yaml
 
 from tests.server.harness import MODEL, Router, run_router
 
+from .test_responses_e2e import RULES, TOOLS
+
 
 @pytest.fixture(scope="module")
-def router() -> Iterator[Router]:
-    with run_router(sims=1) as running:
+def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
+    script = tmp_path_factory.mktemp("sim") / "script.yaml"
+    script.write_text(yaml.safe_dump({"rules": RULES}))
+    with run_router(
+        sims=1,
+        sim_kwargs={"script": script},
+        model={"tool_parser": "qwen", "reasoning_parser": "qwen3"},
+    ) as running:
         yield running
 
 
@@ -151,6 +160,66 @@ def test_a_response_in_a_conversation_reads_it_and_adds_to_it(
     # A kept response in a conversation lists its whole context as its input items.
     kept_input = client.responses.input_items.list(first.id, order="asc")
     assert texts(kept_input) == ["my name is Ada", "what is my name?"]
+
+
+def test_an_agent_loop_in_a_conversation(client: openai.OpenAI, router: Router) -> None:
+    """A tool call and its output across two responses, the client sending only what is new;
+    the items listed with ``include`` carry logprobs and sealed reasoning."""
+    conversation = client.conversations.create()
+    first = client.responses.create(
+        model=MODEL,
+        input="plan ahead, please",
+        tools=TOOLS,
+        conversation=conversation.id,
+        include=["message.output_text.logprobs"],
+    )
+    reasoning, call = first.output
+    assert reasoning.type == "reasoning"
+    assert call.type == "function_call"
+    second = client.responses.create(
+        model=MODEL,
+        input=[
+            {"type": "function_call_output", "call_id": call.call_id, "output": "sunny, 21 degrees"}
+        ],
+        tools=TOOLS,
+        conversation=conversation.id,
+        include=["message.output_text.logprobs"],
+    )
+    assert second.output_text == "It is sunny in Paris."
+    prompt = last_prompt(router)
+    assert "A call is needed." in prompt
+    asked = prompt.index("plan ahead, please")
+    assert asked < prompt.index("<tool_call>", asked) < prompt.index("sunny, 21 degrees")
+    items = list(client.conversations.items.list(conversation.id, order="asc"))
+    assert [item.type for item in items] == [
+        "message",
+        "reasoning",
+        "function_call",
+        "function_call_output",
+        "message",
+    ]
+    assert getattr(items[1], "encrypted_content", None) is None
+    assert items[4].content[0].logprobs == []  # type: ignore[union-attr]
+    included = client.conversations.items.list(
+        conversation.id,
+        order="asc",
+        include=["reasoning.encrypted_content", "message.output_text.logprobs"],
+    ).data
+    assert included[4].content[0].logprobs  # type: ignore[union-attr]
+    sealed = included[1].encrypted_content  # type: ignore[union-attr]
+    assert sealed
+    assert "A call is needed." not in sealed
+    one = client.conversations.items.retrieve(
+        reasoning.id, conversation_id=conversation.id, include=["reasoning.encrypted_content"]
+    )
+    assert one.encrypted_content  # type: ignore[union-attr]
+    # The sealed reasoning opens into a response outside the conversation.
+    opaque = {"type": "reasoning", "id": reasoning.id, "summary": [], "encrypted_content": sealed}
+    echoed = [items[0].model_dump(exclude_none=True), opaque, call.model_dump(exclude_none=True)]
+    output = items[3].model_dump(exclude_none=True)
+    again = client.responses.create(model=MODEL, input=[*echoed, output], tools=TOOLS, store=False)
+    assert again.output_text == "It is sunny in Paris."
+    assert "A call is needed." in last_prompt(router)
 
 
 def test_conversation_errors(client: openai.OpenAI, router: Router) -> None:
