@@ -75,6 +75,16 @@ def test_a_conversation_is_created_retrieved_updated_and_deleted(client: openai.
         assert caught.value.code == "conversation_not_found"
 
 
+def test_conversation_routes_have_their_own_metrics_labels(
+    client: openai.OpenAI, router: Router
+) -> None:
+    created = client.conversations.create()
+    client.conversations.items.list(created.id)
+    metrics = httpx.get(f"{router.base_url}/metrics", timeout=10).text
+    assert 'turnout_requests_total{model="",route="/v1/conversations",status="200"}' in metrics
+    assert 'route="/v1/conversations/{id}"' in metrics
+
+
 def test_an_empty_conversation(client: openai.OpenAI) -> None:
     created = client.conversations.create()
     assert created.metadata == {}

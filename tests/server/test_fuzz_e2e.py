@@ -424,7 +424,7 @@ def test_no_response_id_answers_5xx(
     kept=st.booleans(),
 )
 def test_no_conversation_id_answers_5xx(
-    router: Router, conversation_id: str, method: str, tail: str, body: Any, kept: bool
+    router: Router, *, conversation_id: str, method: str, tail: str, body: Any, kept: bool
 ) -> None:
     """Any method on a conversation (of any id, or one that is kept), its items and one item,
     with any JSON: a 4xx, or a 200 for what is valid."""
