@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import re
 import time
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
@@ -28,7 +29,7 @@ from turnout.config import ResponsesConfig
 from turnout.errors import ApiError
 from turnout.redis_pool import redis_pool
 from turnout.responses.breaker import Breaker
-from turnout.responses.items import Item
+from turnout.responses.items import Item, new_id
 from turnout.responses.store import MAX_CONNECTIONS, current_owner, guarded
 
 log = logging.getLogger(__name__)
@@ -110,11 +111,23 @@ class ConversationStore(Protocol):
         ...
 
 
+#: The ids turnout gives conversations (:func:`~turnout.responses.items.new_id`); no other id
+#: reaches a store (in Redis, ``<id>:items`` would name another conversation's items).
+_CONVERSATION_ID = re.compile(r"conv_[0-9a-f]{48}")
+
+
+def new_conversation_id() -> str:
+    """A fresh conversation id."""
+    return new_id("conv")
+
+
 async def find_conversation(
     store: ConversationStore, conversation_id: str
 ) -> ConversationHead | None:
-    """The conversation if the current request's tenant made it (another tenant's is as if it
-    were never kept)."""
+    """The conversation if the current request's tenant made it (another tenant's, or an id
+    turnout never gives, is as if it were never kept)."""
+    if _CONVERSATION_ID.fullmatch(conversation_id) is None:
+        return None
     head = await store.head(conversation_id)
     if head is None or head.tenant != current_owner():
         return None
@@ -271,7 +284,7 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
 local size = tonumber(redis.call('GET', KEYS[3]) or '0')
 local added = tonumber(ARGV[3])
 if size + added > tonumber(ARGV[2]) then return -2 end
-if #ARGV > 3 then redis.call('RPUSH', KEYS[2], unpack(ARGV, 4)) end
+for i = 4, #ARGV do redis.call('RPUSH', KEYS[2], ARGV[i]) end
 redis.call('SET', KEYS[3], size + added, 'PX', ARGV[1])
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])

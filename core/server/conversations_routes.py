@@ -15,8 +15,13 @@ from msgspec import Meta
 
 from turnout.errors import ApiError
 from turnout.generation.unsupported import unsupported
-from turnout.responses.conversations import ConversationHead, ConversationStore, find_conversation
-from turnout.responses.items import Item, input_items, new_id
+from turnout.responses.conversations import (
+    ConversationHead,
+    ConversationStore,
+    find_conversation,
+    new_conversation_id,
+)
+from turnout.responses.items import Item, input_items
 from turnout.responses.request import (
     LOGPROBS_INCLUDE,
     SEALED_REASONING_INCLUDE,
@@ -97,7 +102,7 @@ def conversations_routes(
         body = decode_body(await request.body() or b"{}", CreateConversation)
         items = checked(body.items or [])
         head = ConversationHead(
-            new_id("conv"), int(time.time()), body.metadata or {}, current_owner()
+            new_conversation_id(), int(time.time()), body.metadata or {}, current_owner()
         )
         await store.create(head, items)
         return answer_json(head.resource())

@@ -13,9 +13,14 @@ import openai
 
 from tests.ops.redis_server import RedisServer, closed_port_url, silent_server
 from tests.server.harness import MODEL, run_router
+from turnout.config import ResponsesConfig
+from turnout.responses.conversations import ConversationHead, make_conversation_store
 
 from .test_conversations_e2e import texts
 from .test_responses_redis_e2e import client, last_prompt, store_section
+
+#: A well-formed conversation id (what turnout gives).
+CONV = "conv_" + "0" * 48
 
 
 def test_routers_sharing_a_redis_share_their_conversations(redis_server: RedisServer) -> None:
@@ -70,6 +75,32 @@ def test_routers_sharing_a_redis_share_their_conversations(redis_server: RedisSe
             raise AssertionError("a deleted conversation was found")
 
 
+def test_only_ids_turnout_gives_reach_the_store(redis_server: RedisServer) -> None:
+    """``<id>:items`` and ``<id>:bytes`` would name a conversation's other keys in Redis."""
+    config = {"responses": store_section(redis_server.url)}
+    with run_router(config=config, sims=1) as router:
+        api = client(router)
+        conversation = api.conversations.create(items=[{"role": "user", "content": "x"}])
+        for suffix in (":items", ":bytes", "%3Aitems", ""):
+            url = f"{router.base_url}/v1/conversations/{conversation.id}{suffix or 'x'}"
+            reply = httpx.get(url, timeout=10)
+            assert reply.status_code == 404, (suffix, reply.text)
+            assert reply.json()["error"]["code"] == "conversation_not_found"
+        assert api.conversations.retrieve(conversation.id) == conversation
+
+
+async def test_thousands_of_items_are_added_at_once(redis_server: RedisServer) -> None:
+    section = ResponsesConfig(**store_section(redis_server.url))
+    store = make_conversation_store(section)
+    try:
+        await store.create(ConversationHead("conv_many", 0, {}), [])
+        many = [{"id": f"i{n}", "type": "message"} for n in range(10_000)]
+        assert await store.append("conv_many", many)
+        assert await store.items("conv_many") == many
+    finally:
+        await store.aclose()
+
+
 def test_an_unreachable_store_is_a_503_for_conversations() -> None:
     with silent_server() as silent:
         for url in (closed_port_url(), silent):
@@ -79,17 +110,17 @@ def test_an_unreachable_store_is_a_503_for_conversations() -> None:
                 started = time.monotonic()
                 for method, path, body in [
                     ("POST", "", {}),
-                    ("GET", "/conv_1", None),
-                    ("GET", "/conv_1/items", None),
-                    ("POST", "/conv_1/items", {"items": [{"role": "user", "content": "x"}]}),
-                    ("DELETE", "/conv_1", None),
+                    ("GET", f"/{CONV}", None),
+                    ("GET", f"/{CONV}/items", None),
+                    ("POST", f"/{CONV}/items", {"items": [{"role": "user", "content": "x"}]}),
+                    ("DELETE", f"/{CONV}", None),
                 ]:
                     reply = httpx.request(method, base + path, json=body, timeout=30)
                     assert reply.status_code == 503, (method, path, reply.text)
                     assert reply.json()["error"]["code"] == "response_store_unavailable"
                 reply = httpx.post(
                     f"{router.base_url}/v1/responses",
-                    json={"model": MODEL, "input": "x", "conversation": "conv_1"},
+                    json={"model": MODEL, "input": "x", "conversation": CONV},
                     timeout=30,
                 )
                 assert reply.status_code == 503, reply.text
