@@ -231,7 +231,9 @@ class MemoryConversationStore:
         """Nothing to release."""
 
     def _add(self, kept: _Kept, items: Sequence[Item]) -> None:
-        sized = [(item, len(_encode(item))) for item in items]
+        # Kept as copies of their JSON: nothing the caller changes later reaches them.
+        encoded = [_encode(item) for item in items]
+        sized = [(_decode_item(data), len(data)) for data in encoded]
         grown = kept.size + sum(size for _, size in sized)
         if grown > self._max_bytes:
             raise ConversationTooLarge(kept.head.id, self._max_bytes)
