@@ -70,6 +70,7 @@ class ConversationTooLarge(ApiError):
 _encode = msgspec.json.Encoder().encode
 _decode_head = msgspec.json.Decoder(ConversationHead).decode
 _decode_item = msgspec.json.Decoder(dict[str, Any]).decode
+_decode_items = msgspec.json.Decoder(list[dict[str, Any]]).decode
 
 
 class ConversationStore(Protocol):
@@ -292,6 +293,23 @@ redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
 return 1
 """
+#: The items as one JSON array (one reply, not one per item): KEYS = head, items.
+_ITEMS = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+return '[' .. table.concat(redis.call('LRANGE', KEYS[2], 0, -1), ',') .. ']'
+"""
+#: Removes the first item whose id is ARGV[1], and its bytes: KEYS = items, size.
+_DELETE_ITEM = """
+for _, data in ipairs(redis.call('LRANGE', KEYS[1], 0, -1)) do
+  local ok, item = pcall(cjson.decode, data)
+  if ok and type(item) == 'table' and item['id'] == ARGV[1] then
+    redis.call('LREM', KEYS[1], 1, data)
+    redis.call('DECRBY', KEYS[2], #data)
+    return 1
+  end
+end
+return 0
+"""
 
 
 class RedisConversationStore:
@@ -312,6 +330,8 @@ class RedisConversationStore:
 
         self._redis = Redis(connection_pool=self._pool)
         self._append_script = self._redis.register_script(_APPEND)
+        self._items_script = self._redis.register_script(_ITEMS)
+        self._delete_item_script = self._redis.register_script(_DELETE_ITEM)
         self._prefix = f"{key_prefix}:conversation:"
         self._ttl_ms = max(1, round(ttl_s * 1000))
         self._max_bytes = max_bytes
@@ -341,12 +361,8 @@ class RedisConversationStore:
 
     async def items(self, conversation_id: str) -> list[Item] | None:
         """The conversation's items."""
-        key, items_key, _ = self._keys(conversation_id)
-        pipeline = self._redis.pipeline(transaction=True)
-        pipeline.exists(key)
-        pipeline.lrange(items_key, 0, -1)
-        exists, raw = await self._call(pipeline.execute())
-        return [_decode_item(data) for data in raw] if exists else None
+        data = await self._call(self._items_script(keys=self._keys(conversation_id)[:2]))
+        return None if data is None else _decode_items(data)
 
     async def set_metadata(
         self, conversation_id: str, metadata: dict[str, str]
@@ -377,16 +393,9 @@ class RedisConversationStore:
 
     async def delete_item(self, conversation_id: str, item_id: str) -> bool:
         """Remove one item."""
-        _, items_key, size_key = self._keys(conversation_id)
-        for data in await self._call(self._redis.lrange(items_key, 0, -1)):
-            if _decode_item(data).get("id") == item_id:
-                pipeline = self._redis.pipeline(transaction=True)
-                pipeline.lrem(items_key, 1, data)
-                pipeline.decrby(size_key, len(data))
-                pipeline.pexpire(size_key, self._ttl_ms)
-                removed, *_ = await self._call(pipeline.execute())
-                return bool(removed)
-        return False
+        keys = self._keys(conversation_id)[1:]
+        removed = await self._call(self._delete_item_script(keys=keys, args=[item_id]))
+        return bool(removed)
 
     async def delete(self, conversation_id: str) -> bool:
         """Forget a conversation."""
