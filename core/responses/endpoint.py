@@ -221,34 +221,31 @@ class ResponsesApi:
                         pass  # the store is unavailable (the answer stands): it warns
                     except Exception as exc:  # the answer stands; only follow-ups miss it
                         log.warning("response %s could not be stored: %s", finished["id"], exc)
-                if context.conversation is not None and finished["status"] != "failed":
-                    await _add_to_conversation(conversations, context, finished)
+                conversation = context.conversation
+                if conversation is not None and finished["status"] != "failed":
+                    added = [*context.added, *finished["output"]]
+                    await _add_to_conversation(conversations, conversation, added, finished["id"])
 
         seal = self.seal.seal if request.seals_reasoning else None
         return ResponsesRenderer(response, logprobs=request.logprobs, keep=keep, seal=seal)
 
 
 async def _add_to_conversation(
-    conversations: ConversationStore, context: _Context, finished: dict[str, Any]
+    conversations: ConversationStore, conversation: str, items: list[Item], response_id: str
 ) -> None:
-    """Add a finished response's input and output items to its conversation (a failure is
+    """Add a finished response's input and output ``items`` to its conversation (a failure is
     logged: the answer stands)."""
-    conversation = context.conversation
-    assert conversation is not None
     try:
-        added = await conversations.append(conversation, [*context.added, *finished["output"]])
+        added = await conversations.append(conversation, items)
     except Exception as exc:
         log.warning(
-            "response %s could not be added to conversation %s: %s",
-            finished["id"],
-            conversation,
-            exc,
+            "response %s could not be added to conversation %s: %s", response_id, conversation, exc
         )
         return
     if not added:
         log.warning(
             "response %s was not added to conversation %s: it was deleted meanwhile",
-            finished["id"],
+            response_id,
             conversation,
         )
 

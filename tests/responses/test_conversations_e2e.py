@@ -316,3 +316,21 @@ def test_a_conversation_is_found_by_its_own_tenant_only() -> None:
         assert plain.conversations.retrieve(mine.id).id == mine.id
         with pytest.raises(openai.NotFoundError):
             owner.conversations.retrieve(mine.id)
+
+
+def test_a_conversation_stops_growing_at_max_bytes(caplog: pytest.LogCaptureFixture) -> None:
+    with run_router(config={"responses": {"max_bytes": 3_000}}, sims=1) as router:
+        api = openai.OpenAI(base_url=f"{router.base_url}/v1", api_key="k", max_retries=0)
+        conversation = api.conversations.create(items=[{"role": "user", "content": "x" * 1_000}])
+        with pytest.raises(openai.BadRequestError) as caught:
+            api.conversations.items.create(
+                conversation.id, items=[{"role": "user", "content": "y" * 2_000}]
+            )
+        assert caught.value.code == "conversation_too_large"
+        # A response that does not fit is answered; only adding it failed (logged).
+        answer = api.responses.create(model=MODEL, input="z" * 1_500, conversation=conversation.id)
+        assert answer.status == "completed"
+        assert len(api.conversations.items.list(conversation.id).data) == 1
+    assert any(
+        "could not be added to conversation" in record.getMessage() for record in caplog.records
+    )
