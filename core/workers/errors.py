@@ -78,3 +78,7 @@ class WorkerNotFound(TurnoutError):
 
 class WorkerConflict(TurnoutError):
     """A worker with that id or URL is already registered."""
+
+
+class KvEventsUnsupported(Exception):
+    """The worker does not serve ``SubscribeKvEvents`` (UNIMPLEMENTED)."""

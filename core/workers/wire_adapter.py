@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -18,8 +18,10 @@ from turnout.wire import (
     WorkerClient,
     pb,
 )
+from turnout.wire.proto import common_pb2
+from turnout.wire.server_stream import ServerStream
 from turnout.workers.adapters import Adapter, adapters_from_list, adapters_from_server_args
-from turnout.workers.errors import WorkerRequestError
+from turnout.workers.errors import KvEventsUnsupported, WorkerRequestError
 from turnout.workers.settings import WireSettings
 
 #: ``server_args`` keys copied into a worker's labels.
@@ -91,6 +93,13 @@ class WireConnection:
         response = await self.client.get_loads(timeout_s=timeout_s)
         return loads_by_rank(response)
 
+    def kv_events(self, start_seq: int) -> AsyncIterator[common_pb2.KvEventBatch]:
+        """``SubscribeKvEvents`` from batch ``start_seq`` on (0: from now), load records
+        first; raises :class:`KvEventsUnsupported` when the worker does not serve it."""
+        return _unimplemented_as_unsupported(
+            self.client.subscribe_kv_events(start_seq, load_records_before_first_batch=True)
+        )
+
     def generate(
         self,
         request: pb.GenerateRequest,
@@ -116,6 +125,19 @@ class WireConnection:
     async def close(self) -> None:
         """Close the channel."""
         await self.client.close()
+
+
+async def _unimplemented_as_unsupported(
+    stream: ServerStream[common_pb2.KvEventBatch],
+) -> AsyncIterator[common_pb2.KvEventBatch]:
+    async with stream:
+        try:
+            async for batch in stream:
+                yield batch
+        except WorkerCallError as exc:
+            if exc.code is grpc.StatusCode.UNIMPLEMENTED:
+                raise KvEventsUnsupported(str(exc)) from None
+            raise
 
 
 def loads_by_rank(response: pb.GetLoadsResponse) -> list[int]:

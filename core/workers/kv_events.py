@@ -1,0 +1,220 @@
+"""A worker's KV-event stream: its cached blocks, its pushed load, and whether it is alive.
+
+One :class:`KvSubscriber` per worker (started by the registry once the worker is healthy,
+stopped when it leaves) reads ``SubscribeKvEvents`` and keeps, per DP rank, an
+:class:`EngineState`: the :class:`~turnout.workers.kv_index.KvIndex` of the blocks the engine
+holds and the last ``EngineLoad`` it pushed. Every serving process and replica subscribes, so
+they all route on the same facts.
+
+- Resumed after a reconnect from the batch after the last one seen (bounded back-off).
+- A sequence gap (events lost) or a restarted stream rebuilds every rank's index from scratch;
+  a ``cleared`` event empties its rank's.
+- A worker that answers UNIMPLEMENTED has no events: nothing is kept, policies fall back.
+
+:meth:`KvSubscriber.verdict` says whether the worker is to leave rotation: its engine silent
+past ``wedge_after_s`` (plus the time its pending prefill may take at the rate measured on it),
+or its stream, which heartbeats, silent past ``stale_after_s``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, Protocol
+
+from turnout.wire.proto import common_pb2
+from turnout.workers.errors import KvEventsUnsupported
+from turnout.workers.kv_index import KvIndex
+
+if TYPE_CHECKING:
+    from turnout.workers.worker import Worker
+
+__all__ = ["EngineState", "KvEventSource", "KvSubscriber"]
+
+log = logging.getLogger(__name__)
+
+#: Reconnect back-off bounds (seconds).
+_MIN_BACKOFF_S = 0.1
+_MAX_BACKOFF_S = 2.0
+#: Weight of a new prefill-rate sample in the moving average.
+_RATE_WEIGHT = 0.3
+
+
+class KvEventSource(Protocol):
+    """A connection that can stream KV events (the optional call of a
+    :class:`~turnout.workers.connection.WorkerConnection`)."""
+
+    def kv_events(self, start_seq: int) -> AsyncIterator[common_pb2.KvEventBatch]:
+        """Batches from ``start_seq`` on (0: from now); :class:`KvEventsUnsupported` when the
+        worker has no such call."""
+        ...
+
+
+class EngineState:
+    """What one engine (DP rank) pushed: its cached blocks and its last load record."""
+
+    __slots__ = ("index", "load", "load_at", "prefill_rate")
+
+    def __init__(self) -> None:
+        self.index = KvIndex()
+        #: The last ``EngineLoad`` received (None: none yet).
+        self.load: common_pb2.EngineLoad | None = None
+        #: When it was received (``time.monotonic``).
+        self.load_at = 0.0
+        #: Prefill tokens per second measured on this engine (0: not yet).
+        self.prefill_rate = 0.0
+
+    def take_load(self, load: common_pb2.EngineLoad, now: float) -> None:
+        """Keep ``load``, measuring the prefill rate from how fast pending prefill drained."""
+        last = self.load
+        if last is not None and now > self.load_at:
+            drained = last.prefill_pending_tokens - load.prefill_pending_tokens
+            if drained > 0:
+                rate = drained / (now - self.load_at)
+                self.prefill_rate = (
+                    rate
+                    if not self.prefill_rate
+                    else (1 - _RATE_WEIGHT) * self.prefill_rate + _RATE_WEIGHT * rate
+                )
+        self.load = load
+        self.load_at = now
+
+    def silence_excess(
+        self, now: float, bound_s: float, assumed_rate: float, *, growing: bool = True
+    ) -> float:
+        """Seconds the engine has been silent beyond what is allowed (<= 0: not wedged);
+        ``growing``: the silence it reported goes on since (its stream heartbeats, so a
+        record that ends the silence would have come)."""
+        load = self.load
+        if load is None or not load.HasField("engine_silence_ms"):
+            return 0.0
+        silent = load.engine_silence_ms / 1000 + (now - self.load_at if growing else 0.0)
+        allowance = load.prefill_pending_tokens / (self.prefill_rate or assumed_rate)
+        return silent - bound_s - allowance
+
+
+class KvSubscriber:
+    """The KV-event subscription of one worker (see the module doc)."""
+
+    def __init__(
+        self,
+        worker: Worker,
+        source: KvEventSource,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.worker = worker
+        self._source = source
+        self._clock = clock
+        #: Per DP rank (index = rank).
+        self.engines: list[EngineState] = [EngineState() for _ in range(worker.dp_size)]
+        #: Sequence number of the last event batch applied (0: none).
+        self.last_seq = 0
+        #: When the stream last said anything (a batch or a heartbeat).
+        self.heard_at = clock()
+        #: Whether the stream sends load-only heartbeats (only then is its silence telling).
+        self.heartbeats = False
+        #: False once the worker answered UNIMPLEMENTED.
+        self.supported = True
+        #: Whether a batch arrived on the current connection.
+        self.connected = False
+        #: Rebuilds after a gap or a restarted stream.
+        self.rebuilds = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def streaming(self) -> bool:
+        """Whether the worker's events feed the index (it supports them and has sent some)."""
+        return self.supported and self.connected
+
+    def start(self) -> None:
+        """Start reading (in a task of the running loop)."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name=f"turnout-kv-events-{self.worker.id}"
+            )
+
+    async def stop(self) -> None:
+        """Stop reading and wait until the task is gone."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    @property
+    def running(self) -> bool:
+        """Whether the reading task is alive."""
+        return self._task is not None and not self._task.done()
+
+    async def _run(self) -> None:
+        backoff = _MIN_BACKOFF_S
+        while True:
+            start = self.last_seq + 1 if self.last_seq else 0
+            try:
+                async for batch in self._source.kv_events(start):
+                    self.take(batch)
+                    backoff = _MIN_BACKOFF_S
+            except KvEventsUnsupported:
+                log.info("worker %s streams no KV events; polling its load", self.worker.id)
+                self.supported = False
+                self.connected = False
+                return
+            except Exception as exc:
+                log.debug("worker %s: KV event stream failed: %s", self.worker.id, exc)
+            self.connected = False
+            await asyncio.sleep(backoff)
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def take(self, batch: common_pb2.KvEventBatch) -> None:
+        """Apply one batch: its events to its rank's index, its load record."""
+        now = self._clock()
+        self.heard_at = now
+        self.connected = True
+        rank = batch.dp_rank if batch.HasField("dp_rank") else 0
+        engines = self.engines
+        if not 0 <= rank < len(engines):
+            if len(engines) != self.worker.dp_size:  # the worker's DP size became known
+                engines.extend(EngineState() for _ in range(self.worker.dp_size - len(engines)))
+            if not 0 <= rank < len(engines):
+                return
+        engine = engines[rank]
+        if batch.HasField("load"):
+            load = batch.load
+            engine.take_load(load, now)
+            if load.load_only:
+                self.heartbeats = True
+            self.worker.take_pushed_load(rank, load.running_requests + load.waiting_requests)
+        if not batch.events:
+            return
+        seq = batch.sequence_number
+        last = self.last_seq
+        if last and seq <= last:
+            if seq == last:
+                return  # a repeat
+            self._rebuild("the stream restarted")  # a new engine process: numbering anew
+        elif last and seq > last + 1:
+            self._rebuild(f"batches {last + 1}..{seq - 1} were lost")
+        self.last_seq = seq
+        engine.index.apply(batch.events)
+
+    def _rebuild(self, why: str) -> None:
+        log.info("worker %s: rebuilding its KV index: %s", self.worker.id, why)
+        self.rebuilds += 1
+        for engine in self.engines:
+            engine.index.clear()
+
+    def verdict(
+        self, now: float, wedge_s: float, stale_s: float, assumed_rate: float
+    ) -> str | None:
+        """Why the worker is to be out of rotation now, or None."""
+        if not self.supported:
+            return None
+        if self.heartbeats and now - self.heard_at > stale_s:
+            return f"its event stream has been silent for {now - self.heard_at:.1f}s"
+        for rank, engine in enumerate(self.engines):
+            excess = engine.silence_excess(now, wedge_s, assumed_rate, growing=self.heartbeats)
+            if excess > 0:
+                where = f" (rank {rank})" if len(self.engines) > 1 else ""
+                return f"its engine{where} has produced nothing for {excess + wedge_s:.1f}s"
+        return None
