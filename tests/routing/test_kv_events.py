@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 
 from turnout.plugins.policies.cache_aware import CacheAwarePolicy
+from turnout.plugins.policies.load import LeastLoadPolicy, PowerOfTwoPolicy
 from turnout.routing.dispatch import Dispatcher
 from turnout.routing.kv import cached_tokens
 from turnout.routing.types import Candidate, RoutingRequest
@@ -268,3 +269,23 @@ async def test_stopped_stream_leaves_rotation_and_a_waiting_request_moves(
     assert stuck.kv_batches is not None
     await stuck.kv_batches.put(cpb.KvEventBatch(load=cpb.EngineLoad(load_only=True)))
     assert await eventually(lambda: w_stuck.routable, 3)
+
+
+async def test_load_policies_tell_equal_loads_apart_by_pushed_token_work(
+    workers: Callable[..., object], registry_for: Callable[..., object]
+) -> None:
+    fleet = [await streaming_worker(workers) for _ in range(2)]
+    busy, light = fleet
+    for tw, queued in ((busy, 5000), (light, 10)):
+        tw.heartbeat_s = 0.05
+        tw.heartbeat_load = cpb.EngineLoad(
+            running_requests=2, waiting_requests=1, waiting_uncached_tokens=queued
+        )
+    registry: WorkerRegistry = await registry_for(fleet, health=health())  # type: ignore[misc]
+    assert await eventually(lambda: all(w.pushes_load for w in registry.all()), 5)
+    candidates: list[Candidate] = list(registry.candidates("m"))
+    assert {c.load for c in candidates} == {3}
+    routing = RoutingRequest(model="m", token_ids=(1, 2, 3))
+    for policy in (LeastLoadPolicy(), PowerOfTwoPolicy(seed=1)):
+        picks = {policy.select(routing, candidates).url for _ in range(10)}
+        assert picks == {light.url}, policy
