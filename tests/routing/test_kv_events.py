@@ -16,8 +16,9 @@ from turnout.routing.types import Candidate, RoutingRequest
 from turnout.wire.proto import common_pb2 as cpb
 from turnout.workers.kv_index import KvIndex
 from turnout.workers.registry import WorkerRegistry
-from turnout.workers.settings import HealthSettings
+from turnout.workers.settings import HealthSettings, WorkerSpec
 
+from .conftest import fast_settings
 from ._worker import TestWorker, make_request
 
 BLOCK = 4
@@ -289,3 +290,25 @@ async def test_load_policies_tell_equal_loads_apart_by_pushed_token_work(
     for policy in (LeastLoadPolicy(), PowerOfTwoPolicy(seed=1)):
         picks = {policy.select(routing, candidates).url for _ in range(10)}
         assert picks == {light.url}, policy
+
+
+async def test_each_dp_rank_has_its_own_index_and_load(workers: Callable[..., object]) -> None:
+    tw = await streaming_worker(workers)
+    registry = WorkerRegistry(fast_settings([WorkerSpec(url=tw.url, dp_size=2)], health=health()))
+    await registry.start()
+    try:
+        (w,) = registry.all()
+        assert await registry.wait_ready(w.id, 5)
+        assert tw.kv_batches is not None
+        rank1_load = cpb.EngineLoad(running_requests=4)
+        await tw.kv_batches.put(batch(1, stored(PROMPT, 1), rank=1))
+        await tw.kv_batches.put(cpb.KvEventBatch(sequence_number=1, dp_rank=1, load=rank1_load))
+        rank0, rank1 = w.ranks
+        assert await eventually(lambda: rank1.load == 4, 5)
+        routing = RoutingRequest(model="m", token_ids=PROMPT)
+        assert cached_tokens(routing, [rank0, rank1]) == [0, 16]
+        assert CacheAwarePolicy().select(routing, [rank0, rank1]) is rank1
+        assert rank0.load == 0
+    finally:
+        await registry.stop()
+    assert not w.kv or not w.kv.running
