@@ -18,8 +18,8 @@ from turnout.workers.kv_index import KvIndex
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import HealthSettings, WorkerSpec
 
-from .conftest import fast_settings
 from ._worker import TestWorker, make_request
+from .conftest import fast_settings
 
 BLOCK = 4
 
