@@ -56,6 +56,8 @@ class TestWorker(pb_grpc.SglangSchedulerServicer):
         #: carrying ``heartbeat_load``.
         self.heartbeat_s = 0.0
         self.heartbeat_load = common_pb2.EngineLoad()
+        #: When set (loop time), heartbeats report the engine silent since then.
+        self.silent_since: float | None = None
         #: The ``start_sequence_number`` of each subscription.
         self.kv_starts: list[int] = []
         self.kv_subscribers = 0
@@ -154,6 +156,9 @@ class TestWorker(pb_grpc.SglangSchedulerServicer):
                     load = common_pb2.EngineLoad()
                     load.CopyFrom(self.heartbeat_load)
                     load.load_only = True
+                    if self.silent_since is not None:
+                        silent = asyncio.get_running_loop().time() - self.silent_since
+                        load.engine_silence_ms = int(silent * 1000)
                     batch = common_pb2.KvEventBatch(load=load)
                 yield batch
         finally:

@@ -8,6 +8,8 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
+import pytest
+
 from turnout.plugins.policies.cache_aware import CacheAwarePolicy
 from turnout.plugins.policies.load import LeastLoadPolicy, PowerOfTwoPolicy
 from turnout.routing.dispatch import Dispatcher
@@ -232,15 +234,32 @@ async def test_wedged_engine_leaves_rotation_and_comes_back(
     assert await eventually(lambda: w.routable, 3)
 
 
-async def test_stopped_stream_leaves_rotation_and_a_waiting_request_moves(
-    workers: Callable[..., object], registry_for: Callable[..., object]
+@pytest.mark.parametrize(
+    ("how", "bound_s"),
+    [("stopped", 0.5), ("wedged", 0.5), ("stopped", None), ("wedged", None)],
+    ids=["stopped", "wedged", "stopped-defaults", "wedged-defaults"],
+)
+async def test_a_request_waiting_on_a_stopped_or_wedged_worker_moves(
+    workers: Callable[..., object],
+    registry_for: Callable[..., object],
+    how: str,
+    bound_s: float | None,
 ) -> None:
+    """``None``: the shipped defaults of ``wedge_after_s`` and ``stale_after_s``."""
     fleet = [await streaming_worker(workers) for _ in range(2)]
     for tw in fleet:
         tw.heartbeat_s = 0.05
     stuck, good = fleet
     stuck.first_delay = 60.0
-    registry: WorkerRegistry = await registry_for(fleet, health=health())  # type: ignore[misc]
+    defaults = HealthSettings()
+    bounds = {
+        "wedge_after_s": bound_s or defaults.wedge_after_s,
+        "stale_after_s": bound_s or defaults.stale_after_s,
+    }
+    limit = bound_s or max(HealthSettings().wedge_after_s, HealthSettings().stale_after_s)
+    registry: WorkerRegistry = await registry_for(  # type: ignore[misc]
+        fleet, health=health(**bounds)
+    )
     workers_by_port = {w.url: w for w in registry.all()}
     w_stuck = workers_by_port[stuck.url]
     assert await eventually(lambda: all(w.kv and w.kv.heartbeats for w in registry.all()), 5)
@@ -255,19 +274,25 @@ async def test_stopped_stream_leaves_rotation_and_a_waiting_request_moves(
         dispatcher.open_stream("m", routing, make_request("r1"), timeout=30)
     )
     assert await eventually(lambda: stuck.active == 1, 5)
-    stuck.heartbeat_s = 0.0  # its stream falls silent, as a SIGSTOPped process's does
     started = time.monotonic()
-    session = await asyncio.wait_for(opened, 5)
+    if how == "stopped":
+        stuck.heartbeat_s = 0.0  # its stream falls silent, as a SIGSTOPped process's does
+    else:  # it keeps heartbeating, its engine silent since the request came
+        stuck.silent_since = asyncio.get_running_loop().time()
+    session = await asyncio.wait_for(opened, limit + 3)
     waited = time.monotonic() - started
-    print(f"request moved off the stopped worker after {waited:.2f}s: {w_stuck.vetoed}")
+    print(f"request moved off the {how} worker after {waited:.2f}s: {w_stuck.vetoed}")
+    assert waited < limit + 1.0
     async with session:
         assert session.worker.url == good.url
         async for _ in session:
             pass
     assert not w_stuck.routable
     assert w_stuck.vetoed
-    assert "silent" in w_stuck.vetoed
+    assert ("silent" if how == "stopped" else "produced nothing") in w_stuck.vetoed
+    assert stuck.active == 0  # aborted there
     assert stuck.kv_batches is not None
+    stuck.silent_since = None
     await stuck.kv_batches.put(cpb.KvEventBatch(load=cpb.EngineLoad(load_only=True)))
     assert await eventually(lambda: w_stuck.routable, 3)
 
