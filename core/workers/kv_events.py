@@ -8,7 +8,8 @@ they all route on the same facts.
 
 - Resumed after a reconnect from the batch after the last one seen (bounded back-off).
 - A sequence gap (events lost) or a restarted stream rebuilds every rank's index from scratch;
-  a ``cleared`` event empties its rank's.
+  a ``cleared`` event empties its rank's, a snapshot (a relay's replay of the whole state)
+  replaces them.
 - A worker that answers UNIMPLEMENTED has no events: nothing is kept, policies fall back.
 
 :meth:`KvSubscriber.verdict` says whether the worker is to leave rotation: its engine silent
@@ -189,6 +190,14 @@ class KvSubscriber:
             return
         seq = batch.sequence_number
         last = self.last_seq
+        if batch.HasField("snapshot"):
+            # A relay's replay of the whole state (parents first), in chunks that may share a
+            # sequence number: it replaces what was known.
+            if batch.snapshot.index == 0:
+                self._rebuild("the worker sent a snapshot of its cache")
+            self.last_seq = max(last, seq)
+            engine.index.apply(batch.events)
+            return
         if last and seq <= last:
             if seq == last:
                 return  # a repeat

@@ -16,6 +16,7 @@ from turnout.routing.dispatch import Dispatcher
 from turnout.routing.kv import cached_tokens
 from turnout.routing.types import Candidate, RoutingRequest
 from turnout.wire.proto import common_pb2 as cpb
+from turnout.workers.kv_events import KvSubscriber
 from turnout.workers.kv_index import KvIndex
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import HealthSettings, WorkerSpec
@@ -337,3 +338,31 @@ async def test_each_dp_rank_has_its_own_index_and_load(workers: Callable[..., ob
     finally:
         await registry.stop()
     assert not w.kv or not w.kv.running
+
+
+def test_a_snapshot_replaces_what_was_known() -> None:
+    class _Worker:
+        id = "w"
+        dp_size = 1
+
+        def take_pushed_load(self, rank: int, count: int) -> None:
+            pass
+
+    kv = KvSubscriber(_Worker(), source=None)  # type: ignore[arg-type]
+    kv.take(batch(5, stored([7] * 4, 50)))
+    chunk = cpb.KvSnapshotChunk(index=0, count=2, blocks=3)
+    kv.take(
+        cpb.KvEventBatch(sequence_number=9, events=[CLEARED, stored(PROMPT[:8], 1)], snapshot=chunk)
+    )
+    chunk = cpb.KvSnapshotChunk(index=1, count=2, blocks=3)
+    kv.take(
+        cpb.KvEventBatch(
+            sequence_number=9, events=[stored(PROMPT[8:12], 3, parent=2)], snapshot=chunk
+        )
+    )
+    index = kv.engines[0].index
+    assert index.match(PROMPT) == 12
+    assert index.match([7] * 4) == 0
+    kv.take(batch(10, removed(3)))  # the stream goes on after the snapshot: no gap
+    assert kv.rebuilds == 1
+    assert index.match(PROMPT) == 8
