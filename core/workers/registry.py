@@ -479,6 +479,8 @@ class WorkerRegistry:
                 worker.discovered = False  # it may come back as a different model
             elif changed and health.state is HealthState.HEALTHY:
                 worker.breaker.reset()
+                if worker.kv is not None and not worker.kv.running and settings.kv_events:
+                    self._subscribe(worker)  # it came back, maybe upgraded: ask again
             await self._sleep(worker, health.next_delay())
 
     def _warn_unreachable(self, worker: Worker, retry_s: float) -> None:

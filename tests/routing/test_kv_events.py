@@ -366,3 +366,19 @@ def test_a_snapshot_replaces_what_was_known() -> None:
     kv.take(batch(10, removed(3)))  # the stream goes on after the snapshot: no gap
     assert kv.rebuilds == 1
     assert index.match(PROMPT) == 8
+
+
+async def test_a_worker_that_comes_back_with_events_is_subscribed_again(
+    workers: Callable[..., object], registry_for: Callable[..., object]
+) -> None:
+    (tw,) = await workers(1)  # type: ignore[misc]
+    registry: WorkerRegistry = await registry_for([tw], health=health())  # type: ignore[misc]
+    (w,) = registry.all()
+    assert await eventually(lambda: w.kv is not None and not w.kv.supported, 5)
+    # Restarted as a version that streams events.
+    await tw.stop()
+    assert await eventually(lambda: not w.routable, 5)
+    tw.kv_batches = asyncio.Queue(maxsize=10)
+    tw.heartbeat_s = 0.05
+    await tw.start()
+    assert await eventually(lambda: w.kv_index is not None, 10)
