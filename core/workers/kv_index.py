@@ -17,7 +17,10 @@ from collections.abc import Iterable, Sequence
 
 from turnout.wire.proto import common_pb2
 
-__all__ = ["KvIndex", "block_keys"]
+__all__ = ["MAX_BLOCKS", "KvIndex", "block_keys"]
+
+#: Default bound of an index: 2**20 blocks (16M tokens at 16 tokens a block).
+MAX_BLOCKS = 1 << 20
 
 
 def _namespace(adapter: str | None) -> int:
@@ -38,9 +41,12 @@ def block_keys(token_ids: Sequence[int], block_size: int, adapter: str | None = 
 class KvIndex:
     """The blocks one engine (DP rank) holds, keyed by token chains (see the module doc)."""
 
-    __slots__ = ("_by_hash", "_counts", "block_size", "stores")
+    __slots__ = ("_by_hash", "_counts", "block_size", "max_blocks", "stores")
 
-    def __init__(self) -> None:
+    def __init__(self, max_blocks: int = MAX_BLOCKS) -> None:
+        #: Past this many blocks the index starts over (an engine that never reports evictions
+        #: must not grow it without bound).
+        self.max_blocks = max_blocks
         #: Tokens per block, from the first stored block (0: nothing stored yet).
         self.block_size = 0
         #: The engine's block hash -> the router's key of that block.
@@ -88,6 +94,9 @@ class KvIndex:
             parent = hash((parent, tokens))
             if block.block_hash in by_hash:
                 continue
+            if len(by_hash) >= self.max_blocks:
+                self.clear()
+                return
             by_hash[block.block_hash] = parent
             counts[parent] = counts.get(parent, 0) + 1
         self.stores += 1

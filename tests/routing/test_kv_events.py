@@ -87,6 +87,14 @@ def test_index_keeps_adapters_apart_and_skips_unknown_parents() -> None:
     assert len(index) == 1
 
 
+def test_index_is_bounded() -> None:
+    index = KvIndex(max_blocks=3)
+    index.apply([stored(PROMPT[:12], 1)])
+    assert len(index) == 3
+    index.apply([stored([5] * 4, 20)])  # one more: it starts over rather than grow
+    assert len(index) <= 3
+
+
 # -- subscribers over real sockets ---------------------------------------------------------------
 
 
