@@ -13,11 +13,11 @@ what the engine holds, and the engine evicts.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from turnout.wire.proto import common_pb2
 
-__all__ = ["MAX_BLOCKS", "KvIndex", "block_keys"]
+__all__ = ["MAX_BLOCKS", "KvIndex", "block_keys", "iter_block_keys"]
 
 #: Default bound of an index: 2**20 blocks (16M tokens at 16 tokens a block).
 MAX_BLOCKS = 1 << 20
@@ -27,15 +27,26 @@ def _namespace(adapter: str | None) -> int:
     return 0 if not adapter else hash(("lora", adapter))
 
 
-def block_keys(token_ids: Sequence[int], block_size: int, adapter: str | None = None) -> list[int]:
+def iter_block_keys(
+    token_ids: Sequence[int], block_size: int, adapter: str | None = None
+) -> Iterator[int]:
     """The chained keys of the full ``block_size``-token blocks of ``token_ids`` under LoRA
-    ``adapter`` (None: the base model)."""
-    keys: list[int] = []
+    ``adapter`` (None: the base model), computed as they are taken (a match that ends early
+    hashes no further)."""
     parent = _namespace(adapter)
-    for end in range(block_size, len(token_ids) + 1, block_size):
-        parent = hash((parent, tuple(token_ids[end - block_size : end])))
-        keys.append(parent)
-    return keys
+    if isinstance(token_ids, tuple):
+        for end in range(block_size, len(token_ids) + 1, block_size):
+            parent = hash((parent, token_ids[end - block_size : end]))
+            yield parent
+    else:
+        for end in range(block_size, len(token_ids) + 1, block_size):
+            parent = hash((parent, tuple(token_ids[end - block_size : end])))
+            yield parent
+
+
+def block_keys(token_ids: Sequence[int], block_size: int, adapter: str | None = None) -> list[int]:
+    """Every key :func:`iter_block_keys` gives."""
+    return list(iter_block_keys(token_ids, block_size, adapter))
 
 
 class KvIndex:
@@ -114,7 +125,11 @@ class KvIndex:
             else:
                 del counts[key]
 
-    def matched_blocks(self, keys: Sequence[int]) -> int:
+    def __contains__(self, key: object) -> bool:
+        """Whether it holds the block of ``key`` (a :func:`block_keys` key)."""
+        return key in self._counts
+
+    def matched_blocks(self, keys: Iterable[int]) -> int:
         """How many of ``keys`` (a request's :func:`block_keys`), from the first, it holds."""
         counts = self._counts
         n = 0
@@ -128,6 +143,5 @@ class KvIndex:
         """Prompt tokens of ``token_ids`` (under LoRA ``adapter``) this engine holds cached."""
         if not self.block_size:
             return 0
-        return self.matched_blocks(block_keys(token_ids, self.block_size, adapter)) * (
-            self.block_size
-        )
+        keys = iter_block_keys(token_ids, self.block_size, adapter)
+        return self.matched_blocks(keys) * self.block_size

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import pytest
 
@@ -85,6 +86,29 @@ def test_index_keeps_adapters_apart_and_skips_unknown_parents() -> None:
     assert index.match(PROMPT) == 0
     index.apply([stored(PROMPT[4:8], 7, parent=99)])  # parent never seen: not matchable
     assert len(index) == 1
+
+
+@dataclass
+class _Indexed:
+    id: str
+    kv_index: KvIndex | None
+    url: str = ""
+    load: int = 0
+
+
+def test_cached_tokens_per_candidate() -> None:
+    depths = [0, 1, 3, 4, 2]
+    cands = []
+    for n, depth in enumerate(depths):
+        index = KvIndex()
+        if depth:
+            index.apply([stored(PROMPT[: depth * BLOCK], 100 * n)])
+        cands.append(_Indexed(f"w{n}", index))
+    routing = RoutingRequest(model="m", token_ids=(*PROMPT, 1, 2, 3))
+    assert cached_tokens(routing, cands) == [d * BLOCK for d in depths]
+    assert cached_tokens(RoutingRequest(model="m", token_ids=PROMPT, adapter="a"), cands) == [0] * 5
+    assert cached_tokens(routing, [*cands, _Indexed("none", None)]) is None
+    assert cached_tokens(RoutingRequest(model="m", text="hi"), cands) is None
 
 
 def test_index_is_bounded() -> None:
