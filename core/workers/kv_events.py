@@ -14,7 +14,9 @@ they all route on the same facts.
 
 :meth:`KvSubscriber.verdict` says whether the worker is to leave rotation: its engine silent
 past ``wedge_after_s`` (plus the time its pending prefill may take at the rate measured on it),
-or its stream, which heartbeats, silent past ``stale_after_s``.
+or its stream, which heartbeats, silent past ``stale_after_s`` while requests of this router are
+on it (a servicer sends a record at once when its load moves; an idle one heartbeats every
+5 s, so an idle worker's stream is stale only past ``stale_after_s`` + 5 s).
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ log = logging.getLogger(__name__)
 #: Reconnect back-off bounds (seconds).
 _MIN_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 2.0
+#: How far apart an idle engine's heartbeats may be (the servicers' interval once the record
+#: stopped changing): the stream of a worker with none of our requests on it is stale only
+#: past ``stale_after_s`` plus this.
+IDLE_HEARTBEAT_S = 5.0
 #: Weight of a new prefill-rate sample in the moving average.
 _RATE_WEIGHT = 0.3
 
@@ -219,8 +225,17 @@ class KvSubscriber:
         """Why the worker is to be out of rotation now, or None."""
         if not self.supported:
             return None
-        if self.heartbeats and now - self.heard_at > stale_s:
-            return f"its event stream has been silent for {now - self.heard_at:.1f}s"
+        if self.heartbeats:
+            worker = self.worker
+            if worker.in_flight:
+                # Our requests moved its load record, which goes out at once when it moves.
+                silent = now - max(self.heard_at, worker.busy_since)
+                bound = stale_s
+            else:
+                silent = now - self.heard_at
+                bound = stale_s + IDLE_HEARTBEAT_S
+            if silent > bound:
+                return f"its event stream has been silent for {now - self.heard_at:.1f}s"
         for rank, engine in enumerate(self.engines):
             excess = engine.silence_excess(now, wedge_s, assumed_rate, growing=self.heartbeats)
             if excess > 0:

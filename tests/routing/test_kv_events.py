@@ -414,3 +414,21 @@ async def test_a_worker_that_comes_back_with_events_is_subscribed_again(
     tw.heartbeat_s = 0.05
     await tw.start()
     assert await eventually(lambda: w.kv_index is not None, 10)
+
+
+async def test_an_idle_worker_may_heartbeat_slowly(
+    workers: Callable[..., object], registry_for: Callable[..., object]
+) -> None:
+    """An idle servicer heartbeats every 5 s: its silence past ``stale_after_s`` alone is no
+    verdict while no request is on it, only past that plus 5 s."""
+    tw = await streaming_worker(workers)
+    tw.heartbeat_s = 0.05
+    registry: WorkerRegistry = await registry_for([tw], health=health())  # type: ignore[misc]
+    (w,) = registry.all()
+    assert await eventually(lambda: w.kv is not None and w.kv.heartbeats, 5)
+    tw.heartbeat_s = 0.0
+    await asyncio.sleep(1.5)  # three times stale_after_s
+    assert w.routable
+    started = time.monotonic()
+    assert await eventually(lambda: not w.routable, 8)
+    assert time.monotonic() - started > 3.0
