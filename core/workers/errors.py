@@ -82,3 +82,8 @@ class WorkerConflict(TurnoutError):
 
 class KvEventsUnsupported(Exception):
     """The worker does not serve ``SubscribeKvEvents`` (UNIMPLEMENTED)."""
+
+
+class KvEventsLost(Exception):
+    """The worker cannot resume a KV-event subscription (``OUT_OF_RANGE``) or lost events
+    itself (``DATA_LOSS``): subscribe anew from now, with the index rebuilt."""

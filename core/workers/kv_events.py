@@ -6,10 +6,12 @@ stopped when it leaves) reads ``SubscribeKvEvents`` and keeps, per DP rank, an
 holds and the last ``EngineLoad`` it pushed. Every serving process and replica subscribes, so
 they all route on the same facts.
 
-- Resumed after a reconnect from the batch after the last one seen (bounded back-off).
-- A sequence gap (events lost) or a restarted stream rebuilds every rank's index from scratch;
-  a ``cleared`` event empties its rank's, a snapshot (a relay's replay of the whole state)
-  replaces them.
+- Each rank numbers its own batches. A single-rank worker is resumed after a reconnect from the
+  batch after the last one seen (bounded back-off); otherwise, or when the worker cannot resume
+  (``OUT_OF_RANGE``) or lost events itself (``DATA_LOSS``), the subscription starts over from
+  now and the indexes are rebuilt from scratch.
+- A sequence gap (events lost) or a restarted numbering rebuilds that rank's index; a
+  ``cleared`` event empties it, a snapshot (a relay's replay of the whole state) replaces all.
 - A worker that answers UNIMPLEMENTED has no events: nothing is kept, policies fall back.
 
 :meth:`KvSubscriber.verdict` says whether the worker is to leave rotation: its engine silent
@@ -28,7 +30,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Protocol
 
 from turnout.wire.proto import common_pb2
-from turnout.workers.errors import KvEventsUnsupported
+from turnout.workers.errors import KvEventsLost, KvEventsUnsupported
 from turnout.workers.kv_index import KvIndex
 
 if TYPE_CHECKING:
@@ -62,10 +64,12 @@ class KvEventSource(Protocol):
 class EngineState:
     """What one engine (DP rank) pushed: its cached blocks and its last load record."""
 
-    __slots__ = ("index", "load", "load_at", "prefill_rate")
+    __slots__ = ("index", "last_seq", "load", "load_at", "prefill_rate")
 
     def __init__(self) -> None:
         self.index = KvIndex()
+        #: Sequence number of its last batch of events (each rank numbers its own; 0: none).
+        self.last_seq = 0
         #: The last ``EngineLoad`` received (None: none yet).
         self.load: common_pb2.EngineLoad | None = None
         #: When it was received (``time.monotonic``).
@@ -116,8 +120,6 @@ class KvSubscriber:
         self._clock = clock
         #: Per DP rank (index = rank).
         self.engines: list[EngineState] = [EngineState() for _ in range(worker.dp_size)]
-        #: Sequence number of the last event batch applied (0: none).
-        self.last_seq = 0
         #: When the stream last said anything (a batch or a heartbeat).
         self.heard_at = clock()
         #: Whether the stream sends load-only heartbeats (only then is its silence telling).
@@ -157,7 +159,9 @@ class KvSubscriber:
     async def _run(self) -> None:
         backoff = _MIN_BACKOFF_S
         while True:
-            start = self.last_seq + 1 if self.last_seq else 0
+            start = self._resume_from()
+            if not start and any(e.last_seq or len(e.index) for e in self.engines):
+                self._rebuild("its stream starts over")  # what happened meanwhile is unknown
             try:
                 async for batch in self._source.kv_events(start):
                     self.take(batch)
@@ -167,11 +171,29 @@ class KvSubscriber:
                 self.supported = False
                 self.connected = False
                 return
+            except KvEventsLost as exc:
+                # It cannot resume us (or lost events itself): start over from now at once.
+                log.info("worker %s: KV events lost (%s); subscribing anew", self.worker.id, exc)
+                self._rebuild("the worker lost events or cannot resume")
+                self.connected = False
+                if start:
+                    continue
             except Exception as exc:
                 log.debug("worker %s: KV event stream failed: %s", self.worker.id, exc)
-            self.connected = False
+                self.connected = False
             await asyncio.sleep(backoff)
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    def _resume_from(self) -> int:
+        """The batch to resume from: after the last one seen, for a single rank (each rank
+        numbers its own batches, and a call names one cursor); else 0 (from now)."""
+        engines = self.engines
+        return engines[0].last_seq + 1 if len(engines) == 1 and engines[0].last_seq else 0
+
+    @property
+    def last_seq(self) -> int:
+        """The sequence number of rank 0's last batch of events (0: none)."""
+        return self.engines[0].last_seq
 
     def take(self, batch: common_pb2.KvEventBatch) -> None:
         """Apply one batch: its events to its rank's index, its load record."""
@@ -195,29 +217,33 @@ class KvSubscriber:
         if not batch.events:
             return
         seq = batch.sequence_number
-        last = self.last_seq
+        last = engine.last_seq
         if batch.HasField("snapshot"):
             # A relay's replay of the whole state (parents first), in chunks that may share a
             # sequence number: it replaces what was known.
             if batch.snapshot.index == 0:
                 self._rebuild("the worker sent a snapshot of its cache")
-            self.last_seq = max(last, seq)
+            engine.last_seq = max(engine.last_seq, seq)
             engine.index.apply(batch.events)
             return
         if last and seq <= last:
             if seq == last:
                 return  # a repeat
-            self._rebuild("the stream restarted")  # a new engine process: numbering anew
+            self._rebuild("the stream restarted", rank)  # a new engine process: numbering anew
         elif last and seq > last + 1:
-            self._rebuild(f"batches {last + 1}..{seq - 1} were lost")
-        self.last_seq = seq
+            self._rebuild(f"batches {last + 1}..{seq - 1} were lost", rank)
+        engine.last_seq = seq
         engine.index.apply(batch.events)
 
-    def _rebuild(self, why: str) -> None:
-        log.info("worker %s: rebuilding its KV index: %s", self.worker.id, why)
+    def _rebuild(self, why: str, rank: int | None = None) -> None:
+        """Forget what rank ``rank`` (None: every rank) holds; its events rebuild it."""
+        where = "" if rank is None or len(self.engines) == 1 else f" (rank {rank})"
+        log.info("worker %s: rebuilding its KV index%s: %s", self.worker.id, where, why)
         self.rebuilds += 1
-        for engine in self.engines:
-            engine.index.clear()
+        for n, engine in enumerate(self.engines):
+            if rank is None or n == rank:
+                engine.index.clear()
+                engine.last_seq = 0
 
     def verdict(
         self, now: float, wedge_s: float, stale_s: float, assumed_rate: float

@@ -21,7 +21,7 @@ from turnout.wire import (
 from turnout.wire.proto import common_pb2
 from turnout.wire.server_stream import ServerStream
 from turnout.workers.adapters import Adapter, adapters_from_list, adapters_from_server_args
-from turnout.workers.errors import KvEventsUnsupported, WorkerRequestError
+from turnout.workers.errors import KvEventsLost, KvEventsUnsupported, WorkerRequestError
 from turnout.workers.settings import WireSettings
 
 #: ``server_args`` keys copied into a worker's labels.
@@ -36,6 +36,8 @@ SERVER_ARG_LABELS = (
 
 #: Worker faults that are load push-back, not breakage: retried elsewhere, not counted.
 _PUSHBACK = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED})
+#: How a worker says a KV-event subscription cannot go on where it was.
+_EVENTS_LOST = frozenset({grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.DATA_LOSS})
 #: HTTP statuses worth trying on another worker.
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -95,7 +97,8 @@ class WireConnection:
 
     def kv_events(self, start_seq: int) -> AsyncIterator[common_pb2.KvEventBatch]:
         """``SubscribeKvEvents`` from batch ``start_seq`` on (0: from now), load records
-        first; raises :class:`KvEventsUnsupported` when the worker does not serve it."""
+        first; raises :class:`KvEventsUnsupported` when the worker does not serve it,
+        :class:`KvEventsLost` when it cannot go on from ``start_seq``."""
         return _unimplemented_as_unsupported(
             self.client.subscribe_kv_events(start_seq, load_records_before_first_batch=True)
         )
@@ -137,6 +140,8 @@ async def _unimplemented_as_unsupported(
         except WorkerCallError as exc:
             if exc.code is grpc.StatusCode.UNIMPLEMENTED:
                 raise KvEventsUnsupported(str(exc)) from None
+            if exc.code in _EVENTS_LOST:
+                raise KvEventsLost(str(exc)) from None
             raise
 
 

@@ -51,7 +51,10 @@ class TestWorker(pb_grpc.SglangSchedulerServicer):
         self.aborted: list[str] = []
         self.active = 0
         #: KV-event batches to stream to subscribers (None: SubscribeKvEvents is UNIMPLEMENTED).
-        self.kv_batches: asyncio.Queue[common_pb2.KvEventBatch] | None = None
+        #: A status code queued ends the stream with it.
+        self.kv_batches: asyncio.Queue[common_pb2.KvEventBatch | grpc.StatusCode] | None = None
+        #: Refuse a non-zero ``start_sequence_number`` with OUT_OF_RANGE (nothing kept to resume).
+        self.refuse_resume = False
         #: Load-only heartbeats every this many seconds while no batch is queued (0: none),
         #: carrying ``heartbeat_load``.
         self.heartbeat_s = 0.0
@@ -146,6 +149,9 @@ class TestWorker(pb_grpc.SglangSchedulerServicer):
             await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no KV events")
             return
         self.kv_starts.append(request.start_sequence_number)
+        if self.refuse_resume and request.start_sequence_number:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, "nothing to resume from")
+            return
         self.kv_subscribers += 1
         try:
             while True:
@@ -160,6 +166,8 @@ class TestWorker(pb_grpc.SglangSchedulerServicer):
                         silent = asyncio.get_running_loop().time() - self.silent_since
                         load.engine_silence_ms = int(silent * 1000)
                     batch = common_pb2.KvEventBatch(load=load)
+                if isinstance(batch, grpc.StatusCode):
+                    await context.abort(batch, "scripted end")
                 yield batch
         finally:
             self.kv_subscribers -= 1

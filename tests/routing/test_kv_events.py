@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import grpc
 import pytest
 
 from turnout.plugins.policies.cache_aware import CacheAwarePolicy
@@ -367,6 +368,15 @@ async def test_each_dp_rank_has_its_own_index_and_load(workers: Callable[..., ob
         assert cached_tokens(routing, [rank0, rank1]) == [0, 16]
         assert CacheAwarePolicy().select(routing, [rank0, rank1]) is rank1
         assert rank0.load == 0
+        # Each rank numbers its own batches: interleaved, they are no gap.
+        await tw.kv_batches.put(batch(1, stored([7] * 4, 70), rank=0))
+        await tw.kv_batches.put(batch(2, stored([8] * 4, 80), rank=1))
+        await tw.kv_batches.put(batch(2, stored([9] * 4, 90), rank=0))
+        assert await eventually(lambda: cached_tokens(routing, [rank0]) == [0], 5)
+        assert await eventually(lambda: w.kv is not None and w.kv.engines[0].last_seq == 2, 5)
+        assert w.kv is not None
+        assert w.kv.rebuilds == 0
+        assert cached_tokens(routing, [rank0, rank1]) == [0, 16]
     finally:
         await registry.stop()
     assert not w.kv or not w.kv.running
@@ -432,3 +442,30 @@ async def test_an_idle_worker_may_heartbeat_slowly(
     started = time.monotonic()
     assert await eventually(lambda: not w.routable, 8)
     assert time.monotonic() - started > 3.0
+
+
+async def test_lost_events_and_a_refused_resume_start_over(
+    workers: Callable[..., object], registry_for: Callable[..., object]
+) -> None:
+    """``DATA_LOSS`` (the worker lost events) and ``OUT_OF_RANGE`` (it keeps nothing to resume
+    from) end in a subscription from now, with the index rebuilt from scratch."""
+    tw = await streaming_worker(workers)
+    tw.refuse_resume = True
+    registry: WorkerRegistry = await registry_for([tw], health=health())  # type: ignore[misc]
+    (w,) = registry.all()
+    assert tw.kv_batches is not None
+    assert await eventually(lambda: tw.kv_subscribers == 1, 5)
+    await tw.kv_batches.put(batch(1, stored(PROMPT[:8], 1)))
+    assert await eventually(lambda: w.kv_index is not None and len(w.kv_index) == 2, 5)
+    await tw.kv_batches.put(grpc.StatusCode.DATA_LOSS)
+    assert await eventually(lambda: len(tw.kv_starts) == 2 and tw.kv_subscribers == 1, 5)
+    assert tw.kv_starts == [0, 0]
+    await tw.kv_batches.put(batch(1, stored(PROMPT[:4], 1)))
+    assert await eventually(lambda: w.kv_index is not None and len(w.kv_index) == 1, 5)
+
+    await tw.stop()  # the connection drops: resuming from batch 2 is refused
+    await tw.start()
+    assert await eventually(lambda: len(tw.kv_starts) == 4 and tw.kv_subscribers == 1, 10)
+    assert tw.kv_starts[2:] == [2, 0]
+    assert w.kv is not None
+    assert len(w.kv.engines[0].index) == 0
