@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
+from turnout.server.keepalive import KeepAlive
 from turnout.server.limits import ClientWatch
-from turnout.server.sse import _KeepAlive
 from turnout.tasks import cancel_and_wait
 
 
@@ -90,6 +90,6 @@ async def test_client_watch_close_keeps_the_callers_cancellation() -> None:
 
 async def test_keepalive_stop_keeps_the_callers_cancellation() -> None:
     helper = SlowToStop()
-    keepalive = _KeepAlive(helper.run, 0.01)  # its comment's send hangs
+    keepalive = KeepAlive(helper.run, 0.01)  # its comment's send hangs
     await asyncio.wait_for(helper.started.wait(), 5)
     await stop_while_cancelled(keepalive.stop, helper)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from turnout.generation.chunk_template import chunk_template
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogprob, Usage
 from turnout.generation.prompt_logprobs import vllm_prompt_logprobs
 from turnout.generation.usage import RunningUsage, usage_dict
@@ -49,17 +50,10 @@ class ChatRenderer:
         prompt_logprobs: bool = False,
     ) -> None:
         self._id, self._model, self._created, self._n = response_id, model, created, n
-        self._base = {
-            "id": response_id,
-            "object": "chat.completion.chunk",
-            "created": created,
-            "model": model,
-        }
-        #: A chunk's fields in order, ``choices`` (and ``usage``) to be set: copying a
-        #: ready dict costs less than building one per chunk.
-        self._template: dict[str, Any] = self._base | {"choices": None}
-        if include_usage or running is not None:
-            self._template["usage"] = None
+        with_usage = include_usage or running is not None
+        self._base, self._template = chunk_template(
+            "chat.completion.chunk", response_id, created, model, usage=with_usage
+        )
         self._include_usage = include_usage
         self._running = running
         self._held: dict[int, str] | None = None if stream_reasoning else {}

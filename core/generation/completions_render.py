@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from turnout.generation.chunk_template import chunk_template
 from turnout.generation.events import (
     ChoiceDelta,
     ChoiceEnd,
@@ -69,17 +70,10 @@ class CompletionRenderer:
         prompt_logprobs: bool = False,
     ) -> None:
         """``texts``: each prompt's text (what ``echo`` repeats)."""
-        self._base = {
-            "id": response_id,
-            "object": "text_completion",
-            "created": created,
-            "model": model,
-        }
-        #: A chunk's fields in order, ``choices`` (and ``usage``) to be set: copying a ready
-        #: dict costs less than building one per chunk.
-        self._template: dict[str, Any] = self._base | {"choices": None}
-        if include_usage or running is not None:
-            self._template["usage"] = None
+        with_usage = include_usage or running is not None
+        self._base, self._template = chunk_template(
+            "text_completion", response_id, created, model, usage=with_usage
+        )
         self._n = n
         self._texts = texts
         self._echo = echo

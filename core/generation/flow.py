@@ -16,7 +16,7 @@
    folds it into one answer: streaming and one-shot answers read the very same events.
 
 An endpoint is an :class:`Endpoint`: a request type, a check, a prompt builder and a renderer.
-The HTTP side decodes the body, runs :func:`generate` and sends what it returns.
+The HTTP side decodes the body, runs :func:`run_endpoint` and sends what it returns.
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ class Streamed:
 Generated = Folded | Streamed
 
 
-async def generate(
+async def run_endpoint(
     endpoint: Endpoint[R], request: R, ctx: RequestContext, backend: Backend
 ) -> Generated:
     """Answer one generation request: the stages of the module's docstring, in order."""

@@ -31,7 +31,9 @@ class StreamMeter(Protocol):
 
 
 class GenerateSession(Protocol):
-    """A started Generate stream on one worker (the first response already arrived)."""
+    """What the flow reads of one started Generate stream (the first response already
+    arrived): routing's :class:`~turnout.routing.session.WorkerSession`, or for a
+    prefill-decode model a pair read from its decode worker (:mod:`turnout.routing.pd`)."""
 
     @property
     def meter(self) -> StreamMeter | None:

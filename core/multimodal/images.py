@@ -154,8 +154,8 @@ def probe_image(data: bytes, config: ImagesConfig, source: str = "data") -> Enco
 
 def decode_image(data: bytes, config: ImagesConfig, source: str = "data") -> LoadedImage:
     """Decode ``data`` under ``config``'s format and pixel limits (blocking: call in a thread;
-    a request's images go through :func:`decode_images`, which bounds how many decode at
-    once)."""
+    a request's images go through :func:`turnout.multimodal.loading.decode_images`, which
+    bounds how many decode at once)."""
     image = _open(data, config)
     with _pillow_errors(config):
         image.load()

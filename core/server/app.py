@@ -18,8 +18,7 @@ from turnout.embeddings import EmbeddingRequest, embed
 from turnout.embeddings.vectors import EmbeddingResponse
 from turnout.generation import chat, completions, generate
 from turnout.generation.context import RequestContext
-from turnout.generation.flow import Endpoint
-from turnout.generation.flow import generate as run_generation
+from turnout.generation.flow import Endpoint, run_endpoint
 from turnout.generation.models import ModelTable
 from turnout.generation.prompt_size import PromptLimit, limit_from_labels, widest_limit
 from turnout.observability.logs import current_record, random_suffix
@@ -110,8 +109,8 @@ class GenerationApp:
         body = await read_body(receive, running.config.server.max_body_bytes)
         ctx.body_size = len(body)
         request = decode_body(body, self._body_type)
-        generated = await run_generation(self._endpoint, request, ctx, running)
-        answer = answer_generated(generated, running, scope)
+        generated = await run_endpoint(self._endpoint, request, ctx, running)
+        answer = answer_generated(generated, running)
         await answer(scope, receive, send)
 
 

@@ -48,7 +48,8 @@ from turnout.observability.logs import (
 )
 from turnout.observability.metrics import Metrics, route_label
 from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of
-from turnout.server.connections import DIRECT_BODY_KEY, connection_of
+from turnout.server.connections import connection_of
+from turnout.server.direct_body import DIRECT_BODY_KEY
 from turnout.server.limits import (
     AdmissionGate,
     ClientGone,
@@ -192,7 +193,7 @@ class OpsMiddleware:
 
     ``direct_body``: no layer inside wraps ``send`` to look at a body piece that is not the
     last (this one does not either), so a stream may write its pieces past them (the
-    connection's :class:`~turnout.server.connections.DirectBody`); else that is withheld.
+    connection's :class:`~turnout.server.direct_body.DirectBody`); else that is withheld.
     """
 
     def __init__(self, app: ASGIApp, ops: OpsState, *, direct_body: bool = False) -> None:

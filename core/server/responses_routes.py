@@ -12,7 +12,7 @@ from litestar.types import ControllerRouterHandler
 from turnout.errors import ApiError, bad_request
 from turnout.generation.unsupported import unsupported
 from turnout.responses.store import ResponseStore, StoredResponse, find_kept
-from turnout.server.query import query_flag
+from turnout.server.query import QueryFlag, query_flag
 from turnout.server.respond import answer_json
 
 #: Input items per page: OpenAI's default and largest.
@@ -34,7 +34,7 @@ def responses_routes(store: ResponseStore) -> list[ControllerRouterHandler]:
         return stored
 
     @get("/v1/responses/{response_id:str}")
-    async def get_response(response_id: FromPath[str], stream: FromQuery[str | None] = None) -> Any:
+    async def get_response(response_id: FromPath[str], stream: QueryFlag = None) -> Any:
         """A kept response."""
         if query_flag(stream, "stream"):
             raise unsupported("stream", "streaming a kept response again is not supported")

@@ -79,11 +79,13 @@ def build(
     reload_all: ReloadAll | None = None,
     on_started: Callable[[Services], None] | None = None,
     plugins: Plugins | None = None,
+    address_known: bool = True,
 ) -> tuple[Config, Litestar]:
     """The effective config and the app (with demo workers when asked). ``source`` reloads the
     config (``POST /admin/reload``, SIGHUP); the demo has none. One of several serving
     processes reloads through its supervisor instead (``reload_all``) and is told
-    ``on_started`` when its app is up."""
+    ``on_started`` when its app is up. ``address_known`` is False when another server (uvicorn
+    run by hand) chose where to listen: the ready line then names no address."""
     before = []
     if demo:
         ports = [_free_port(), _free_port()]
@@ -97,11 +99,10 @@ def build(
             on_started(services)
         models = sorted({w.model for w in config.workers if w.model} | set(config.models))
         log.info(
-            "turnout ready on http://%s:%d — models: %s; workers: %s; plugins: %s",
-            host,
-            port,
+            "turnout ready%s — models: %s; workers: %s; plugins: %s",
+            f" on http://{host}:{port}" if address_known else " (at the address uvicorn logged)",
             ", ".join(models) or "discovered from workers",
-            ", ".join(w.url for w in config.workers) or "none yet (add with POST /workers)",
+            workers_line(config),
             ", ".join(sorted({p.distribution for p in services.plugins.loaded})),
         )
         if demo:
@@ -139,7 +140,16 @@ def app_from_env() -> Litestar:
     path = os.environ.get(CONFIG_ENV)
     config = load_config(path)
     configure_logging(config.server.log_level, config.server.log_json)
-    return build(config, source=lambda: load_config(path))[1]
+    return build(config, source=lambda: load_config(path), address_known=False)[1]
+
+
+def workers_line(config: Config) -> str:
+    """The workers the ready line names: the static ones, and where others come from."""
+    static = [w.url for w in config.workers]
+    providers = sorted({d.provider for d in config.discovery})
+    if providers:
+        static.append(f"discovered by {', '.join(providers)}")
+    return ", ".join(static) or "none yet (add with POST /workers)"
 
 
 def serve(config: Config, *, demo: bool = False, source: Callable[[], Config] | None = None) -> int:

@@ -20,7 +20,7 @@ from litestar.types import Guard
 
 from turnout.errors import ApiError
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
-from turnout.server.query import query_flag
+from turnout.server.query import QueryFlag, query_flag
 from turnout.wire import parse_worker_url
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
 from turnout.workers.ids import default_worker_id, worker_id_problem
@@ -117,7 +117,7 @@ class WorkersController(Controller):
         self,
         worker_registry: NamedDependency[WorkerRegistry],
         worker_id: FromPath[str],
-        wait: FromQuery[str | None] = None,
+        wait: QueryFlag = None,
     ) -> Response[Any]:
         """Drain a worker: no new requests, in-flight ones finish, then it is removed.
 

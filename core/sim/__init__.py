@@ -3,8 +3,10 @@
 Honest about what it is: its model info and server info say ``turnout-sim``.
 """
 
+from turnout.sim.knobs import SimKnobs
 from turnout.sim.model import ModelFiles, Script, ScriptError, SimModel
-from turnout.sim.servicer import SimKnobs, SimRecords, SimServicer
+from turnout.sim.records import SimRecords
+from turnout.sim.servicer import SimServicer
 from turnout.sim.worker import (
     SimProcess,
     SimWorker,

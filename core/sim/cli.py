@@ -15,6 +15,7 @@ from turnout import demo_model
 from turnout.errors import StartupError
 from turnout.server.listener import bind_listener
 from turnout.sim.model import ScriptError
+from turnout.sim.servicer import DEFAULT_KV_CACHE_TOKENS
 from turnout.sim.worker import (
     BOOTSTRAP_PREFIX,
     DEFAULT_BOOTSTRAP_PORT,
@@ -55,6 +56,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tokens-per-chunk", type=int, default=1)
     parser.add_argument(
         "--max-running", type=int, default=0, help="running requests per DP rank (0: unlimited)"
+    )
+    parser.add_argument(
+        "--block-size",
+        type=int,
+        default=16,
+        help="tokens per prefix-cache block (default %(default)s)",
+    )
+    parser.add_argument(
+        "--kv-cache-tokens",
+        type=int,
+        default=DEFAULT_KV_CACHE_TOKENS,
+        help=(
+            "prefix-cache capacity per DP rank, tokens; unreferenced blocks are evicted least "
+            "recently used first (default %(default)s; 0: no cache and no KV events)"
+        ),
+    )
+    parser.add_argument(
+        "--prefill-tokens-per-s",
+        type=float,
+        default=0.0,
+        help=(
+            "prefill speed: uncached prompt tokens per second, one prefill at a time per DP "
+            "rank (default %(default)s: instant)"
+        ),
+    )
+    parser.add_argument(
+        "--kv-events-keep",
+        type=int,
+        default=10_000,
+        help="KV event batches kept for resuming subscribers, all ranks (default %(default)s)",
     )
     parser.add_argument(
         "--dp-size",
@@ -118,6 +149,14 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--bootstrap-port must be in 0..65535"
     if args.dp_size < 1:
         return "--dp-size must be >= 1"
+    if args.block_size < 1:
+        return "--block-size must be >= 1"
+    if args.kv_cache_tokens < 0:
+        return "--kv-cache-tokens must be >= 0"
+    if args.prefill_tokens_per_s < 0:
+        return "--prefill-tokens-per-s must be >= 0"
+    if args.kv_events_keep < 1:
+        return "--kv-events-keep must be >= 1"
     if args.max_running < 0:
         return "--max-running must be >= 0"
     if not args.bootstrap_timeout_s > 0:
@@ -152,6 +191,10 @@ async def _serve(args: argparse.Namespace) -> int:
         ttft_ms=args.ttft_ms,
         tokens_per_chunk=args.tokens_per_chunk,
         max_running=args.max_running,
+        prefill_tokens_per_s=args.prefill_tokens_per_s,
+        block_size=args.block_size,
+        kv_cache_tokens=args.kv_cache_tokens,
+        kv_events_keep=args.kv_events_keep,
         fail_status=args.fail_status,
         fail_after_tokens=args.fail_after_tokens,
         hang=args.hang,

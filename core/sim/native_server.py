@@ -223,6 +223,14 @@ class NativeContext:
             self._trailing = tuple(trailing_metadata)
         raise grpc.aio.AbortError()
 
+    async def send_initial_metadata(self, initial_metadata: Sequence[Any] = ()) -> None:
+        """Send the response headers now, before any message (custom metadata is not sent): a
+        subscription that may stay quiet answers its client at once."""
+        stream = self._stream
+        if not stream.headers_sent and not stream.closed:
+            stream.headers_sent = True
+            self._connection.send_headers(stream, _RESPONSE_HEADERS)
+
     def invocation_metadata(self) -> tuple[tuple[str, str | bytes], ...]:
         """The request's custom headers (``-bin`` values decoded to bytes)."""
         return self._metadata

@@ -5,10 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import random
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import asdict, dataclass, field, fields
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final, Literal, NoReturn
 
 import grpc
@@ -18,25 +16,26 @@ from google.protobuf import struct_pb2, timestamp_pb2
 import turnout
 from turnout.sim.disagg import BootstrapServer, DisaggError, PrefillRoom, receive_kv
 from turnout.sim.embedding import embed_ids, embedding_dim
+from turnout.sim.emitter import ChoiceEmitter
+from turnout.sim.knobs import SimKnobs
+from turnout.sim.kv_cache import KvEventLog, block_hashes
+from turnout.sim.kv_stream import kv_event_stream
 from turnout.sim.lora import SimAdapters
-from turnout.sim.model import (
-    ChoicePlan,
-    InvalidRequest,
-    SimModel,
-    synthetic_logprob,
-    top_logprobs,
-)
-from turnout.sim.multimodal import InvalidMultimodal, MultimodalRecord, record_multimodal
+from turnout.sim.model import ChoicePlan, InvalidRequest, SimModel
+from turnout.sim.multimodal import InvalidMultimodal, record_multimodal
 from turnout.sim.ranks import Rank, Running
+from turnout.sim.records import SimRecords
 from turnout.sim.tokenizer_bundle import TokenizerArchive, build_archive
 from turnout.wire.proto import common_pb2
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
 
-__all__ = ["Role", "SimKnobs", "SimRecords", "SimServicer"]
+__all__ = ["DEFAULT_KV_CACHE_TOKENS", "Role", "SimKnobs", "SimRecords", "SimServicer"]
 
 SIM_VERSION: Final = f"turnout-sim/{turnout.__version__}"
 _LOAD_SECTIONS: Final = frozenset({"core", "memory", "spec", "lora", "disagg", "queues", "all"})
+#: Prefix cache per DP rank by default, tokens: more than a test or benchmark fills.
+DEFAULT_KV_CACHE_TOKENS: Final = 1_000_000
 #: Metadata keys of the W3C trace context, recorded per Generate request.
 TRACE_CONTEXT_KEYS: Final = frozenset({"traceparent", "tracestate", "baggage"})
 
@@ -44,132 +43,6 @@ TRACE_CONTEXT_KEYS: Final = frozenset({"traceparent", "tracestate", "baggage"})
 Role = Literal["regular", "prefill", "decode"]
 #: SGLang's ``disaggregation_mode`` server argument for each role.
 _MODES: Final = {"regular": "null", "prefill": "prefill", "decode": "decode"}
-
-
-@dataclass
-class SimKnobs:
-    """Behaviour knobs; change them at any time (they are read per request / per chunk)."""
-
-    #: Delay per generated token, milliseconds.
-    delay_ms: float = 0.0
-    #: Up to this much more per token, drawn uniformly per chunk (GPU-like pacing), milliseconds.
-    delay_jitter_ms: float = 0.0
-    #: Extra delay before the first token (prefill), milliseconds.
-    ttft_ms: float = 0.0
-    #: Tokens per streamed chunk (a request's ``stream_interval`` overrides it).
-    tokens_per_chunk: int = 1
-    #: Fail Generate (before the first chunk) and Embed with this gRPC status name (e.g.
-    #: "UNAVAILABLE").
-    fail_status: str | None = None
-    #: Fail Generate after this many tokens of choice 0 (status ``fail_after_status``).
-    fail_after_tokens: int | None = None
-    fail_after_status: str = "INTERNAL"
-    #: Generate and Embed never answer (until cancelled, or a Generate aborted).
-    hang: bool = False
-    #: HealthCheck answers healthy=false.
-    unhealthy: bool = False
-    #: Apply fail_status / fail_after_tokens / hang to this many more requests only (None: all).
-    fault_budget: int | None = None
-    #: Requests generating at once per DP rank; later ones queue (0: unlimited).
-    max_running: int = 0
-    #: KV capacity reported by GetLoads / GetServerInfo, tokens.
-    max_total_tokens: int = 65536
-    #: Prefill-decode rendezvous deadline, seconds (SGLang's bootstrap and KV waiting timeouts).
-    bootstrap_timeout_s: float = 300.0
-    #: Answer ``ListLoadedLoRAAdapters`` (False: UNIMPLEMENTED, as SGLang before mid 2026).
-    lists_adapters: bool = True
-
-    def update(self, changes: dict[str, Any]) -> None:
-        """Set several knobs; ``ValueError`` names an unknown knob or a bad status name."""
-        names = {f.name for f in fields(self)}
-        unknown = set(changes) - names
-        if unknown:
-            raise ValueError(f"unknown knobs {sorted(unknown)}; known: {sorted(names)}")
-        for key in ("fail_status", "fail_after_status"):
-            value = changes.get(key)
-            if value is not None and value not in grpc.StatusCode.__members__:
-                raise ValueError(f"{key} must be a gRPC status name, got {value!r}")
-        for key, value in changes.items():
-            setattr(self, key, value)
-
-    def as_dict(self) -> dict[str, Any]:
-        """Current values."""
-        return asdict(self)
-
-
-@dataclass
-class SimRecords:
-    """What the simulator saw, for tests to assert on.
-
-    Each collection keeps at most about twice ``keep`` entries (the newest ``keep`` survive a
-    trim), so a simulator under a long benchmark does not grow without bound.
-    """
-
-    keep: int = 10_000
-
-    requests: list[pb.GenerateRequest] = field(default_factory=list)
-    #: (kind, value) of each constraint received: kind is json_schema/regex/ebnf/structural_tag.
-    constraints: list[tuple[str, str]] = field(default_factory=list)
-    #: Request ids named by Abort calls, in order.
-    aborted: list[str] = field(default_factory=list)
-    #: request id → how its generation ended: stop/length/abort/cancelled/error.
-    outcomes: dict[str, str] = field(default_factory=dict)
-    #: request id → tokens generated (all choices).
-    generated: dict[str, int] = field(default_factory=dict)
-    #: request id → the DP rank that served it.
-    ranks: dict[str, int] = field(default_factory=dict)
-    health_checks: int = 0
-    #: EmbedRequests received, in order.
-    embed_requests: list[pb.EmbedRequest] = field(default_factory=list)
-    #: The ``mm_inputs`` of Generate and Embed requests that carried one, in order.
-    multimodal: list[MultimodalRecord] = field(default_factory=list)
-    #: request id → the W3C trace context (``traceparent``, …) its Generate or Embed call carried.
-    metadata: dict[str, dict[str, str]] = field(default_factory=dict)
-    #: request id → the ``lora_id`` its Generate request named (requests without one: absent).
-    lora_ids: dict[str, str] = field(default_factory=dict)
-
-    def clear(self) -> None:
-        """Forget everything recorded."""
-        self.requests.clear()
-        self.constraints.clear()
-        self.aborted.clear()
-        self.outcomes.clear()
-        self.generated.clear()
-        self.ranks.clear()
-        self.health_checks = 0
-        self.embed_requests.clear()
-        self.multimodal.clear()
-        self.metadata.clear()
-        self.lora_ids.clear()
-
-    def note_request(self, request: pb.GenerateRequest) -> None:
-        """Record a Generate request; trim every collection to the newest ``keep`` entries when
-        the requests reach twice that (amortised: one trim per ``keep`` requests)."""
-        self.requests.append(request)
-        if len(self.requests) >= 2 * self.keep:
-            self.trim()
-
-    def note_embed(self, request: pb.EmbedRequest) -> None:
-        """Record an Embed request (trimmed like :meth:`note_request`)."""
-        self.embed_requests.append(request)
-        if len(self.embed_requests) >= 2 * self.keep:
-            self.trim()
-
-    def trim(self) -> None:
-        """Keep the newest ``keep`` entries of every collection."""
-        keep = self.keep
-        for entries in (
-            self.requests,
-            self.constraints,
-            self.aborted,
-            self.embed_requests,
-            self.multimodal,
-        ):
-            del entries[:-keep]
-        for name in ("outcomes", "generated", "ranks", "metadata", "lora_ids"):
-            table: dict[str, Any] = getattr(self, name)
-            if len(table) > keep:
-                setattr(self, name, dict(list(table.items())[-keep:]))
 
 
 class SimServicer(pb_grpc.SglangSchedulerServicer):
@@ -191,6 +64,9 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         role: Role = "regular",
         bootstrap: BootstrapServer | None = None,
         adapters: SimAdapters | None = None,
+        block_size: int = 16,
+        kv_cache_tokens: int = DEFAULT_KV_CACHE_TOKENS,
+        kv_events_keep: int = 10_000,
     ) -> None:
         if dp_size < 1:
             raise ValueError(f"dp_size must be >= 1, got {dp_size!r}")
@@ -206,7 +82,19 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         self.bootstrap = bootstrap
         #: The LoRA adapters loaded at start-up.
         self.adapters = adapters or SimAdapters()
-        self.ranks = [Rank(i, self._max_running) for i in range(dp_size)]
+        #: Every rank's KV events, numbered across the ranks (``dp_rank`` on each batch).
+        self.kv_events = KvEventLog(kv_events_keep)
+        self.ranks = [
+            Rank(
+                i,
+                self._max_running,
+                events=self.kv_events,
+                block_size=block_size,
+                kv_cache_tokens=kv_cache_tokens,
+            )
+            for i in range(dp_size)
+        ]
+        self.kv_cache_tokens = kv_cache_tokens
         self._next_rank = 0
         self._running: dict[str, Running] = {}
         self._last_receive = 0.0
@@ -218,6 +106,8 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         #: The ``StartProfile`` request while the profiler runs; None while it does not.
         self.profiling: common_pb2.StartProfileRequest | None = None
         self._tokenizer_archive: TokenizerArchive | None = None
+        if kv_cache_tokens:
+            self.cache_flush_hooks.append(self._flush_kv_caches)
 
     @property
     def dp_size(self) -> int:
@@ -226,6 +116,11 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
 
     def _max_running(self) -> int:
         return self.knobs.max_running
+
+    @property
+    def capacity_tokens(self) -> int:
+        """KV capacity per rank as reported: the prefix cache's, else ``max_total_tokens``."""
+        return self.kv_cache_tokens or self.knobs.max_total_tokens
 
     # -- Generate ------------------------------------------------------------------------------
 
@@ -295,7 +190,10 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 "simulated failure before the first token",
             )
         prompt = list(request.tokenized.input_ids)
-        cached = rank.cached_prefix(prompt)
+        cache = rank.cache
+        lora_name = self._adapter_name(request.lora_id)
+        hashes = block_hashes(prompt, cache.block_size, lora_name) if cache.capacity_blocks else []
+        uncached = len(prompt) - cache.peek(cache.matchable(len(prompt), hashes))
         state = Running(rid, len(prompt), rank)
         self._running[rid] = state
         rank.running[rid] = state
@@ -308,20 +206,27 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             ]
         outcome = "error"
         prefill: PrefillRoom | None = None
+        stream: ChoiceEmitter | None = None
         try:
             async with contextlib.AsyncExitStack() as legs:
                 if room is not None:
                     prefill = await self._meet_other_leg(context, request, state, room, legs)
-                await rank.acquire_slot()
+                await rank.acquire_slot(uncached)
                 try:
+                    # Matched at admission: the cache may have changed while it waited.
+                    state.holding, cached = cache.hold(prompt, hashes, lora_name)
+                    rank.stats.prompt_tokens += len(prompt)
+                    rank.stats.cached_tokens += cached
+                    rank.begin_prefill(state)
                     if self.role != "decode":  # a decode server starts from the sent KV
                         await state.sleep(knobs.ttft_ms / 1000)
+                        await rank.prefill(state, len(prompt) - cached, knobs.prefill_tokens_per_s)
                     if faulty and knobs.hang:
                         await state.aborted.wait()
                     if self.role == "prefill" and not state.aborted.is_set():
                         assert prefill is not None
                         prefill.transfer()
-                    stream = _Emitter(
+                    stream = ChoiceEmitter(
                         self,
                         request=request,
                         plans=plans,
@@ -345,6 +250,17 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             self.records.outcomes[rid] = outcome
             self._running.pop(rid, None)
             rank.running.pop(rid, None)
+            rank.end_prefill(state)
+            if state.holding is not None:
+                if stream is not None:  # its generated tokens are cached too, as SGLang's
+                    cache.extend(state.holding, prompt + stream.generated_ids())
+                cache.release(state.holding)
+
+    def _adapter_name(self, lora_id: str) -> str | None:
+        """The name of the adapter ``lora_id`` names: the prefix cache's namespace."""
+        if not lora_id:
+            return None
+        return next((a.name for a in self.adapters.by_name.values() if a.lora_id == lora_id), None)
 
     def _bootstrap_room(self, request: pb.GenerateRequest) -> int | None:
         """The request's ``bootstrap_room``; None without a usable rendezvous address (as
@@ -507,12 +423,15 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 "simulated": True,
                 "knobs": self.knobs.as_dict(),
                 "lora_paths": self.adapters.server_args(),
+                # SGLang's names for the prefix cache: its block size, and whether it is off.
+                "page_size": self.ranks[0].cache.block_size,
+                "disable_radix_cache": not self.kv_cache_tokens,
             }
         )
         if self.bootstrap is not None:
             args.update({"disaggregation_bootstrap_port": self.bootstrap.port})
         scheduler = struct_pb2.Struct()
-        scheduler.update({"simulated": True, "max_total_num_tokens": self.knobs.max_total_tokens})
+        scheduler.update({"simulated": True, "max_total_num_tokens": self.capacity_tokens})
         start = timestamp_pb2.Timestamp()
         start.FromNanoseconds(int(self.started * 1e9))
         return pb.GetServerInfoResponse(
@@ -525,7 +444,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             sglang_version=SIM_VERSION,
             server_type="turnout-sim",
             start_time=start,
-            max_total_num_tokens=self.knobs.max_total_tokens,
+            max_total_num_tokens=self.capacity_tokens,
         )
 
     async def ListLoadedLoRAAdapters(
@@ -601,6 +520,26 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         self.cache_flushes += 1
         return common_pb2.FlushCacheResponse(success=True, message="Cache flushed successfully")
 
+    def _flush_kv_caches(self) -> None:
+        for rank in self.ranks:
+            rank.cache.flush()
+
+    async def SubscribeKvEvents(
+        self,
+        request: common_pb2.SubscribeKvEventsRequest,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> AsyncIterator[common_pb2.KvEventBatch]:
+        """The prefix caches' stores, evictions and flushes with each rank's load, resumable
+        (see :mod:`turnout.sim.kv_stream`); UNIMPLEMENTED without a cache, as SGLang without
+        KV events."""
+        if not self.kv_cache_tokens:
+            await context.abort(
+                grpc.StatusCode.UNIMPLEMENTED,
+                "KV cache events need a prefix cache (--kv-cache-tokens > 0)",
+            )
+        async for batch in kv_event_stream(self, request, context):
+            yield batch
+
     async def StartProfile(
         self, request: common_pb2.StartProfileRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> common_pb2.ProfileResponse:
@@ -643,7 +582,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                     f"dp_rank {request.dp_rank} does not exist (dp_size {len(ranks)})",
                 )
             ranks = [ranks[request.dp_rank]]
-        capacity = self.knobs.max_total_tokens
+        capacity = self.capacity_tokens
         uptime = time.time() - self.started
         mode = _MODES[self.role]
         loads = [
@@ -718,170 +657,3 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             self.records.multimodal.append(
                 record_multimodal(rpc, rid, request.mm_inputs, request.tokenized.input_ids)
             )
-
-
-class _Emitter:
-    """Streams the planned choices of one request chunk by chunk (choices advance together)."""
-
-    def __init__(
-        self,
-        servicer: SimServicer,
-        *,
-        request: pb.GenerateRequest,
-        plans: list[ChoicePlan],
-        prompt_tokens: int,
-        cached: int,
-        state: Running,
-        faulty: bool,
-        context: grpc.aio.ServicerContext[Any, Any],
-    ) -> None:
-        self.servicer = servicer
-        self.request = request
-        self.plans = plans
-        self.prompt_tokens = prompt_tokens
-        self.cached = cached
-        self.state = state
-        self.faulty = faulty
-        self.context = context
-        self.outcome = "stop"
-        params = request.sampling_params
-        self.per_chunk = params.stream_interval if params.HasField("stream_interval") else 0
-        self.logprobs = request.return_logprob
-        # In a PD pair, prompt logprobs come from the prefill leg only.
-        self.input_logprobs = request.logprob_start_len >= 0 and servicer.role != "decode"
-        self.top_k = max(request.top_logprobs_num, 0)
-
-    async def run(self) -> AsyncIterator[pb.GenerateResponse]:
-        rid = self.request.request_id
-        stream = self.request.stream
-        knobs = self.servicer.knobs
-        sent = [0] * len(self.plans)
-        done = [False] * len(self.plans)
-        last: list[list[int]] = [[] for _ in self.plans]
-        first = True
-        while not all(done):
-            step = max(self.per_chunk or knobs.tokens_per_chunk, 1)
-            if self.state.aborted.is_set():
-                break
-            fail_at = knobs.fail_after_tokens if self.faulty else None
-            if fail_at is not None and sent[0] >= fail_at:
-                self.outcome = "error"
-                await self.context.abort(
-                    grpc.StatusCode[knobs.fail_after_status],
-                    f"simulated failure after {sent[0]} tokens",
-                )
-            if fail_at is not None:
-                step = min(step, max(fail_at - sent[0], 1))
-            emitted = 0
-            for index, plan in enumerate(self.plans):
-                if done[index]:
-                    continue
-                start = sent[index]
-                ids = plan.token_ids[start : start + step]
-                sent[index] += len(ids)
-                emitted += len(ids)
-                last[index] = ids
-                finished = sent[index] >= len(plan.token_ids)
-                if stream and (ids or first):
-                    yield pb.GenerateResponse(
-                        request_id=rid, chunk=self._chunk(index, plan, start, ids, first)
-                    )
-                if finished:
-                    done[index] = True
-                    yield pb.GenerateResponse(
-                        request_id=rid,
-                        complete=self._complete(
-                            index,
-                            plan,
-                            last[index] if stream else plan.token_ids,
-                            plan.finish_reason,
-                            stream,
-                        ),
-                    )
-            first = False
-            self.state.rank.count_tokens(emitted)
-            self.state.tokens += emitted
-            self.servicer.records.generated[rid] = sum(sent)
-            if not all(done):
-                per_token = knobs.delay_ms + knobs.delay_jitter_ms * random.random()
-                await self.state.sleep(per_token * step / 1000)
-        if self.state.aborted.is_set() and not all(done):
-            self.outcome = "abort"
-            for index, plan in enumerate(self.plans):
-                if not done[index]:
-                    cut = ChoicePlan(plan.token_ids[: sent[index]], "length")
-                    yield pb.GenerateResponse(
-                        request_id=rid,
-                        complete=self._complete(
-                            index, cut, [] if stream else cut.token_ids, "abort", stream
-                        ),
-                    )
-            return
-        reasons = {p.finish_reason for p in self.plans}
-        self.outcome = "stop" if reasons == {"stop"} else "length"
-
-    def _chunk(
-        self, index: int, plan: ChoicePlan, start: int, ids: list[int], first: bool
-    ) -> pb.GenerateStreamChunk:
-        end = start + len(ids)
-        chunk = pb.GenerateStreamChunk(
-            token_ids=ids,
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=end,
-            cached_tokens=self.cached,
-            reasoning_tokens=min(end, plan.reasoning_tokens),
-            index=index,
-        )
-        if self.logprobs:
-            chunk.output_logprobs.CopyFrom(self._output_logprobs(ids, start))
-            if first and self.input_logprobs:
-                chunk.input_logprobs.CopyFrom(self._input_logprobs())
-        return chunk
-
-    def _complete(
-        self, index: int, plan: ChoicePlan, output_ids: list[int], reason: str, stream: bool
-    ) -> pb.GenerateComplete:
-        complete = pb.GenerateComplete(
-            output_ids=output_ids,
-            finish_reason=reason,
-            prompt_tokens=self.prompt_tokens,
-            completion_tokens=len(plan.token_ids),
-            cached_tokens=self.cached,
-            reasoning_tokens=plan.reasoning_tokens,
-            index=index,
-        )
-        if plan.matched_token_id is not None and reason == "stop":
-            complete.matched_token_id = plan.matched_token_id
-        if self.logprobs and not stream:
-            complete.output_logprobs.CopyFrom(self._output_logprobs(plan.token_ids, 0))
-            if self.input_logprobs:
-                complete.input_logprobs.CopyFrom(self._input_logprobs())
-        return complete
-
-    def _output_logprobs(self, ids: Iterable[int], start: int) -> pb.OutputLogProbs:
-        ids = list(ids)
-        out = pb.OutputLogProbs(
-            token_logprobs=[synthetic_logprob(t, start + i) for i, t in enumerate(ids)],
-            token_ids=ids,
-        )
-        if self.top_k:
-            vocab = self.servicer.model.vocab_size
-            for i, t in enumerate(ids):
-                values, top_ids = top_logprobs(t, start + i, self.top_k, vocab)
-                out.top_logprobs.append(pb.TopLogProbs(values=values, token_ids=top_ids))
-        return out
-
-    def _input_logprobs(self) -> pb.InputLogProbs:
-        prompt = list(self.request.tokenized.input_ids)[self.request.logprob_start_len :]
-        out = pb.InputLogProbs(token_ids=prompt)
-        vocab = self.servicer.model.vocab_size
-        for i, t in enumerate(prompt):
-            position = self.request.logprob_start_len + i
-            entry = pb.InputTokenLogProb()
-            if position > 0:  # the very first prompt token has no logprob
-                entry.value = synthetic_logprob(t, position)
-            out.token_logprobs.append(entry)
-            if self.top_k:
-                values, top_ids = top_logprobs(t, position, self.top_k, vocab)
-                out.top_logprobs.append(pb.TopLogProbs(values=values, token_ids=top_ids))
-        return out

@@ -25,10 +25,12 @@ import grpc.aio
 
 from turnout import demo_model
 from turnout.sim.disagg import BootstrapServer
+from turnout.sim.knobs import SimKnobs
 from turnout.sim.lora import SimAdapters
 from turnout.sim.model import ModelFiles, Script, SimModel
 from turnout.sim.native_server import NativeServer
-from turnout.sim.servicer import Role, SimKnobs, SimRecords, SimServicer
+from turnout.sim.records import SimRecords
+from turnout.sim.servicer import DEFAULT_KV_CACHE_TOKENS, Role, SimServicer
 from turnout.testing.processes import GroupProcess
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
@@ -79,6 +81,10 @@ class SimWorker:
     on ``bootstrap_port`` (0: a free one, see ``sim.bootstrap_port``) for decode sims
     (``role="decode"``) to meet it; see :mod:`turnout.sim.disagg`.
 
+    Each rank has a block prefix cache of ``kv_cache_tokens`` (0: none) in blocks of
+    ``block_size`` tokens, whose stores and evictions it streams as KV events (the newest
+    ``kv_events_keep`` batches can be resumed); see :mod:`turnout.sim.kv_cache`.
+
     ``transport="native"`` serves the same RPCs with :mod:`turnout.sim.native_server` instead
     of ``grpc.aio`` (a fraction of the CPU per streamed message).
     """
@@ -97,6 +103,9 @@ class SimWorker:
         bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT,
         lora_adapters: Sequence[str] = (),
         transport: Transport = "grpcio",
+        block_size: int = 16,
+        kv_cache_tokens: int = DEFAULT_KV_CACHE_TOKENS,
+        kv_events_keep: int = 10_000,
         **knob_values: Any,
     ) -> None:
         if transport not in TRANSPORTS:
@@ -118,6 +127,9 @@ class SimWorker:
             role=role,
             bootstrap=self.bootstrap,
             adapters=SimAdapters(lora_adapters),
+            block_size=block_size,
+            kv_cache_tokens=kv_cache_tokens,
+            kv_events_keep=kv_events_keep,
         )
         self.host = host
         self.port = port
@@ -304,6 +316,7 @@ def _control_handler(worker: SimWorker) -> grpc.GenericRpcHandler[Any, Any]:
             "lora_adapters": {a.name: a.lora_id for a in worker.servicer.adapters.by_name.values()},
             "cache_flushes": worker.servicer.cache_flushes,
             "profiling": worker.servicer.profiling is not None,
+            "kv_subscriptions": list(records.kv_subscriptions),
         }
 
     async def get_counters_rpc(_: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:

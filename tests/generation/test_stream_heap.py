@@ -25,7 +25,7 @@ from turnout import demo_model
 from turnout.config import load_config
 from turnout.generation import chat
 from turnout.generation.context import RequestContext
-from turnout.generation.flow import PayloadStream, Streamed, generate
+from turnout.generation.flow import PayloadStream, Streamed, run_endpoint
 from turnout.generation.models import ModelTable
 from turnout.generation.pipeline import Opener
 from turnout.generation.requests import ChatCompletionRequest
@@ -195,7 +195,7 @@ async def start(backend: Backend, i: int, max_tokens: int = 4000) -> PayloadStre
     }
     request = msgspec.json.decode(msgspec.json.encode(body), type=ChatCompletionRequest)
     ctx = RequestContext(f"chatcmpl-{i}", {}, None)
-    answer = await generate(chat.ENDPOINT, request, ctx, backend)
+    answer = await run_endpoint(chat.ENDPOINT, request, ctx, backend)
     assert isinstance(answer, Streamed)
     return answer.payloads
 

@@ -261,3 +261,21 @@ async def test_a_host_with_one_refused_address_is_not_fetched(
     with pytest.raises(ImageNotAllowed, match="'localhost' resolves to a non-public address"):
         await fetcher(authority).fetch(server.url("/cat.png"))
     assert server.connections == 0
+
+
+async def test_a_redirect_to_a_host_with_one_refused_address_is_not_followed(
+    server: ImageServer, authority: Authority, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a redirect target: the first answer is the server's address alone, the
+    second (for the redirect's target) adds a private one; the redirect is not followed."""
+    loop = asyncio.get_running_loop()
+    answers: list[list[str]] = [["127.0.0.1"], ["127.0.0.1", "10.0.0.1"]]
+
+    async def changing(host: str, port: int, *args: Any, **kwargs: Any) -> Any:
+        addresses = answers.pop(0) if len(answers) > 1 else answers[0]
+        return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (a, port)) for a in addresses]
+
+    monkeypatch.setattr(loop, "getaddrinfo", changing)
+    with pytest.raises(ImageNotAllowed, match="non-public address"):
+        await fetcher(authority).fetch(server.url("/relative"))
+    assert server.requests == ["/relative"]

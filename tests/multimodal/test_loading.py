@@ -48,7 +48,10 @@ def test_an_aspect_ratio_the_model_cannot_take_is_known_from_the_size() -> None:
 class Overlap:
     """How many decoded images are being worked on at once, at most."""
 
-    def __init__(self) -> None:
+    def __init__(self, hold_s: float = 0.05) -> None:
+        #: How long each image's step takes: long enough for every free decode thread to
+        #: start another image meanwhile.
+        self.hold_s = hold_s
         self.lock = threading.Lock()
         self.now = 0
         self.peak = 0
@@ -59,7 +62,7 @@ class Overlap:
             self.calls += 1
             self.now += 1
             self.peak = max(self.peak, self.now)
-        time.sleep(0.05)  # long enough for every free decode thread to start another image
+        time.sleep(self.hold_s)
         with self.lock:
             self.now -= 1
         return loaded.size
@@ -93,11 +96,11 @@ def test_decoding_is_bounded_across_requests_and_event_loops() -> None:
 async def test_a_failed_request_does_not_decode_its_queued_images() -> None:
     """When one image fails, the request's images still waiting for a decode thread are
     dropped: they cost no decoding."""
-    overlap = Overlap()
+    overlap = Overlap(hold_s=0.5)  # the time the event loop has to see the failure
     bad = data_uri(png_claiming(64, 64))
     good = [data_uri(image_bytes("PNG", (8, 8)))] * 6
     encoded = await read_images([bad, *good], ImagesConfig(max_images=7))
     with pytest.raises(BadImage, match=r"^image 0: "):
         await decode_images(encoded, CONFIG, overlap.step)
-    await asyncio.sleep(0.3)  # what was already running has finished
+    await asyncio.sleep(1.2)  # what was already running has finished
     assert overlap.calls <= DECODE_THREADS  # started before the failure was seen; no more

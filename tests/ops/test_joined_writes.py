@@ -9,7 +9,8 @@ from typing import Any
 import uvicorn
 from uvicorn.server import ServerState
 
-from turnout.server.connections import ConnectionLimits, GuardedProtocol, JoinedWrites
+from turnout.server.connections import ConnectionLimits, GuardedProtocol
+from turnout.server.direct_body import JoinedWrites
 
 from ..transports import RecordingTransport
 

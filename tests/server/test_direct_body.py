@@ -9,28 +9,22 @@ import asyncio
 import gc
 import weakref
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
 import pytest
 import uvicorn
-from litestar import Request
 from uvicorn.server import ServerState
 
 from turnout.config import ServerConfig
-from turnout.server.connections import (
-    DIRECT_BODY_KEY,
-    ConnectionLimits,
-    GuardedProtocol,
-    direct_body_of,
-)
+from turnout.server.connections import ConnectionLimits, GuardedProtocol
+from turnout.server.direct_body import DIRECT_BODY_KEY, direct_body_of
 from turnout.server.middleware import OpsMiddleware, OpsState
-from turnout.server.sse import EventStream
+from turnout.server.respond import StreamAnswer
 
 from ..transports import RecordingTransport
 
 POST = b"POST /v1/chat/completions HTTP/1.1\r\nhost: test\r\ncontent-length: 0\r\n\r\n"
 GET = b"GET /again HTTP/1.1\r\nhost: test\r\n\r\n"
-NO_REQUEST = cast("Request[Any, Any, Any]", None)
 
 
 class Source:
@@ -78,8 +72,8 @@ class StreamApp:
             )
             await recording_send({"type": "http.response.body", "body": b"ok"})
             return
-        stream = EventStream(self.source.batches())  # type: ignore[arg-type]
-        await stream.to_asgi_response(None, NO_REQUEST)(scope, receive, recording_send)
+        stream = StreamAnswer(self.source.batches())  # type: ignore[arg-type]
+        await stream(scope, receive, recording_send)
 
 
 def connect(app: Any) -> tuple[GuardedProtocol, RecordingTransport]:

@@ -1,5 +1,5 @@
 """Streams over real sockets under the connection guard of ``turnout serve``, whose pieces go
-straight to the connection (:class:`~turnout.server.connections.DirectBody`): chunked framing
+straight to the connection (:class:`~turnout.server.direct_body.DirectBody`): chunked framing
 a client parses, the connection reused after a stream, a client that stops reading pauses its
 worker's stream (bounded buffering), and a client that leaves aborts it."""
 

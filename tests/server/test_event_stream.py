@@ -6,18 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncGenerator
-from typing import Any, cast
+from typing import Any
 
 import pytest
-from litestar import Request
 
 from turnout.errors import ApiError
-from turnout.server.sse import KEEPALIVE, EventStream
+from turnout.server.respond import StreamAnswer
+from turnout.server.sse import KEEPALIVE
 
-NO_REQUEST = cast("Request[Any, Any, Any]", None)
 
-
-async def run(stream: EventStream, fail_at: int | None = None) -> list[dict[str, Any]]:
+async def run(stream: StreamAnswer, fail_at: int | None = None) -> list[dict[str, Any]]:
     """The messages the response sends (the send fails at message ``fail_at``, as it does
     when the client is gone)."""
     messages: list[dict[str, Any]] = []
@@ -30,7 +28,7 @@ async def run(stream: EventStream, fail_at: int | None = None) -> list[dict[str,
     async def receive() -> Any:
         raise AssertionError("an event stream does not read")
 
-    await stream.to_asgi_response(None, NO_REQUEST)({"type": "http"}, receive, send)  # type: ignore[arg-type]
+    await stream({"type": "http"}, receive, send)
     return messages
 
 
@@ -55,7 +53,7 @@ async def source(
 
 
 async def test_one_piece_per_batch_then_done() -> None:
-    messages = await run(EventStream(source([[{"a": 1}, {"b": 2}], [{"c": 3}]])))
+    messages = await run(StreamAnswer(source([[{"a": 1}, {"b": 2}], [{"c": 3}]])))
     assert bodies(messages) == [
         b'data: {"a":1}\n\ndata: {"b":2}\n\n',
         b'data: {"c":3}\n\n',
@@ -67,7 +65,7 @@ async def test_one_piece_per_batch_then_done() -> None:
 
 
 async def test_typed_events_are_named_and_the_stream_has_no_done() -> None:
-    stream = EventStream(source([[{"type": "x.delta", "n": 1}]]), typed=True)
+    stream = StreamAnswer(source([[{"type": "x.delta", "n": 1}]]), typed=True)
     assert bodies(await run(stream)) == [
         b'event: x.delta\ndata: {"type":"x.delta","n":1}\n\n',
         b"",
@@ -77,7 +75,7 @@ async def test_typed_events_are_named_and_the_stream_has_no_done() -> None:
 async def test_an_api_error_mid_stream_is_an_error_event_before_done() -> None:
     closed: list[bool] = []
     error = ApiError(503, "worker gone", code="worker_unavailable")
-    messages = await run(EventStream(source([[{"a": 1}]], error, closed)))
+    messages = await run(StreamAnswer(source([[{"a": 1}]], error, closed)))
     assert bodies(messages) == [
         b'data: {"a":1}\n\n',
         b"data: " + error.to_json() + b"\n\n",
@@ -87,7 +85,7 @@ async def test_an_api_error_mid_stream_is_an_error_event_before_done() -> None:
 
 
 async def test_an_unexpected_error_mid_stream_is_an_internal_error_event() -> None:
-    body = bodies(await run(EventStream(source([], KeyError("x")))))
+    body = bodies(await run(StreamAnswer(source([], KeyError("x")))))
     assert body[0].startswith(b"data: ")
     assert b"internal error: KeyError" in body[0]
     assert body[1] == b"data: [DONE]\n\n"
@@ -95,7 +93,7 @@ async def test_an_unexpected_error_mid_stream_is_an_internal_error_event() -> No
 
 async def test_a_typed_error_event_is_numbered_after_the_events_sent() -> None:
     batches = [[{"type": "a"}, {"type": "b"}], [{"type": "c"}]]
-    stream = EventStream(source(batches, ApiError(500, "boom")), typed=True)
+    stream = StreamAnswer(source(batches, ApiError(500, "boom")), typed=True)
     body = bodies(await run(stream))
     assert body[-2].startswith(b"event: error\n")
     assert b'"sequence_number":3' in body[-2]
@@ -115,7 +113,7 @@ async def test_a_client_gone_closes_the_source_at_once() -> None:
             closed.append(True)
 
     with pytest.raises(ConnectionResetError, match="client gone"):
-        await run(EventStream(endless()), fail_at=3)
+        await run(StreamAnswer(endless()), fail_at=3)
     assert closed == [True]
 
 
@@ -132,7 +130,7 @@ async def test_an_idle_stream_sends_keepalive_comments_between_pieces() -> None:
         release.set()
 
     releasing = asyncio.create_task(later())
-    body = bodies(await run(EventStream(slow(), keepalive_s=0.02)))
+    body = bodies(await run(StreamAnswer(slow(), keepalive_s=0.02)))
     await releasing
     assert body[0] == b'data: {"a":1}\n\n'
     assert body[-1] == b"data: [DONE]\n\n"

@@ -10,7 +10,7 @@ import pytest
 from turnout.errors import ApiError
 from turnout.generation import completions
 from turnout.generation.context import RequestContext
-from turnout.generation.flow import Folded, Streamed, generate
+from turnout.generation.flow import Folded, Streamed, run_endpoint
 from turnout.generation.models import ModelRuntime
 from turnout.generation.requests import CompletionRequest
 from turnout.routing.types import RoutingRequest
@@ -98,20 +98,20 @@ def context() -> RequestContext:
 
 async def test_one_worker_request_per_prompt_and_choices_numbered_across_prompts() -> None:
     backend = Backend()
-    answer = await generate(completions.ENDPOINT, request(False), context(), backend)
+    answer = await run_endpoint(completions.ENDPOINT, request(False), context(), backend)
     assert isinstance(answer, Folded)
     assert [r.request_id for r in backend.requests] == ["w-1-0", "w-1-1", "w-1-2"]
     assert [c["text"] for c in answer.body["choices"]] == ["prompt 0", "prompt 1", "prompt 2"]
     assert [c["index"] for c in answer.body["choices"]] == [0, 1, 2]
     assert all(session.closed for session in backend.sessions)
     single = Backend()
-    await generate(completions.ENDPOINT, request(False, prompts=1), context(), single)
+    await run_endpoint(completions.ENDPOINT, request(False, prompts=1), context(), single)
     assert [r.request_id for r in single.requests] == ["w-1"]
 
 
 async def test_a_client_leaving_a_stream_closes_every_session_at_once() -> None:
     backend = Backend()
-    answer = await generate(completions.ENDPOINT, request(True), context(), backend)
+    answer = await run_endpoint(completions.ENDPOINT, request(True), context(), backend)
     assert isinstance(answer, Streamed)
     payloads = answer.payloads
     first = await anext(payloads)
@@ -125,7 +125,7 @@ async def test_a_client_leaving_a_stream_closes_every_session_at_once() -> None:
 async def test_a_prompt_that_finds_no_worker_closes_the_sessions_already_open() -> None:
     backend = Backend(refuse_at=2)
     with pytest.raises(ApiError):
-        await generate(completions.ENDPOINT, request(False), context(), backend)
+        await run_endpoint(completions.ENDPOINT, request(False), context(), backend)
     assert len(backend.sessions) == 2
     assert all(session.closed for session in backend.sessions)
 
@@ -134,7 +134,7 @@ async def test_the_meter_is_fed_by_the_one_walk_over_the_responses() -> None:
     """Per batch that brought tokens, how many came streamed; at the end, the prompt's tokens
     and what the worker generated (each worker stream's own meter)."""
     backend = Backend()
-    await generate(completions.ENDPOINT, request(False, prompts=2), context(), backend)
+    await run_endpoint(completions.ENDPOINT, request(False, prompts=2), context(), backend)
     meters = [session.meter for session in backend.sessions]
     for meter, session_text in zip(meters, ["prompt 0", "prompt 1"], strict=True):
         assert meter is not None

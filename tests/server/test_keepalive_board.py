@@ -8,7 +8,8 @@ import gc
 import weakref
 from typing import Any
 
-from turnout.server.sse import KEEPALIVE, _board_of, _KeepAlive
+from turnout.server.keepalive import KeepAlive, board_of
+from turnout.server.sse import KEEPALIVE
 
 
 class Recorder:
@@ -24,11 +25,11 @@ async def test_idle_streams_get_comments_and_busy_ones_none() -> None:
     loop = asyncio.get_running_loop()
     idle, busy, late = Recorder(), Recorder(), Recorder()
     started = loop.time()
-    idle_alive = _KeepAlive(idle, 0.05)  # type: ignore[arg-type]
-    busy_alive = _KeepAlive(busy, 0.05)  # type: ignore[arg-type]
+    idle_alive = KeepAlive(idle, 0.05)  # type: ignore[arg-type]
+    busy_alive = KeepAlive(busy, 0.05)  # type: ignore[arg-type]
     await asyncio.sleep(0.02)
-    late_alive = _KeepAlive(late, 0.05)  # type: ignore[arg-type]  # a silence out of phase
-    board = _board_of(loop)
+    late_alive = KeepAlive(late, 0.05)  # type: ignore[arg-type]  # a silence out of phase
+    board = board_of(loop)
     try:
         while loop.time() - started < 0.4:
             assert busy_alive.before_send() is None
@@ -56,7 +57,7 @@ async def test_a_piece_waits_for_a_comment_being_sent() -> None:
         await gate.wait()
         sent.append(message["body"])
 
-    alive = _KeepAlive(send, 0.01)  # type: ignore[arg-type]
+    alive = KeepAlive(send, 0.01)  # type: ignore[arg-type]
     try:
         await asyncio.sleep(0.05)
         pending = alive.before_send()
@@ -71,7 +72,7 @@ async def test_a_piece_waits_for_a_comment_being_sent() -> None:
 
 def test_a_board_does_not_keep_its_loop_alive() -> None:
     async def stream() -> None:
-        alive = _KeepAlive(Recorder(), 0.01)  # type: ignore[arg-type]
+        alive = KeepAlive(Recorder(), 0.01)  # type: ignore[arg-type]
         await asyncio.sleep(0.03)
         await alive.stop()
 

@@ -145,3 +145,13 @@ def test_the_documented_embeddings_answer_is_the_one_given(
         answer = httpx.post(f"{router.base_url}/v1/embeddings", json=body, timeout=30)
         assert answer.status_code == 200, answer.text
         validator.validate(answer.json())
+
+
+def test_boolean_query_parameters_say_how_they_are_written(schema: dict[str, Any]) -> None:
+    for path, method, name in [
+        ("/v1/responses/{response_id}", "get", "stream"),
+        ("/workers/{worker_id}", "delete", "wait"),
+    ]:
+        [parameter] = [p for p in schema["paths"][path][method]["parameters"] if p["name"] == name]
+        assert parameter["in"] == "query"
+        assert "true, false, 1 or 0" in parameter["description"]

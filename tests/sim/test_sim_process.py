@@ -54,6 +54,19 @@ async def test_refuse_connections_for_a_while() -> None:
         assert (await client.health_check()).healthy
 
 
+async def test_subprocess_cache_flags_and_its_event_subscriptions() -> None:
+    flags = ("--kv-cache-tokens", "256", "--block-size", "8", "--prefill-tokens-per-s", "1e6")
+    async with SimProcess(*flags) as proc, WorkerClient(proc.url) as client:
+        async with client.subscribe_kv_events() as events:
+            await fold(client.generate(request("cache me if you can", request_id="c1")))
+            batch = await asyncio.wait_for(anext(events), 5)
+        load = (await client.get_loads()).loads[0]
+        records = await get_records(proc.url)
+    assert batch.events[1].stored.blocks[0].block_size == 8  # a snapshot: cleared, stored
+    assert load.max_total_num_tokens == 256
+    assert records["kv_subscriptions"] == [0]
+
+
 def test_python_dash_m_reports_bad_arguments() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "turnout.sim", "--tokens-per-chunk", "0"],
@@ -72,6 +85,10 @@ def test_python_dash_m_reports_bad_arguments() -> None:
         (["--fail-status", "NOPE"], "--fail-status"),
         (["--delay-ms", "-1"], "--delay-ms"),
         (["--port", "70000"], "--port"),
+        (["--block-size", "0"], "--block-size"),
+        (["--kv-cache-tokens", "-1"], "--kv-cache-tokens"),
+        (["--prefill-tokens-per-s", "-5"], "--prefill-tokens-per-s"),
+        (["--kv-events-keep", "0"], "--kv-events-keep"),
     ],
 )
 def test_cli_rejects_bad_values(

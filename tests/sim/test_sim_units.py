@@ -12,8 +12,8 @@ from turnout import demo_model
 from turnout.sim import ModelFiles, Script, ScriptError, SimKnobs, SimModel
 from turnout.sim.model import InvalidRequest
 from turnout.sim.ranks import Rank, Running
+from turnout.sim.records import SimRecords
 from turnout.sim.schema_instance import SchemaError, conforms, instance_for
-from turnout.sim.servicer import SimRecords
 from turnout.sim.structural_tag import structural_answer
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
