@@ -6,12 +6,13 @@ stopped when it leaves) reads ``SubscribeKvEvents`` and keeps, per DP rank, an
 holds and the last ``EngineLoad`` it pushed. Every serving process and replica subscribes, so
 they all route on the same facts.
 
-- Each rank numbers its own batches. A single-rank worker is resumed after a reconnect from the
-  batch after the last one seen (bounded back-off); otherwise, or when the worker cannot resume
-  (``OUT_OF_RANGE``) or lost events itself (``DATA_LOSS``), the subscription starts over from
-  now and the indexes are rebuilt from scratch.
-- A sequence gap (events lost) or a restarted numbering rebuilds that rank's index; a
-  ``cleared`` event empties it, a snapshot (a relay's replay of the whole state) replaces all.
+- Resumed after a reconnect from the batch after the last one seen (bounded back-off). When
+  the worker cannot resume (``OUT_OF_RANGE``) or lost events itself (``DATA_LOSS``), the
+  subscription starts over from now, and the indexes are rebuilt from scratch.
+- Batches are numbered by the stream (SGLang's servicer, ``turnout sim``) or by each rank (smg's
+  relay): a batch that goes on neither its rank's numbering nor the stream's is a gap, which
+  rebuilds every index, as a restarted numbering does; a ``cleared`` event empties its rank's,
+  a snapshot (the whole state replayed) replaces them all.
 - A worker that answers UNIMPLEMENTED has no events: nothing is kept, policies fall back.
 
 :meth:`KvSubscriber.verdict` says whether the worker is to leave rotation: its engine silent
@@ -130,6 +131,8 @@ class KvSubscriber:
         self.connected = False
         #: Rebuilds after a gap or a restarted stream.
         self.rebuilds = 0
+        #: The sequence number of the stream's last batch of events, whatever its rank.
+        self._stream_seq = 0
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -160,7 +163,7 @@ class KvSubscriber:
         backoff = _MIN_BACKOFF_S
         while True:
             start = self._resume_from()
-            if not start and any(e.last_seq or len(e.index) for e in self.engines):
+            if not start and any(len(e.index) for e in self.engines):
                 self._rebuild("its stream starts over")  # what happened meanwhile is unknown
             try:
                 async for batch in self._source.kv_events(start):
@@ -185,15 +188,13 @@ class KvSubscriber:
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
     def _resume_from(self) -> int:
-        """The batch to resume from: after the last one seen, for a single rank (each rank
-        numbers its own batches, and a call names one cursor); else 0 (from now)."""
-        engines = self.engines
-        return engines[0].last_seq + 1 if len(engines) == 1 and engines[0].last_seq else 0
+        """The batch to resume from: after the last one seen (0: from now)."""
+        return self._stream_seq + 1 if self._stream_seq else 0
 
     @property
     def last_seq(self) -> int:
-        """The sequence number of rank 0's last batch of events (0: none)."""
-        return self.engines[0].last_seq
+        """The sequence number of the last batch of events (0: none)."""
+        return self._stream_seq
 
     def take(self, batch: common_pb2.KvEventBatch) -> None:
         """Apply one batch: its events to its rank's index, its load record."""
@@ -218,21 +219,25 @@ class KvSubscriber:
             return
         seq = batch.sequence_number
         last = engine.last_seq
+        previous = self._stream_seq
+        self._stream_seq = seq
         if batch.HasField("snapshot"):
-            # A relay's replay of the whole state (parents first), in chunks that may share a
-            # sequence number: it replaces what was known.
+            # A replay of the whole state (parents first), in chunks: it replaces what was known.
             if batch.snapshot.index == 0:
                 self._rebuild("the worker sent a snapshot of its cache")
-            engine.last_seq = max(engine.last_seq, seq)
+            engine.last_seq = self._stream_seq = seq
             engine.index.apply(batch.events)
             return
         if last and seq <= last:
             if seq == last:
+                self._stream_seq = previous
                 return  # a repeat
-            self._rebuild("the stream restarted", rank)  # a new engine process: numbering anew
-        elif last and seq > last + 1:
-            self._rebuild(f"batches {last + 1}..{seq - 1} were lost", rank)
-        engine.last_seq = seq
+            self._rebuild("the stream restarted")  # a new engine process: numbering anew
+        elif last and seq != last + 1 and seq != previous + 1:
+            # Neither the rank's numbering nor the stream's goes on: batches were lost (with
+            # numbering shared by the ranks, of any rank).
+            self._rebuild(f"batches between {max(last, previous)} and {seq} were lost")
+        engine.last_seq = self._stream_seq = seq
         engine.index.apply(batch.events)
 
     def _rebuild(self, why: str, rank: int | None = None) -> None:
@@ -244,6 +249,8 @@ class KvSubscriber:
             if rank is None or n == rank:
                 engine.index.clear()
                 engine.last_seq = 0
+        if rank is None:
+            self._stream_seq = 0
 
     def verdict(
         self, now: float, wedge_s: float, stale_s: float, assumed_rate: float

@@ -377,6 +377,14 @@ async def test_each_dp_rank_has_its_own_index_and_load(workers: Callable[..., ob
         assert w.kv is not None
         assert w.kv.rebuilds == 0
         assert cached_tokens(routing, [rank0, rank1]) == [0, 16]
+        # Or the stream numbers them (turnout sim, SGLang's servicer): no gap either.
+        for seq, rank in ((3, 1), (4, 0), (5, 1)):
+            await tw.kv_batches.put(batch(seq, stored([seq] * 4, 100 + seq), rank=rank))
+        assert await eventually(lambda: w.kv is not None and w.kv.last_seq == 5, 5)
+        assert w.kv.rebuilds == 0
+        await tw.kv_batches.put(batch(7, stored([7] * 4, 107), rank=0))  # 6 was lost
+        assert await eventually(lambda: w.kv is not None and w.kv.rebuilds == 1, 5)
+        assert cached_tokens(routing, [rank0, rank1]) == [0, 0]
     finally:
         await registry.stop()
     assert not w.kv or not w.kv.running
