@@ -17,9 +17,9 @@ they all route on the same facts.
 
 :meth:`KvSubscriber.verdict` says whether the worker is to leave rotation: its engine silent
 past ``wedge_after_s`` (plus the time its pending prefill may take at the rate measured on it),
-or its stream, which heartbeats, silent past ``stale_after_s`` while requests of this router are
-on it (a servicer sends a record at once when its load moves; an idle one heartbeats every
-5 s, so an idle worker's stream is stale only past ``stale_after_s`` + 5 s).
+or its stream, which heartbeats, silent past ``stale_after_s`` since a request of this router
+went to it (a servicer sends a record at once when its load moves), or past ``stale_after_s``
+plus the longest gap between its records so far (an idle smg servicer heartbeats every 5 s).
 """
 
 from __future__ import annotations
@@ -44,10 +44,9 @@ log = logging.getLogger(__name__)
 #: Reconnect back-off bounds (seconds).
 _MIN_BACKOFF_S = 0.1
 _MAX_BACKOFF_S = 2.0
-#: How far apart an idle engine's heartbeats may be (the servicers' interval once the record
-#: stopped changing): the stream of a worker with none of our requests on it is stale only
-#: past ``stale_after_s`` plus this.
-IDLE_HEARTBEAT_S = 5.0
+#: The longest gap between two records of a stream that is learnt (an idle smg servicer
+#: heartbeats every 5 s, turnout sim every second).
+MAX_GAP_S = 10.0
 #: Weight of a new prefill-rate sample in the moving average.
 _RATE_WEIGHT = 0.3
 
@@ -125,6 +124,10 @@ class KvSubscriber:
         self.heard_at = clock()
         #: Whether the stream sends load-only heartbeats (only then is its silence telling).
         self.heartbeats = False
+        #: The longest time between two records on one connection (seconds).
+        self.longest_gap = 0.0
+        #: When a request went to the worker with no record heard since (None: none did).
+        self.unanswered_since: float | None = None
         #: False once the worker answered UNIMPLEMENTED.
         self.supported = True
         #: Whether a batch arrived on the current connection.
@@ -199,7 +202,10 @@ class KvSubscriber:
     def take(self, batch: common_pb2.KvEventBatch) -> None:
         """Apply one batch: its events to its rank's index, its load record."""
         now = self._clock()
+        if self.connected:
+            self.longest_gap = max(self.longest_gap, min(now - self.heard_at, MAX_GAP_S))
         self.heard_at = now
+        self.unanswered_since = None
         self.connected = True
         rank = batch.dp_rank if batch.HasField("dp_rank") else 0
         engines = self.engines
@@ -259,14 +265,13 @@ class KvSubscriber:
         if not self.supported:
             return None
         if self.heartbeats:
-            worker = self.worker
-            if worker.in_flight:
-                # Our requests moved its load record, which goes out at once when it moves.
-                silent = now - max(self.heard_at, worker.busy_since)
-                bound = stale_s
+            since = self.unanswered_since
+            if since is not None and self.worker.in_flight:
+                # A request of ours moved its load record, which goes out at once when it moves.
+                silent, bound = now - since, stale_s
             else:
-                silent = now - self.heard_at
-                bound = stale_s + IDLE_HEARTBEAT_S
+                # Nothing owed but heartbeats, as far apart as they have been on this stream.
+                silent, bound = now - self.heard_at, stale_s + self.longest_gap
             if silent > bound:
                 return f"its event stream has been silent for {now - self.heard_at:.1f}s"
         for rank, engine in enumerate(self.engines):

@@ -47,9 +47,9 @@ class HealthSettings(_Section):
     #: Out of rotation while its engine reports no output for this long with requests in flight
     #: (``engine_silence_ms``), plus the time its pending prefill may take (wedged).
     wedge_after_s: Positive = 3.0
-    #: Out of rotation while its event stream, which sends heartbeats, is silent this long with
-    #: requests of this router on it (a stopped or unreachable process); 5 s more while none
-    #: are (an idle engine heartbeats every 5 s).
+    #: Out of rotation while its event stream, which sends heartbeats, is silent this long since
+    #: a request of this router went to it (a stopped or unreachable process), or this long
+    #: plus the longest gap between its records so far (an idle engine may heartbeat rarely).
     stale_after_s: Positive = 3.0
     #: Prefill rate assumed for the wedge allowance until one is measured on the worker.
     assumed_prefill_tokens_per_s: Positive = 2000.0

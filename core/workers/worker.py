@@ -92,8 +92,6 @@ class Worker:
         self.removed = False
         #: Requests from this router that have not finished.
         self.in_flight = 0
-        #: Since when ``in_flight`` has been above 0 (``clock`` time).
-        self.busy_since = 0.0
         self._clock = clock
         self._external_load = 0
         self.requests_total = 0
@@ -278,8 +276,10 @@ class Worker:
 
     def acquire(self) -> None:
         """Count a request as in flight."""
-        if not self.in_flight:
-            self.busy_since = self._clock()
+        kv = self.kv
+        if kv is not None and kv.unanswered_since is None:
+            # The request moves the worker's load record: its stream owes a record now.
+            kv.unanswered_since = self._clock()
         self.in_flight += 1
         self.requests_total += 1
         self._idle.clear()
