@@ -9,6 +9,7 @@ from typing import Protocol
 from turnout.errors import ApiError, bad_request
 from turnout.generation.choice import ChoiceProcessor, TokenPiece
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, PromptLogprobs, Usage
+from turnout.generation.migration import Migration
 from turnout.generation.prompt_logprobs import read_prompt_logprobs
 from turnout.routing.types import RoutingRequest
 from turnout.tokenizer.stops import StopRegexTimeout
@@ -82,9 +83,11 @@ class SessionEvents:
         "_cached_tokens",
         "_completion",
         "_finished",
+        "_generated",
         "_logprobs",
         "_mergeable",
         "_meter",
+        "_moved",
         "_processors",
         "_prompt_index",
         "_prompt_logprobs",
@@ -95,6 +98,7 @@ class SessionEvents:
         "_worker_completed",
         "_worker_streams",
         "ended",
+        "migration",
         "session",
     )
 
@@ -107,9 +111,12 @@ class SessionEvents:
         prompt_index: int = 0,
         meter: StreamMeter | None = None,
         prompt_logprobs: tuple[TokenPiece, int] | None = None,
+        migration: Migration | None = None,
     ) -> None:
         """``prompt_logprobs``: the prompt's logprobs were asked for; its tokens' text and how
-        many alternatives to keep (a :class:`PromptLogprobs` event comes first)."""
+        many alternatives to keep (a :class:`PromptLogprobs` event comes first).
+        ``migration``: how the answer goes on elsewhere when its worker fails (the token ids
+        generated are kept in it)."""
         # One object per stream, not a walker and its state: an open stream waits long between
         # batches, and every object it keeps is walked by each young garbage collection.
         self.session = session
@@ -136,6 +143,12 @@ class SessionEvents:
         #: (what it generated, past a stop turnout matched too).
         self._streamed = 0
         self._worker_completed = 0
+        self.migration = migration
+        #: Where the generated ids are kept while the answer may move (None: nowhere).
+        self._generated = migration.generated if migration is not None else None
+        #: Tokens generated before the current session (its worker's counts leave them out);
+        #: -1 while the first session runs.
+        self._moved = -1
 
     def take(self, batch: list[pb.GenerateResponse]) -> list[Event]:
         """The events of ``batch`` (what ``session.next_batch()`` returned; may be none). An
@@ -162,6 +175,13 @@ class SessionEvents:
             events.append(self._usage())
             self.ended = True
         return events
+
+    def continue_on(self, session: GenerateSession, generated: int) -> None:
+        """Read the rest of the answer from ``session``: another worker's continuation of the
+        ``generated`` tokens so far. The prompt's token counts stay the first worker's, and
+        the new worker's completion counts (of its part) count those tokens too."""
+        self.session = session
+        self._moved = generated
 
     async def aclose(self) -> None:
         """Book the stream's tokens on the meter (once) and close the session (idempotent)."""
@@ -207,7 +227,7 @@ class SessionEvents:
                     self._push(run.chunk, events)
                     run = None
                 done = response.complete
-                self._worker_completed += done.completion_tokens
+                self._worker_completed += done.completion_tokens + max(self._moved, 0)
                 if not self._streamed:  # a one-message answer: its tokens come now
                     whole = whole or bool(done.output_ids)
                 if self._remaining:
@@ -235,9 +255,13 @@ class SessionEvents:
         # detokenizer extends its window with it) costs about 0.3 µs per token.
         token_ids = chunk.token_ids[:]
         self._streamed += len(token_ids)
+        if self._generated is not None:
+            self._generated.extend(token_ids)
         # Not max(): with two arguments it costs about 1k instructions, for every message.
         prompt_tokens, cached_tokens = chunk.prompt_tokens, chunk.cached_tokens
-        if prompt_tokens > self._prompt_tokens or cached_tokens > self._cached_tokens:
+        if (
+            prompt_tokens > self._prompt_tokens or cached_tokens > self._cached_tokens
+        ) and self._moved < 0:
             self._prompt_tokens = max(self._prompt_tokens, prompt_tokens)
             self._cached_tokens = max(self._cached_tokens, cached_tokens)
         if self._prompt_logprobs is not None and chunk.HasField("input_logprobs"):
@@ -259,8 +283,9 @@ class SessionEvents:
             self._ended(tail, end, events)
 
     def _complete(self, done: pb.GenerateComplete, events: list[Event]) -> None:
-        self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
-        self._cached_tokens = max(self._cached_tokens, done.cached_tokens)
+        if self._moved < 0:
+            self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
+            self._cached_tokens = max(self._cached_tokens, done.cached_tokens)
         if self._prompt_logprobs is not None and done.HasField("input_logprobs"):
             self._prompt_event(done.input_logprobs, events)
         processor = _processor(self._processors, done.index)
@@ -274,9 +299,10 @@ class SessionEvents:
         which = done.WhichOneof("matched_stop")
         matched: str | int | None = getattr(done, which) if which else None
         reason = done.finish_reason or "stop"
-        tail, end = processor.finish(
-            reason, matched, done.completion_tokens or None, done.reasoning_tokens
-        )
+        completion = done.completion_tokens or None
+        if completion is not None and self._moved > 0:
+            completion += self._moved
+        tail, end = processor.finish(reason, matched, completion, done.reasoning_tokens)
         self._ended(tail, end, events)
 
     def _prompt_event(self, given: pb.InputLogProbs, events: list[Event]) -> None:

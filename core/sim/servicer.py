@@ -78,6 +78,10 @@ class SimKnobs:
     bootstrap_timeout_s: float = 300.0
     #: Answer ``ListLoadedLoRAAdapters`` (False: UNIMPLEMENTED, as SGLang before mid 2026).
     lists_adapters: bool = True
+    #: Each next token follows from the last few of the context (``SimModel.plan``), and a
+    #: token's synthetic logprob from its place in the context: a request continued elsewhere
+    #: from the prompt and what was generated is answered as the first simulator would have.
+    context_answers: bool = False
 
     def update(self, changes: dict[str, Any]) -> None:
         """Set several knobs; ``ValueError`` names an unknown knob or a bad status name."""
@@ -264,7 +268,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 context, rid, grpc.StatusCode.INVALID_ARGUMENT, f"duplicate request id {rid!r}"
             )
         try:
-            plans = self.model.plan(request)
+            plans = self.model.plan(request, context=self.knobs.context_answers)
         except InvalidRequest as exc:
             await self._fail(context, rid, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         room = self._bootstrap_room(request)
@@ -750,6 +754,9 @@ class _Emitter:
         # In a PD pair, prompt logprobs come from the prefill leg only.
         self.input_logprobs = request.logprob_start_len >= 0 and servicer.role != "decode"
         self.top_k = max(request.top_logprobs_num, 0)
+        #: Where the answer's first token sits for its synthetic logprobs: in the context for
+        #: context answers (the same token at the same place, whichever worker generates it).
+        self.first_position = prompt_tokens if servicer.knobs.context_answers else 0
 
     async def run(self) -> AsyncIterator[pb.GenerateResponse]:
         rid = self.request.request_id
@@ -860,14 +867,15 @@ class _Emitter:
 
     def _output_logprobs(self, ids: Iterable[int], start: int) -> pb.OutputLogProbs:
         ids = list(ids)
+        at = self.first_position + start
         out = pb.OutputLogProbs(
-            token_logprobs=[synthetic_logprob(t, start + i) for i, t in enumerate(ids)],
+            token_logprobs=[synthetic_logprob(t, at + i) for i, t in enumerate(ids)],
             token_ids=ids,
         )
         if self.top_k:
             vocab = self.servicer.model.vocab_size
             for i, t in enumerate(ids):
-                values, top_ids = top_logprobs(t, start + i, self.top_k, vocab)
+                values, top_ids = top_logprobs(t, at + i, self.top_k, vocab)
                 out.top_logprobs.append(pb.TopLogProbs(values=values, token_ids=top_ids))
         return out
 

@@ -1,0 +1,135 @@
+"""Failover: a worker that fails after the first token hands the rest of the answer to another
+worker, and the client gets the answer it would have had from one worker (context-answer sims:
+a continuation elsewhere is token for token what the first sim would have said)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from .harness import MODEL, Router, run_router
+
+
+@pytest.fixture(scope="module")
+def router() -> Iterator[Router]:
+    config = {"defaults": {"policy": "round_robin"}}
+    with run_router(config=config, sims=3, sim_kwargs={"context_answers": True}) as running:
+        yield running
+
+
+@pytest.fixture(autouse=True)
+def healthy_workers(router: Router) -> Iterator[None]:
+    yield
+    for sim in router.sims:
+        sim.knobs.update(
+            {"fail_after_tokens": None, "fail_after_status": "INTERNAL", "fault_budget": None}
+        )
+
+
+def body(stream: bool, **extra: Any) -> dict[str, Any]:
+    return {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "tell me a long story"}],
+        "max_tokens": 40,
+        "stream": stream,
+        "logprobs": True,
+        "top_logprobs": 2,
+        **extra,
+    }
+
+
+def streamed(router: Router, request: dict[str, Any]) -> tuple[str, list[Any], list[str], Any]:
+    """Content, logprobs, finish reasons and usage of a streamed answer (no error event)."""
+    request = {**request, "stream_options": {"include_usage": True}}
+    url = f"{router.base_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=request, timeout=30) as response:
+        assert response.status_code == 200
+        lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(line) for line in lines[:-1]]
+    assert not any("error" in c for c in chunks), chunks[-1]
+    content, logprobs, reasons, usage = "", [], [], None
+    for chunk in chunks:
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+        for choice in chunk["choices"]:
+            content += choice["delta"].get("content") or ""
+            logprobs += (choice.get("logprobs") or {}).get("content") or []
+            if choice.get("finish_reason"):
+                reasons.append(choice["finish_reason"])
+    return content, logprobs, reasons, usage
+
+
+def fail_everywhere_once(router: Router, after: int, status: str = "UNAVAILABLE") -> None:
+    """Each sim fails the next request it serves after ``after`` tokens."""
+    for sim in router.sims:
+        sim.knobs.update(
+            {"fail_after_tokens": after, "fail_after_status": status, "fault_budget": 1}
+        )
+
+
+def migrations(router: Router) -> dict[str, float]:
+    text = httpx.get(f"{router.base_url}/metrics", timeout=10).text
+    counts = {}
+    for line in text.splitlines():
+        if line.startswith("turnout_migrations_total{"):
+            labels, value = line.rsplit(" ", 1)
+            counts[labels[len("turnout_migrations_total") :]] = float(value)
+    return counts
+
+
+def test_a_stream_goes_on_on_another_worker_token_for_token(router: Router) -> None:
+    reference = streamed(router, body(True))
+    assert reference[2] == ["length"]
+    assert reference[3]["completion_tokens"] == 40
+    # Two of the three sims fail the next request they serve after 5 tokens: an answer may
+    # move twice (the default limit), from one failing worker to the other, then on.
+    fail_everywhere_once(router, 5)
+    router.sims[2].knobs.update({"fault_budget": 0})
+    before = migrations(router)
+    for _ in range(3):
+        assert streamed(router, body(True)) == reference
+    after = migrations(router)
+    key = '{outcome="migrated",reason="unavailable"}'
+    assert after.get(key, 0) - before.get(key, 0) == 2
+    for sim in router.sims[:2]:
+        assert "error" in sim.records.outcomes.values()
+
+
+def test_an_internal_error_mid_answer_without_streaming_moves_the_answer(router: Router) -> None:
+    # A stop string makes the worker stream (turnout watches for it): 16 tokens a message.
+    request = body(False, stop=["never said"])
+    url = f"{router.base_url}/v1/chat/completions"
+    reference = httpx.post(url, json=request, timeout=30).json()
+    fail_everywhere_once(router, 20, status="INTERNAL")
+    for sim in router.sims[1:]:
+        sim.knobs.update({"fault_budget": 0})
+    answers = [httpx.post(url, json=request, timeout=30) for _ in range(3)]
+    for answer in answers:
+        assert answer.status_code == 200, answer.text
+        got = answer.json()
+        assert got["choices"] == reference["choices"]
+        assert got["usage"] == reference["usage"]
+
+
+def test_a_constrained_stream_is_not_moved_and_ends_with_the_error_event(router: Router) -> None:
+    schema = {"type": "object", "properties": {"story": {"type": "string"}}}
+    request = {
+        **body(True),
+        "response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": schema}},
+    }
+    fail_everywhere_once(router, 2)
+    before = migrations(router)
+    url = f"{router.base_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=request, timeout=30) as response:
+        assert response.status_code == 200
+        lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    assert "error" in json.loads(lines[-2])
+    after = migrations(router)
+    key = '{outcome="refused",reason="unavailable"}'
+    assert after.get(key, 0) - before.get(key, 0) == 1
