@@ -4,12 +4,20 @@ a continuation elsewhere is token for token what the first sim would have said).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import os
+import signal
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
 import pytest
+
+from turnout.sim import SimProcess, get_counters
 
 from .harness import MODEL, Router, run_router
 
@@ -133,3 +141,61 @@ def test_a_constrained_stream_is_not_moved_and_ends_with_the_error_event(router:
     after = migrations(router)
     key = '{outcome="refused",reason="unavailable"}'
     assert after.get(key, 0) - before.get(key, 0) == 1
+
+
+def test_an_answer_of_several_choices_is_not_moved(router: Router) -> None:
+    fail_everywhere_once(router, 3)
+    before = migrations(router)
+    url = f"{router.base_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body(True, n=2), timeout=30) as response:
+        lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert "error" in json.loads(lines[-2])
+    after = migrations(router)
+    key = '{outcome="refused",reason="unavailable"}'
+    assert after.get(key, 0) - before.get(key, 0) == 1
+
+
+@pytest.mark.slow
+def test_kill_9_of_one_of_three_workers_under_24_streams_cuts_none() -> None:
+    """Three ``turnout sim`` processes (paced context answers), 24 streaming clients; one sim
+    is killed with SIGKILL while every stream runs: each answer is the unfailed one."""
+    args = ("--served-model-name", MODEL, "--context-answers", "--delay-ms", "20")
+    with contextlib.ExitStack() as stack:
+        sims = [stack.enter_context(SimProcess(*args)) for _ in range(3)]
+        config = {
+            "defaults": {"policy": "round_robin"},
+            "workers": [{"url": sim.url, "model": MODEL} for sim in sims],
+        }
+        running = stack.enter_context(run_router(config=config, sims=0))
+        prompts = [f"story number {i}" for i in range(24)]
+
+        def ask(i: int) -> tuple[str, list[Any], list[str], Any]:
+            request = body(True, max_tokens=300)
+            request["messages"] = [{"role": "user", "content": prompts[i]}]
+            return streamed(running, request)
+
+        with ThreadPoolExecutor(24) as pool:
+            references = list(pool.map(ask, range(24)))
+            answers = [pool.submit(ask, i) for i in range(24)]
+            running_on = wait_until_streaming(sims, 24)
+            victim = sims[0].proc
+            assert victim is not None
+            os.killpg(os.getpgid(victim.pid), signal.SIGKILL)
+            results = [future.result(timeout=60) for future in answers]
+        assert results == references  # no stream cut, token for token, usage exact
+        assert running_on[0] > 0
+        key = '{outcome="migrated",reason="unavailable"}'
+        assert migrations(running) == {key: running_on[0]}
+
+
+def wait_until_streaming(sims: list[SimProcess], streams: int) -> list[int]:
+    """Wait until ``streams`` requests run on ``sims`` (then each has a token or more); the
+    running requests of each."""
+    deadline = time.monotonic() + 30
+    while True:
+        running = [asyncio.run(get_counters(sim.url))["running"] for sim in sims]
+        if sum(running) >= streams:
+            time.sleep(0.2)  # their first tokens are out
+            return running
+        assert time.monotonic() < deadline, running
+        time.sleep(0.05)
