@@ -110,6 +110,9 @@ class Migration:
         try:
             session = await self._open(self._model, self._routing, request, failure)
         except ApiError as exc:
+            # Often ``failure`` itself (the dispatcher gives it up): its traceback would hold
+            # this frame, which holds it, a cycle; the caller raises it again anyway.
+            exc.__traceback__ = None
             note_migration(reason, "failed")
             log.warning(
                 "worker %s failed request %s after %d tokens (%s); migration failed: %s",
