@@ -199,3 +199,57 @@ def wait_until_streaming(sims: list[SimProcess], streams: int) -> list[int]:
             return running
         assert time.monotonic() < deadline, running
         time.sleep(0.05)
+
+
+def test_a_stop_string_past_the_move_ends_the_answer_as_without_it(router: Router) -> None:
+    words = streamed(router, body(True))[0].split()
+    # The first pair of words that the answer has not said before, well past the failure.
+    at = next(i for i in range(10, len(words) - 1) if f"{words[i]} {words[i + 1]}" not in
+              " ".join(words[: i + 1]))  # fmt: skip
+    request = body(True, stop=[f"{words[at]} {words[at + 1]}"])
+    reference = streamed(router, request)
+    assert reference[2] == ["stop"]
+    fail_everywhere_once(router, 5)
+    for sim in router.sims[1:]:
+        sim.knobs.update({"fault_budget": 0})
+    for _ in range(3):
+        assert streamed(router, request) == reference
+
+
+def test_a_completions_stream_moves_too(router: Router) -> None:
+    request = {"model": MODEL, "prompt": "once upon a time", "max_tokens": 30, "stream": True}
+    url = f"{router.base_url}/v1/completions"
+
+    def text() -> tuple[str, Any]:
+        with httpx.stream("POST", url, json=request, timeout=30) as response:
+            lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+        chunks = [json.loads(line) for line in lines[:-1]]
+        assert not any("error" in c for c in chunks), chunks[-1]
+        reasons = [c["finish_reason"] for chunk in chunks for c in chunk["choices"]]
+        return "".join(c["text"] for chunk in chunks for c in chunk["choices"]), reasons
+
+    reference = text()
+    fail_everywhere_once(router, 4, status="INTERNAL")
+    for sim in router.sims[1:]:
+        sim.knobs.update({"fault_budget": 0})
+    for _ in range(3):
+        assert text() == reference
+
+
+def test_a_lost_decode_leg_moves_the_answer_to_a_new_pair() -> None:
+    config = {"defaults": {"policy": {"name": "round_robin", "prefill": "round_robin"}}}
+    sim_kwargs = {"context_answers": True, "bootstrap_timeout_s": 20.0}
+    roles = ["prefill", "prefill", "decode", "decode"]
+    with run_router(config=config, roles=roles, sim_kwargs=sim_kwargs) as fleet:
+        reference = streamed(fleet, body(True))
+        decode = [sim for sim in fleet.sims if sim.bootstrap is None]
+        for sim in decode:
+            sim.knobs.update(
+                {"fail_after_tokens": 6, "fail_after_status": "UNAVAILABLE", "fault_budget": 1}
+            )
+        decode[1].knobs.update({"fault_budget": 0})
+        before = migrations(fleet)
+        for _ in range(2):
+            assert streamed(fleet, body(True)) == reference
+        key = '{outcome="migrated",reason="unavailable"}'
+        assert migrations(fleet).get(key, 0) - before.get(key, 0) == 1
