@@ -253,3 +253,30 @@ def test_a_lost_decode_leg_moves_the_answer_to_a_new_pair() -> None:
             assert streamed(fleet, body(True)) == reference
         key = '{outcome="migrated",reason="unavailable"}'
         assert migrations(fleet).get(key, 0) - before.get(key, 0) == 1
+
+
+def test_a_drained_worker_hands_its_streams_on_at_the_drain_timeout() -> None:
+    """``DELETE /workers/{id}``: the worker's streams run on for ``drain_timeout_s``, then move
+    to another worker as the worker is removed; none is cut."""
+    config = {"defaults": {"policy": "round_robin"}, "drain_timeout_s": 1.0}
+    sim_kwargs = {"context_answers": True, "delay_ms": 20.0}
+    with run_router(config=config, sims=2, sim_kwargs=sim_kwargs) as fleet:
+        requests = [body(True, max_tokens=150) for _ in range(6)]
+        for i, request in enumerate(requests):
+            request["messages"] = [{"role": "user", "content": f"drained story {i}"}]
+        with ThreadPoolExecutor(6) as pool:
+            references = list(pool.map(lambda r: streamed(fleet, r), requests))
+            answers = [pool.submit(streamed, fleet, r) for r in requests]
+            fleet.wait_until(lambda: sum(s.running for s in fleet.sims) == 6, timeout=20)
+            workers = httpx.get(f"{fleet.base_url}/workers", timeout=10).json()["workers"]
+            victim = workers[0]["id"]
+            started = time.monotonic()
+            gone = httpx.delete(f"{fleet.base_url}/workers/{victim}", timeout=10)
+            assert gone.status_code == 202
+            results = [future.result(timeout=60) for future in answers]
+        assert results == references
+        fleet.wait_until(
+            lambda: victim not in httpx.get(f"{fleet.base_url}/workers", timeout=10).text,
+            timeout=10,
+        )
+        assert time.monotonic() - started < 1.0 + 3.0
