@@ -55,6 +55,7 @@ class Migration:
         "_open",
         "_refused",
         "_request",
+        "_restarts",
         "_routing",
         "generated",
     )
@@ -78,6 +79,9 @@ class Migration:
         self._request = request
         self._left = attempts
         self._refused = refused
+        #: A one-shot answer showed the client nothing: one that cannot move starts over
+        #: instead (the flow's retry), which is no refusal.
+        self._restarts = not plan.stream
         #: The ids generated so far (an array: not tracked by the garbage collector); None when
         #: the answer cannot move.
         self.generated: array[int] | None = array("q") if refused is None else None
@@ -91,6 +95,8 @@ class Migration:
             return False
         reason = _reason(failure)
         generated = self.generated
+        if generated is None and self._restarts:
+            return False
         if generated is None or self._left <= 0:
             outcome = "refused" if generated is None else "exhausted"
             note_migration(reason, outcome)
