@@ -255,6 +255,7 @@ def test_a_lost_decode_leg_moves_the_answer_to_a_new_pair() -> None:
         assert migrations(fleet).get(key, 0) - before.get(key, 0) == 1
 
 
+@pytest.mark.slow
 def test_a_drained_worker_hands_its_streams_on_at_the_drain_timeout() -> None:
     """``DELETE /workers/{id}``: the worker's streams run on for ``drain_timeout_s``, then move
     to another worker as the worker is removed; none is cut."""
