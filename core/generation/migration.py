@@ -84,7 +84,7 @@ class Migration:
         self._restarts = not plan.stream
         #: The ids generated so far (an array: not tracked by the garbage collector); None when
         #: the answer cannot move.
-        self.generated: array[int] | None = array("q") if refused is None else None
+        self.generated: array[int] | None = array("I") if refused is None else None
 
     async def resume(self, source: SessionEvents, failure: WorkerRequestError) -> bool:
         """Go on after ``failure`` of ``source``'s session: True once the rest of the answer
