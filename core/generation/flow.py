@@ -180,9 +180,12 @@ async def generate(
     sessions = await dispatch(backend.open_stream, plan, work.requests, ctx)
     # A backend without the setting does not migrate answers.
     moves = int(getattr(backend, "migration_attempts", 0))
-    sources = _sources(work, sessions, _migrations(backend.open_stream, plan, work, ctx, moves))
+    migrations = _migrations(backend.open_stream, plan, work, ctx, moves)
+    sources = _sources(work, sessions, migrations)
     if tracing is not None:  # time to first token and the stream, as spans
         spans = RequestSpans(tracing, ctx)
+        for migration in migrations or ():
+            migration.on_move = spans.migrated
         if plan.stream:
             return Streamed(spans.payloads(_Payloads(spans.renderer(renderer), sources)))
         answer = _one_shot(

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 from array import array
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from turnout.errors import ApiError
@@ -58,6 +59,7 @@ class Migration:
         "_restarts",
         "_routing",
         "generated",
+        "on_move",
     )
 
     def __init__(
@@ -85,6 +87,8 @@ class Migration:
         #: The ids generated so far (an array: not tracked by the garbage collector); None when
         #: the answer cannot move.
         self.generated: array[int] | None = array("I") if refused is None else None
+        #: Told of each move: (failed worker, new worker, tokens moved, reason).
+        self.on_move: Callable[[str, str, int, str], None] | None = None
 
     async def resume(self, source: SessionEvents, failure: WorkerRequestError) -> bool:
         """Go on after ``failure`` of ``source``'s session: True once the rest of the answer
@@ -132,14 +136,17 @@ class Migration:
         await source.session.aclose()
         source.continue_on(session, len(generated))
         note_migration(reason, "migrated")
+        target = str(getattr(getattr(session, "worker", None), "id", "?"))
         log.warning(
             "migrated request %s from worker %s to worker %s after %d tokens (%s)",
             self._request.request_id,
             worker,
-            getattr(getattr(session, "worker", None), "id", "?"),
+            target,
             len(generated),
             reason,
         )
+        if self.on_move is not None:
+            self.on_move(worker, target, len(generated), reason)
         return True
 
     def _continuation(self, generated: array[int]) -> pb.GenerateRequest | None:
