@@ -93,6 +93,8 @@ class SessionEvents:
         "_prompt_logprobs",
         "_prompt_tokens",
         "_reasoning",
+        "_reasoning_base",
+        "_reasoning_seen",
         "_remaining",
         "_streamed",
         "_worker_completed",
@@ -149,6 +151,10 @@ class SessionEvents:
         #: Tokens generated before the current session (its worker's counts leave them out);
         #: -1 while the first session runs.
         self._moved = -1
+        #: The worker's reasoning count of the current session (kept while the answer may
+        #: move), and the counts of the sessions before it (each worker counts its part).
+        self._reasoning_seen = 0
+        self._reasoning_base = 0
 
     def take(self, batch: list[pb.GenerateResponse]) -> list[Event]:
         """The events of ``batch`` (what ``session.next_batch()`` returned; may be none). An
@@ -182,6 +188,8 @@ class SessionEvents:
         the new worker's completion counts (of its part) count those tokens too."""
         self.session = session
         self._moved = generated
+        self._reasoning_base += self._reasoning_seen
+        self._reasoning_seen = 0
 
     async def aclose(self) -> None:
         """Book the stream's tokens on the meter (once) and close the session (idempotent)."""
@@ -275,8 +283,12 @@ class SessionEvents:
             chunk.output_logprobs if self._logprobs and chunk.HasField("output_logprobs") else None
         )
         delta = processor.push(token_ids, logprobs)
+        counted = chunk.reasoning_tokens
+        if self._generated is not None:  # the count goes on across moves
+            self._reasoning_seen = counted
+            counted += self._reasoning_base
         if delta is not None:
-            delta.reasoning_tokens = processor.reasoning_tokens(chunk.reasoning_tokens)
+            delta.reasoning_tokens = processor.reasoning_tokens(counted)
             events.append(delta)
         if processor.matched_stop is not None:  # stopped early
             tail, end = processor.finish("stop", None)
@@ -302,7 +314,9 @@ class SessionEvents:
         completion = done.completion_tokens or None
         if completion is not None and self._moved > 0:
             completion += self._moved
-        tail, end = processor.finish(reason, matched, completion, done.reasoning_tokens)
+        tail, end = processor.finish(
+            reason, matched, completion, done.reasoning_tokens + self._reasoning_base
+        )
         self._ended(tail, end, events)
 
     def _prompt_event(self, given: pb.InputLogProbs, events: list[Event]) -> None:
