@@ -80,6 +80,14 @@ def fail_everywhere_once(router: Router, after: int, status: str = "UNAVAILABLE"
         )
 
 
+def counted(router: Router, before: dict[str, float], key: str, expected: float) -> None:
+    """Wait until ``key`` of ``turnout_migrations_total`` grew by ``expected`` since ``before``
+    (a request is counted as it ends, just after the client read its end)."""
+    router.wait_until(
+        lambda: migrations(router).get(key, 0) - before.get(key, 0) == expected, timeout=10
+    )
+
+
 def migrations(router: Router) -> dict[str, float]:
     text = httpx.get(f"{router.base_url}/metrics", timeout=10).text
     counts = {}
@@ -101,9 +109,7 @@ def test_a_stream_goes_on_on_another_worker_token_for_token(router: Router) -> N
     before = migrations(router)
     for _ in range(3):
         assert streamed(router, body(True)) == reference
-    after = migrations(router)
-    key = '{outcome="migrated",reason="unavailable"}'
-    assert after.get(key, 0) - before.get(key, 0) == 2
+    counted(router, before, '{outcome="migrated",reason="unavailable"}', 2)
     for sim in router.sims[:2]:
         assert "error" in sim.records.outcomes.values()
 
@@ -138,9 +144,7 @@ def test_a_constrained_stream_is_not_moved_and_ends_with_the_error_event(router:
         lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
     assert lines[-1] == "[DONE]"
     assert "error" in json.loads(lines[-2])
-    after = migrations(router)
-    key = '{outcome="refused",reason="unavailable"}'
-    assert after.get(key, 0) - before.get(key, 0) == 1
+    counted(router, before, '{outcome="refused",reason="unavailable"}', 1)
 
 
 def test_an_answer_of_several_choices_is_not_moved(router: Router) -> None:
@@ -150,9 +154,7 @@ def test_an_answer_of_several_choices_is_not_moved(router: Router) -> None:
     with httpx.stream("POST", url, json=body(True, n=2), timeout=30) as response:
         lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
     assert "error" in json.loads(lines[-2])
-    after = migrations(router)
-    key = '{outcome="refused",reason="unavailable"}'
-    assert after.get(key, 0) - before.get(key, 0) == 1
+    counted(router, before, '{outcome="refused",reason="unavailable"}', 1)
 
 
 @pytest.mark.slow
@@ -185,7 +187,8 @@ def test_kill_9_of_one_of_three_workers_under_24_streams_cuts_none() -> None:
         assert results == references  # no stream cut, token for token, usage exact
         assert running_on[0] > 0
         key = '{outcome="migrated",reason="unavailable"}'
-        assert migrations(running) == {key: running_on[0]}
+        counted(running, {}, key, running_on[0])
+        assert set(migrations(running)) == {key}
 
 
 def wait_until_streaming(sims: list[SimProcess], streams: int) -> list[int]:
@@ -252,7 +255,7 @@ def test_a_lost_decode_leg_moves_the_answer_to_a_new_pair() -> None:
         for _ in range(2):
             assert streamed(fleet, body(True)) == reference
         key = '{outcome="migrated",reason="unavailable"}'
-        assert migrations(fleet).get(key, 0) - before.get(key, 0) == 1
+        counted(fleet, before, key, 1)
 
 
 @pytest.mark.slow
@@ -280,4 +283,4 @@ def test_a_drained_worker_hands_its_streams_on_at_the_drain_timeout() -> None:
             lambda: victim not in httpx.get(f"{fleet.base_url}/workers", timeout=10).text,
             timeout=10,
         )
-        assert time.monotonic() - started < 1.0 + 3.0
+        assert time.monotonic() - started < 1.0 + 5.0  # the drain timeout, and some slack
