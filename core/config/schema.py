@@ -272,6 +272,15 @@ class ResponsesConfig(_Section):
     reasoning_key: Annotated[str, msgspec.Meta(min_length=16)] | None = None
 
 
+class MigrationConfig(_Section):
+    """Failover of a running answer: a worker that fails after the first token hands the rest
+    of the answer to another worker (the prompt and the tokens generated so far as its input)."""
+
+    enabled: bool = True
+    #: Migrations of one request at most (0: none).
+    max_attempts: _Count = 2
+
+
 class DefaultsConfig(_Section):
     """Choices for models the ``models`` section does not list (or leaves open)."""
 
@@ -309,6 +318,8 @@ class Config(_Section):
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     #: The Responses API's store of responses.
     responses: ResponsesConfig = msgspec.field(default_factory=ResponsesConfig)
+    #: Failover of running answers to another worker.
+    migration: MigrationConfig = msgspec.field(default_factory=MigrationConfig)
     #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.
     drain_timeout_s: float = 600.0
 

@@ -28,10 +28,11 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from turnout.generation.choice import ChoiceProcessor, TokenPiece
 from turnout.generation.context import RequestContext
 from turnout.generation.events import Event
+from turnout.generation.migration import Migration
 from turnout.generation.models import ModelRuntime, ModelTable, UnknownAdapter
 from turnout.generation.output import make_processors, token_piece
 from turnout.generation.pipeline import GenerateSession, Opener, SessionEvents
-from turnout.generation.plan import Plan
+from turnout.generation.plan import Plan, Prompt
 from turnout.generation.plan_checks import check_plan
 from turnout.generation.spans import RequestSpans, traced_prepare
 from turnout.generation.worker_request import worker_requests, worker_streaming
@@ -177,14 +178,19 @@ async def run_endpoint(
     work = build(plan, ctx)
     renderer = endpoint.renderer(request, plan, ctx)
     sessions = await dispatch(backend.open_stream, plan, work.requests, ctx)
-    sources = _sources(work, sessions)
+    # A backend without the setting does not migrate answers.
+    moves = int(getattr(backend, "migration_attempts", 0))
+    migrations = _migrations(backend.open_stream, plan, work, ctx, moves)
+    sources = _sources(work, sessions, migrations)
     if tracing is not None:  # time to first token and the stream, as spans
         spans = RequestSpans(tracing, ctx)
+        for migration in migrations or ():
+            migration.on_move = spans.migrated
         if plan.stream:
             payloads = spans.payloads(_Payloads(spans.renderer(renderer), sources))
             return Streamed(payloads, endpoint.typed_events)
         answer = _one_shot(
-            _Retry(endpoint, request, ctx, backend.open_stream, plan, spans.renderer),
+            _Retry(endpoint, request, ctx, backend.open_stream, plan, spans.renderer, moves),
             spans.renderer(renderer),
             sources,
             sessions,
@@ -192,7 +198,7 @@ async def run_endpoint(
         return Folded(await spans.folded(answer))
     if plan.stream:
         return Streamed(_Payloads(renderer, sources), endpoint.typed_events)
-    retry = _Retry(endpoint, request, ctx, backend.open_stream, plan, None)
+    retry = _Retry(endpoint, request, ctx, backend.open_stream, plan, None, moves)
     return Folded(await _one_shot(retry, renderer, sources, sessions))
 
 
@@ -267,14 +273,7 @@ async def dispatch(
     sessions: list[GenerateSession] = []
     try:
         for prompt, request in zip(plan.prompts, requests, strict=True):
-            routing = RoutingRequest(
-                plan.model_id,
-                prompt.ids,
-                prompt.text or None,
-                ctx.headers,
-                ctx.routing_key,
-                plan.adapter,
-            )
+            routing = _routing(plan, prompt, ctx)
             opened = (  # ``after`` only when there is one: an opener may not take it
                 await open_stream(plan.model_id, routing, request)
                 if after is None
@@ -285,6 +284,32 @@ async def dispatch(
         await _close(sessions)
         raise
     return sessions
+
+
+def _routing(plan: Plan, prompt: Prompt, ctx: RequestContext) -> RoutingRequest:
+    """What the dispatcher routes ``prompt`` of ``plan`` by."""
+    return RoutingRequest(
+        plan.model_id, prompt.ids, prompt.text or None, ctx.headers, ctx.routing_key, plan.adapter
+    )
+
+
+def _migrations(
+    open_stream: Opener, plan: Plan, work: Work, ctx: RequestContext, attempts: int
+) -> list[Migration] | None:
+    """How each prompt's answer goes on elsewhere when its worker fails after its first token
+    (None: failover is off)."""
+    if attempts <= 0:
+        return None
+    return [
+        Migration(open_stream, plan, _routing(plan, prompt, ctx), request, attempts)
+        for prompt, request in zip(plan.prompts, work.requests, strict=True)
+    ]
+
+
+async def _moved(source: SessionEvents, failure: WorkerRequestError) -> bool:
+    """Whether the answer of ``source`` goes on on another worker after ``failure``."""
+    migration = source.migration
+    return migration is not None and await migration.resume(source, failure)
 
 
 class _Payloads:
@@ -322,7 +347,13 @@ class _Payloads:
                 opening = self._opening
                 if opening is None:
                     opening = self._opening = renderer.opening(self._prompt) or ()
-                events = source.take(await source.session.next_batch())
+                try:
+                    batch = await source.session.next_batch()
+                except WorkerRequestError as exc:
+                    if await _moved(source, exc):
+                        continue
+                    raise
+                events = source.take(batch)
                 payloads = renderer.stream(events) if events else []
                 if opening and events:
                     payloads = [*opening, *payloads]
@@ -351,8 +382,10 @@ class _Payloads:
             await source.aclose()  # books its tokens and closes its session
 
 
-def _sources(work: Work, sessions: list[GenerateSession]) -> list[SessionEvents]:
-    """The event source of each prompt's session."""
+def _sources(
+    work: Work, sessions: list[GenerateSession], migrations: list[Migration] | None = None
+) -> list[SessionEvents]:
+    """The event source of each prompt's session (with how its answer moves, if it may)."""
     return [
         SessionEvents(
             session,
@@ -361,6 +394,7 @@ def _sources(work: Work, sessions: list[GenerateSession]) -> list[SessionEvents]
             prompt_index=k,
             meter=session.meter,
             prompt_logprobs=work.prompt_logprobs,
+            migration=None if migrations is None else migrations[k],
         )
         for k, (session, choices) in enumerate(zip(sessions, work.processors, strict=True))
     ]
@@ -377,6 +411,8 @@ class _Retry(Generic[R]):
     plan: Plan
     #: Wraps each renderer (the request's spans), if anything does.
     watch: Callable[[Renderer], Renderer] | None
+    #: Migrations each answer may make.
+    moves: int = 0
 
 
 async def _one_shot(
@@ -402,7 +438,8 @@ async def _one_shot(
             renderer = retry.watch(renderer)
         sessions = await dispatch(retry.open_stream, retry.plan, work.requests, retry.ctx, failure)
         del failure  # no reference cycle through this frame
-        sources = _sources(work, sessions)
+        moves = _migrations(retry.open_stream, retry.plan, work, retry.ctx, retry.moves)
+        sources = _sources(work, sessions, moves)
 
 
 async def _folded(
@@ -412,7 +449,13 @@ async def _folded(
     try:
         for source in sources:
             while not source.ended:
-                events = source.take(await source.session.next_batch())
+                try:
+                    batch = await source.session.next_batch()
+                except WorkerRequestError as exc:
+                    if await _moved(source, exc):
+                        continue
+                    raise
+                events = source.take(batch)
                 if events:
                     renderer.fold(events)
             await source.aclose()

@@ -9,6 +9,7 @@ from typing import Protocol
 from turnout.errors import ApiError, bad_request
 from turnout.generation.choice import ChoiceProcessor, TokenPiece
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, PromptLogprobs, Usage
+from turnout.generation.migration import Migration
 from turnout.generation.prompt_logprobs import read_prompt_logprobs
 from turnout.routing.types import RoutingRequest
 from turnout.tokenizer.stops import StopRegexTimeout
@@ -84,19 +85,24 @@ class SessionEvents:
         "_cached_tokens",
         "_completion",
         "_finished",
+        "_generated",
         "_logprobs",
         "_mergeable",
         "_meter",
+        "_moved",
         "_processors",
         "_prompt_index",
         "_prompt_logprobs",
         "_prompt_tokens",
         "_reasoning",
+        "_reasoning_base",
+        "_reasoning_seen",
         "_remaining",
         "_streamed",
         "_worker_completed",
         "_worker_streams",
         "ended",
+        "migration",
         "session",
     )
 
@@ -109,9 +115,12 @@ class SessionEvents:
         prompt_index: int = 0,
         meter: StreamMeter | None = None,
         prompt_logprobs: tuple[TokenPiece, int] | None = None,
+        migration: Migration | None = None,
     ) -> None:
         """``prompt_logprobs``: the prompt's logprobs were asked for; its tokens' text and how
-        many alternatives to keep (a :class:`PromptLogprobs` event comes first)."""
+        many alternatives to keep (a :class:`PromptLogprobs` event comes first).
+        ``migration``: how the answer goes on elsewhere when its worker fails (the token ids
+        generated are kept in it)."""
         # One object per stream, not a walker and its state: an open stream waits long between
         # batches, and every object it keeps is walked by each young garbage collection.
         self.session = session
@@ -138,6 +147,16 @@ class SessionEvents:
         #: (what it generated, past a stop turnout matched too).
         self._streamed = 0
         self._worker_completed = 0
+        self.migration = migration
+        #: Where the generated ids are kept while the answer may move (None: nowhere).
+        self._generated = migration.generated if migration is not None else None
+        #: Tokens generated before the current session (its worker's counts leave them out);
+        #: -1 while the first session runs.
+        self._moved = -1
+        #: The worker's reasoning count of the current session (kept while the answer may
+        #: move), and the counts of the sessions before it (each worker counts its part).
+        self._reasoning_seen = 0
+        self._reasoning_base = 0
 
     def take(self, batch: list[pb.GenerateResponse]) -> list[Event]:
         """The events of ``batch`` (what ``session.next_batch()`` returned; may be none). An
@@ -164,6 +183,15 @@ class SessionEvents:
             events.append(self._usage())
             self.ended = True
         return events
+
+    def continue_on(self, session: GenerateSession, generated: int) -> None:
+        """Read the rest of the answer from ``session``: another worker's continuation of the
+        ``generated`` tokens so far. The prompt's token counts stay the first worker's, and
+        the new worker's completion counts (of its part) count those tokens too."""
+        self.session = session
+        self._moved = generated
+        self._reasoning_base += self._reasoning_seen
+        self._reasoning_seen = 0
 
     async def aclose(self) -> None:
         """Book the stream's tokens on the meter (once) and close the session (idempotent)."""
@@ -209,7 +237,7 @@ class SessionEvents:
                     self._push(run.chunk, events)
                     run = None
                 done = response.complete
-                self._worker_completed += done.completion_tokens
+                self._worker_completed += done.completion_tokens + max(self._moved, 0)
                 if not self._streamed:  # a one-message answer: its tokens come now
                     whole = whole or bool(done.output_ids)
                 if self._remaining:
@@ -237,9 +265,13 @@ class SessionEvents:
         # detokenizer extends its window with it) costs about 0.3 µs per token.
         token_ids = chunk.token_ids[:]
         self._streamed += len(token_ids)
+        if self._generated is not None:
+            self._generated.extend(token_ids)
         # Not max(): with two arguments it costs about 1k instructions, for every message.
         prompt_tokens, cached_tokens = chunk.prompt_tokens, chunk.cached_tokens
-        if prompt_tokens > self._prompt_tokens or cached_tokens > self._cached_tokens:
+        if (
+            prompt_tokens > self._prompt_tokens or cached_tokens > self._cached_tokens
+        ) and self._moved < 0:
             self._prompt_tokens = max(self._prompt_tokens, prompt_tokens)
             self._cached_tokens = max(self._cached_tokens, cached_tokens)
         if self._prompt_logprobs is not None and chunk.HasField("input_logprobs"):
@@ -253,16 +285,21 @@ class SessionEvents:
             chunk.output_logprobs if self._logprobs and chunk.HasField("output_logprobs") else None
         )
         delta = processor.push(token_ids, logprobs)
+        counted = chunk.reasoning_tokens
+        if self._generated is not None:  # the count goes on across moves
+            self._reasoning_seen = counted
+            counted += self._reasoning_base
         if delta is not None:
-            delta.reasoning_tokens = processor.reasoning_tokens(chunk.reasoning_tokens)
+            delta.reasoning_tokens = processor.reasoning_tokens(counted)
             events.append(delta)
         if processor.matched_stop is not None:  # stopped early
             tail, end = processor.finish("stop", None)
             self._ended(tail, end, events)
 
     def _complete(self, done: pb.GenerateComplete, events: list[Event]) -> None:
-        self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
-        self._cached_tokens = max(self._cached_tokens, done.cached_tokens)
+        if self._moved < 0:
+            self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
+            self._cached_tokens = max(self._cached_tokens, done.cached_tokens)
         if self._prompt_logprobs is not None and done.HasField("input_logprobs"):
             self._prompt_event(done.input_logprobs, events)
         processor = _processor(self._processors, done.index)
@@ -276,8 +313,11 @@ class SessionEvents:
         which = done.WhichOneof("matched_stop")
         matched: str | int | None = getattr(done, which) if which else None
         reason = done.finish_reason or "stop"
+        completion = done.completion_tokens or None
+        if completion is not None and self._moved > 0:
+            completion += self._moved
         tail, end = processor.finish(
-            reason, matched, done.completion_tokens or None, done.reasoning_tokens
+            reason, matched, completion, done.reasoning_tokens + self._reasoning_base
         )
         self._ended(tail, end, events)
 

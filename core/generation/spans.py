@@ -109,6 +109,19 @@ class RequestSpans:
                 self._input_tokens += event.prompt_tokens
                 self._output_tokens += event.completion_tokens
 
+    def migrated(self, source: str, target: str, tokens: int, reason: str) -> None:
+        """The answer moved from worker ``source`` to ``target`` after ``tokens`` tokens (a
+        ``migration`` event on the stream span)."""
+        self._stream.add_event(
+            "migration",
+            {
+                "turnout.migration.from": source,
+                "turnout.migration.to": target,
+                "turnout.migration.tokens": tokens,
+                "turnout.migration.reason": reason,
+            },
+        )
+
     async def payloads(self, payloads: PayloadStream) -> AsyncGenerator[list[Any], None]:
         """A streamed answer's payloads, ending the spans when the stream ends."""
         try:

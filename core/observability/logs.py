@@ -51,6 +51,8 @@ class RequestRecord:
     event_stream: bool = False
     #: Kind ("tool" or "reasoning") and registered name of the first parser that raised.
     parser_error: tuple[str, str] | None = None
+    #: (reason, outcome) of each failover of its answer to another worker (None: none).
+    migrations: list[tuple[str, str]] | None = None
 
     def ensure_id(self, prefix: str = "req") -> str:
         """The request id, generating ``<prefix>-<24 hex>`` when none was given or set yet."""

@@ -280,6 +280,13 @@ class Metrics:
             ["model", "kind", "name"],
             registry=registry,
         )
+        self.migrations = Counter(
+            "turnout_migrations",
+            "Answers a worker failed after its first token, handed on to another worker, by "
+            "reason (the failure) and outcome (migrated, refused, exhausted, failed)",
+            ["reason", "outcome"],
+            registry=registry,
+        )
         self.queue_depth = Gauge(
             "turnout_admission_queue_depth",
             "Requests waiting for a concurrency permit",
@@ -343,6 +350,9 @@ class Metrics:
         if record.parser_error is not None:
             kind, name = record.parser_error
             self.parser_errors.labels(model, kind, name).inc()
+        if record.migrations is not None:
+            for reason, outcome in record.migrations:
+                self.migrations.labels(reason, outcome).inc()
         tenant = record.tenant
         if tenant is not None:
             self.tenant_requests.labels(tenant, status).inc()
@@ -548,6 +558,17 @@ def note_parser_error(error: ParserError) -> None:
     record = current_record()
     if record is not None and record.parser_error is None:
         record.parser_error = (error.kind, error.name)
+
+
+def note_migration(reason: str, outcome: str) -> None:
+    """A worker failed the current request after its first token (``reason``), and its answer
+    was handed on to another worker or not (``outcome``): counted in
+    ``turnout_migrations_total`` when the request ends."""
+    record = current_record()
+    if record is not None:
+        if record.migrations is None:
+            record.migrations = []
+        record.migrations.append((reason, outcome))
 
 
 def note_stream_cut(status: int) -> None:

@@ -59,6 +59,12 @@ class Services:
     tracing: Tracing | None = None
 
     @property
+    def migration_attempts(self) -> int:
+        """Migrations a request may make (0: failover is off)."""
+        migration = self.config.migration
+        return migration.max_attempts if migration.enabled else 0
+
+    @property
     def draining(self) -> bool:
         """True while the server shuts down: readiness fails and new requests are refused."""
         return self.ops.draining

@@ -130,6 +130,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--fail-after-tokens", type=int, default=None)
     parser.add_argument(
+        "--context-answers",
+        action="store_true",
+        help="each next token follows from the last few of the context (failover checks)",
+    )
+    parser.add_argument(
         "--transport",
         choices=TRANSPORTS,
         default="grpcio",
@@ -203,6 +208,7 @@ async def _serve(args: argparse.Namespace) -> int:
         kv_events_keep=args.kv_events_keep,
         fail_status=args.fail_status,
         fail_after_tokens=args.fail_after_tokens,
+        context_answers=args.context_answers,
         hang=args.hang,
         unhealthy=args.unhealthy,
         dp_size=args.dp_size,

@@ -52,6 +52,9 @@ class ChoiceEmitter:
         self.top_k = max(request.top_logprobs_num, 0)
         #: The ids whose logprobs every output position reports (``token_ids_logprobs``).
         self.wanted_ids = list(request.token_ids_logprob)
+        #: Where the answer's first token sits for its synthetic logprobs: in the context for
+        #: context answers (the same token at the same place, whichever worker generates it).
+        self.first_position = prompt_tokens if servicer.knobs.context_answers else 0
         self._sent0 = 0
 
     def generated_ids(self) -> list[int]:
@@ -170,19 +173,20 @@ class ChoiceEmitter:
 
     def _output_logprobs(self, ids: Iterable[int], start: int) -> pb.OutputLogProbs:
         ids = list(ids)
+        at = self.first_position + start
         out = pb.OutputLogProbs(
-            token_logprobs=[synthetic_logprob(t, start + i) for i, t in enumerate(ids)],
+            token_logprobs=[synthetic_logprob(t, at + i) for i, t in enumerate(ids)],
             token_ids=ids,
         )
         if self.top_k:
             vocab = self.servicer.model.vocab_size
             for i, t in enumerate(ids):
-                values, top_ids = top_logprobs(t, start + i, self.top_k, vocab)
+                values, top_ids = top_logprobs(t, at + i, self.top_k, vocab)
                 out.top_logprobs.append(pb.TopLogProbs(values=values, token_ids=top_ids))
         if self.wanted_ids:
             vocab = self.servicer.model.vocab_size
             for i, t in enumerate(ids):
-                values = [wanted_logprob(t, start + i, w, vocab) for w in self.wanted_ids]
+                values = [wanted_logprob(t, at + i, w, vocab) for w in self.wanted_ids]
                 out.token_ids_logprobs.append(
                     pb.TopLogProbs(values=values, token_ids=self.wanted_ids)
                 )

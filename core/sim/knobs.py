@@ -46,6 +46,10 @@ class SimKnobs:
     bootstrap_timeout_s: float = 300.0
     #: Answer ``ListLoadedLoRAAdapters`` (False: UNIMPLEMENTED, as SGLang before mid 2026).
     lists_adapters: bool = True
+    #: Each next token follows from the last few of the context (``SimModel.plan``), and a
+    #: token's synthetic logprob from its place in the context: a request continued elsewhere
+    #: from the prompt and what was generated is answered as the first simulator would have.
+    context_answers: bool = False
     #: Answer ``GetTokenizer`` (False: UNIMPLEMENTED, as a servicer without it).
     serves_tokenizer: bool = True
     #: The model path GetModelInfo / GetServerInfo report instead of the real directory: a

@@ -1,7 +1,11 @@
 """The simulator's deterministic "model": what token ids it answers a prompt with.
 
 Two modes: *echo* answers with the last user turn of a ChatML prompt (or the whole prompt), and
-*scripted* answers with the first rule whose regex matches (see ``Script``). Under a
+*scripted* answers with the first rule whose regex matches (see ``Script``). With
+``context=True`` (the ``context_answers`` knob) every next token is a function of the last few
+token ids of the context instead, so that a request continued on another simulator from the
+prompt and the tokens generated so far (turnout's failover) is answered token for token as the
+first would have; such an answer runs to its token limit. Under a
 ``json_schema`` constraint it answers with a JSON value that satisfies the schema. Completions
 are tokenized with the model directory's own ``tokenizer.json``.
 """
@@ -33,6 +37,41 @@ __all__ = [
     "synthetic_logprob",
     "top_logprobs",
     "wanted_logprob",
+]
+
+#: Token ids of the context that choose the next token of a context answer.
+CONTEXT_WINDOW = 4
+#: The words context answers are made of (those that are one token of the vocabulary).
+_WORDS = [
+    "the",
+    "quick",
+    "brown",
+    "fox",
+    "jumps",
+    "over",
+    "a",
+    "lazy",
+    "dog",
+    "and",
+    "then",
+    "runs",
+    "far",
+    "away",
+    "from",
+    "home",
+    "into",
+    "green",
+    "fields",
+    "where",
+    "rivers",
+    "flow",
+    "under",
+    "old",
+    "stone",
+    "bridges",
+    "near",
+    "small",
+    "towns",
 ]
 
 _LAST_USER = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.DOTALL)
@@ -193,6 +232,8 @@ class SimModel:
         self._think_end = files.tokenizer.token_to_id("</think>")
         space = files.tokenizer.encode(" ", add_special_tokens=False).ids
         self._filler = space[:1] or [0]
+        words = [self.encode(f" {word}") for word in _WORDS]
+        self._words = [ids[0] for ids in words if len(ids) == 1] or self._filler
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` (markup such as ``<tool_call>`` maps to its added token)."""
@@ -239,8 +280,9 @@ class SimModel:
         if bad is not None:
             raise InvalidRequest(f"token id {bad} is out of range (vocab size {self.vocab_size})")
 
-    def plan(self, request: pb.GenerateRequest) -> list[ChoicePlan]:
-        """Decide every choice's tokens and finish reason, honouring the sampling limits."""
+    def plan(self, request: pb.GenerateRequest, *, context: bool = False) -> list[ChoicePlan]:
+        """Decide every choice's tokens and finish reason, honouring the sampling limits
+        (``context``: the tokens follow from the context, see the module doc)."""
         input_ids = list(request.tokenized.input_ids)
         if not input_ids:
             raise InvalidRequest("input_ids must not be empty")
@@ -262,6 +304,11 @@ class SimModel:
         if not params.ignore_eos:
             stops.update(self.files.eos_token_ids)
         eos = self.files.eos_token_ids[0] if self.files.eos_token_ids else None
+        if context and params.WhichOneof("constraint") is None:
+            return [
+                self._limit(self.continuation(input_ids, limit, index), limit, 0, stops, None)
+                for index in range(max(params.n, 1))
+            ]
         plans = []
         for text in self.answer_texts(request):
             body = self.encode(text)
@@ -271,6 +318,21 @@ class SimModel:
                 )
             )
         return plans
+
+    def continuation(self, context: list[int], count: int, choice: int = 0) -> list[int]:
+        """``count`` tokens after ``context``, each chosen by the last ``CONTEXT_WINDOW`` ids
+        before it (and the choice's index), from words of the vocabulary."""
+        words = self._words
+        ids = context[-CONTEXT_WINDOW:]
+        out: list[int] = []
+        for _ in range(count):
+            h = choice + 1
+            for token in ids[-CONTEXT_WINDOW:]:
+                h = (h * 1_000_003 + token) % 2_147_483_647
+            token = words[h % len(words)]
+            out.append(token)
+            ids.append(token)
+        return out
 
     def _limit(
         self, body: list[int], limit: int, min_new: int, stops: set[int], eos: int | None

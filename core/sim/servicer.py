@@ -159,7 +159,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                 context, rid, grpc.StatusCode.INVALID_ARGUMENT, f"duplicate request id {rid!r}"
             )
         try:
-            plans = self.model.plan(request)
+            plans = self.model.plan(request, context=self.knobs.context_answers)
         except InvalidRequest as exc:
             await self._fail(context, rid, grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         room = self._bootstrap_room(request)

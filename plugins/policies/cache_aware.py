@@ -30,9 +30,10 @@ class CacheAwarePolicy:
     (:class:`turnout.routing.AdapterAffinity`).
 
     When every candidate streams KV events (``SubscribeKvEvents``), the match is on what the
-    engines report they hold (:func:`turnout.routing.kv.cached_tokens`), exact and the same in
-    every serving process and replica, and the tree is not used; otherwise:
-    the prompt is then recorded under the chosen worker. The tree holds at most
+    engines report they hold (:func:`turnout.routing.kv.cached_tokens`), the same in every
+    serving process and replica, topped up by this router's own recent choices (an engine
+    reports a prefix only after computing it). Either way the prompt is then recorded under the
+    chosen worker. The tree holds at most
     ``max_tree_size`` tokens' worth of ``block_size``-token blocks (text prompts count four
     characters per token) and evicts the least recently used prefixes first.
     ``eviction_interval_secs`` is accepted for configuration compatibility; the bound is
@@ -93,9 +94,6 @@ class CacheAwarePolicy:
 
     def select(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Candidate:
         """Return the worker with the best prefix match, or the least-loaded one."""
-        cached = cached_tokens(request, candidates)
-        if cached is not None:
-            return self._select_by_events(request, candidates, cached)
         index = self.index
         salt = adapter_salt(request.adapter)
         if request.token_ids:
@@ -108,6 +106,14 @@ class CacheAwarePolicy:
             unit = 4 * index.block_size
         else:
             keys, size, unit = [], 0, 0
+        cached = cached_tokens(request, candidates)
+        if cached is not None:
+            by_events = self._select_by_events(
+                request, candidates, self._with_own_routes(cached, keys, candidates)
+            )
+            if keys:
+                index.insert(keys, self._bit(by_events.id), self._live)
+            return by_events
 
         chosen: Candidate | None = None
         if keys:
@@ -134,6 +140,24 @@ class CacheAwarePolicy:
         if keys:
             index.insert(keys, self._bit(chosen.id), self._live)
         return chosen
+
+    def _with_own_routes(
+        self, cached: list[int], keys: list[int], candidates: Sequence[Candidate]
+    ) -> list[int]:
+        """The engines' cached tokens per candidate, topped up by where this router sent the
+        prefix lately: an engine reports a prefix after its prefill, so a conversation's next
+        turn sent before that report still finds the worker that is computing it."""
+        if not keys:
+            return cached
+        cand_bits = [self._bits.get(c.id) or self._bit(c.id) for c in candidates]
+        depth, tenants = self.index.match(keys, self._live)
+        if not depth:
+            return cached
+        mine = depth * self.index.block_size
+        return [
+            max(tokens, mine) if bit & tenants else tokens
+            for tokens, bit in zip(cached, cand_bits, strict=True)
+        ]
 
     def _select_by_events(
         self, request: RoutingRequest, candidates: Sequence[Candidate], cached: list[int]

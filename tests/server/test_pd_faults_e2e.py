@@ -24,6 +24,8 @@ def fleet() -> Iterator[Router]:
     config = {
         "defaults": {"policy": {"name": "round_robin", "prefill": "round_robin"}},
         "retry": {"initial_backoff_ms": 10},
+        # Without failover (test_migration_e2e has it): an echo sim cannot continue an answer.
+        "migration": {"enabled": False},
     }
     sim_kwargs = {"delay_ms": 5.0, "ttft_ms": 20.0, "bootstrap_timeout_s": 20.0}
     with run_router(

@@ -35,6 +35,8 @@ class ExportedSpan:
     resource: dict[str, Any]
     start_ns: int
     end_ns: int
+    #: (name, attributes) of each event.
+    events: tuple[tuple[str, dict[str, Any]], ...] = ()
 
 
 def _value(value: AnyValue) -> Any:
@@ -68,6 +70,7 @@ def exported_spans(request: trace_service_pb2.ExportTraceServiceRequest) -> list
                         resource=resource,
                         start_ns=span.start_time_unix_nano,
                         end_ns=span.end_time_unix_nano,
+                        events=tuple((e.name, _attributes(e.attributes)) for e in span.events),
                     )
                 )
     return received

@@ -280,3 +280,26 @@ def test_a_traced_responses_call_is_kept_in_the_store(
         assert kept.status_code == 200, kept.text
         assert kept.json()["status"] == "completed"
         collector.wait_for(lambda spans: len(by_name(spans, STREAM)) >= 1)
+
+
+def test_a_migration_is_an_event_of_the_stream_span(collector: OtlpReceiver) -> None:
+    with run_router(traced(collector), sim_kwargs={"context_answers": True}) as router:
+        broken = router.sims[0]
+        broken.knobs.update(
+            {"fail_after_tokens": 3, "fail_after_status": "UNAVAILABLE", "fault_budget": 1}
+        )
+        traces = []
+        for _ in range(2):  # round robin: one of them starts on the broken worker
+            trace_id, _, traceparent = client_context()
+            chat(router, "hello there", {"traceparent": traceparent}, stream=True, max_tokens=9)
+            traces.append(trace_id)
+        spans = collector.wait_for(
+            lambda got: all(len(by_name(of_trace(got, t), STREAM)) == 1 for t in traces)
+        )
+    events = [e for t in traces for s in by_name(of_trace(spans, t), STREAM) for e in s.events]
+    assert [name for name, _ in events] == ["migration"]
+    ids = worker_ids(router)
+    attributes = events[0][1]
+    assert attributes["turnout.migration.tokens"] == 3
+    assert attributes["turnout.migration.reason"] == "unavailable"
+    assert sorted([attributes["turnout.migration.from"], attributes["turnout.migration.to"]]) == ids
