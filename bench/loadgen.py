@@ -36,10 +36,12 @@ from bench.analysis import Record, summarize, write_gaps
 from bench.httpclient import HttpConnection, HttpError
 from bench.scenarios import DEFAULT_SCENARIOS, SCENARIOS, max_tokens_for
 from bench.workload import (
+    ConversationPool,
     GapLog,
     Outcome,
     PromptPool,
     make_body,
+    make_conversation_body,
     read_json_answer,
     read_sse_answer,
 )
@@ -92,6 +94,31 @@ def _http_sender(
                     parsed=parsed,
                     tagged=scenario.env == "routing",
                 )
+            except HttpError as exc:
+                return Outcome(error=str(exc))
+
+        return send
+
+    return new_sender
+
+
+def _conversation_sender(
+    target: str, pool: ConversationPool, model: str, max_tokens: int, *, gaps: GapLog
+) -> Callable[[], Sender]:
+    """Streamed chats of ``pool``'s conversations (bodies built per request: they grow)."""
+    parts = urlsplit(target)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+
+    def new_sender() -> Sender:
+        conn = HttpConnection(host, port)
+
+        async def send(i: int, name: str) -> Outcome:
+            body = make_conversation_body(model, pool.messages(i), max_tokens)
+            try:
+                response = await conn.request("POST", SCENARIOS[name].path, body)
+                if response.status == 200:
+                    return await read_sse_answer(response.iter_body(), gaps=gaps)
+                return read_json_answer(response.status, await response.read())
             except HttpError as exc:
                 return Outcome(error=str(exc))
 
@@ -261,6 +288,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt-tokens", type=int, default=300)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--groups", type=int, default=0, help="prompt groups sharing a prefix")
+    parser.add_argument("--conversations", type=int, default=0, help="kv_cache: conversations")
+    parser.add_argument("--turns", type=int, default=8, help="kv_cache: turns per conversation")
+    parser.add_argument("--system-tokens", type=int, default=512, help="kv_cache: system prompt")
+    parser.add_argument("--turn-tokens", type=int, default=48, help="kv_cache: a user message")
     parser.add_argument("--model", default="turnout-demo")
     parser.add_argument("--request-timeout", type=float, default=60.0)
     parser.add_argument("--progress-every", type=float, default=0.0, help="seconds; 0: quiet")
@@ -282,9 +313,26 @@ def _read_window(args: argparse.Namespace) -> tuple[float, float]:
 
 async def _amain(args: argparse.Namespace) -> dict[str, Any]:
     scenarios = list(DEFAULT_SCENARIOS) if args.scenario == "mix" else [args.scenario]
-    pool = PromptPool(args.prompt_tokens, groups=args.groups)
     gaps = GapLog()
-    if args.target.startswith("direct:"):
+    conversations: ConversationPool | None = None
+    if args.conversations:
+        conversations = ConversationPool(
+            args.conversations,
+            groups=args.groups,
+            turns=args.turns,
+            system_tokens=args.system_tokens,
+            turn_tokens=args.turn_tokens,
+        )
+    pool = PromptPool(
+        args.prompt_tokens,
+        size=1 if conversations else 256,
+        groups=0 if conversations else args.groups,
+    )
+    if conversations is not None:
+        new_sender = _conversation_sender(
+            args.target, conversations, args.model, args.max_tokens, gaps=gaps
+        )
+    elif args.target.startswith("direct:"):
         urls = args.target[len("direct:") :].split(",")
         new_sender = _direct_sender(urls, pool, args.max_tokens, gaps, args.task_offset)
     else:
@@ -303,7 +351,7 @@ async def _amain(args: argparse.Namespace) -> dict[str, Any]:
         ramp=args.ramp,
         offset=args.task_offset,
         total=args.total_concurrency or args.concurrency,
-        group_of=pool.group,
+        group_of=conversations.group if conversations else pool.group,
     )
     write_gaps(args.out + ".itl", gaps)
     summary = summarize(records, *window, gaps=gaps)

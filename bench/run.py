@@ -43,6 +43,7 @@ from bench.analysis import (  # noqa: E402
     Record,
     added_delay,
     affinity,
+    cache_use,
     memory_per_stream,
     rank_balance,
     rank_use,
@@ -189,6 +190,24 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--dp-delay-ms", type=float, default=2.0, help="the workers' delay per token")
     dp.add_argument("--dp-max-running", type=int, default=4, help="running requests per rank")
     dp.add_argument("--dp-policy", default="least_load", help="policy of both turnout runs")
+    kv = parser.add_argument_group("kv_cache (opt-in)")
+    kv.add_argument("--kv-cache-tokens", type=int, default=24000, help="prefix cache per sim")
+    kv.add_argument("--kv-block-size", type=int, default=16, help="tokens per cache block")
+    kv.add_argument(
+        "--kv-prefill-tokens-per-s", type=float, default=8000.0, help="sims' prefill speed"
+    )
+    kv.add_argument("--kv-delay-ms", type=float, default=0.0, help="sims' delay per token")
+    kv.add_argument("--kv-max-tokens", type=int, default=16, help="answer length")
+    kv.add_argument("--kv-groups", type=int, default=8, help="system prompts shared")
+    kv.add_argument(
+        "--kv-conversations",
+        type=int,
+        default=64,
+        help="conversations (a multiple of --concurrency: each client keeps its own)",
+    )
+    kv.add_argument("--kv-turns", type=int, default=8, help="turns before a conversation ends")
+    kv.add_argument("--kv-system-tokens", type=int, default=512, help="system prompt, ~tokens")
+    kv.add_argument("--kv-turn-tokens", type=int, default=48, help="a user message, ~tokens")
     parser.add_argument("--request-timeout", type=float, default=60.0)
     parser.add_argument("--profile-top", type=int, default=15, help="hot spots to print")
     parser.add_argument("--profile-rate", type=int, default=200, help="py-spy samples/s")
@@ -226,6 +245,14 @@ def _check_args(args: argparse.Namespace) -> str | None:
         "dp_size",
         "dp_max_running",
         "rounds",
+        "kv_cache_tokens",
+        "kv_block_size",
+        "kv_max_tokens",
+        "kv_groups",
+        "kv_conversations",
+        "kv_turns",
+        "kv_system_tokens",
+        "kv_turn_tokens",
     )
     for name in positive:
         if getattr(args, name) <= 0:
@@ -237,6 +264,10 @@ def _check_args(args: argparse.Namespace) -> str | None:
             return f"--router-cpus: {exc}"
     if args.warmup < 0 or args.loadgen_processes < 0 or args.dp_delay_ms < 0:
         return "--warmup, --loadgen-processes and --dp-delay-ms must be >= 0"
+    if "kv_cache" in args.scenarios and args.kv_conversations % args.concurrency:
+        return "--kv-conversations must be a multiple of --concurrency"
+    if args.kv_prefill_tokens_per_s < 0 or args.kv_delay_ms < 0:
+        return "--kv-prefill-tokens-per-s and --kv-delay-ms must be >= 0"
     if not args.process_counts or min(args.process_counts) < 1:
         return "--process-counts must list serving process counts >= 1"
     if args.rounds > 1 and (args.profile or args.soak):
@@ -309,6 +340,9 @@ def run_loadgen(
                     *("--max-tokens", str(plan.max_tokens), "--groups", str(plan.groups)),
                     *("--model", MODEL, "--request-timeout", str(args.request_timeout)),
                     *("--progress-every", str(plan.progress_every if p == 0 else 0)),
+                    *("--conversations", str(plan.conversations), "--turns", str(plan.turns)),
+                    *("--system-tokens", str(plan.system_tokens)),
+                    *("--turn-tokens", str(plan.turn_tokens)),
                     *("--out", str(outs[p])),
                 ]
                 with errs[p].open("w") as err:
@@ -347,7 +381,7 @@ def run_loadgen(
     summary["concurrency"] = plan.concurrency
     summary["loadgen_processes"] = len(procs)
     inside = [r for r in records if window[0] <= r.end <= window[1]]
-    summary["routing"] = affinity(inside) if plan.groups else None
+    summary["routing"] = affinity(inside) if plan.groups and not plan.conversations else None
     return summary
 
 
@@ -481,6 +515,13 @@ class _Window:
             return None
         return rank_use(first, last)
 
+    def cache_used(self) -> dict[str, Any] | None:
+        """Prompt and cached tokens inside the window: the hit rate, per worker."""
+        first, last = self.counters.get("window_start"), self.counters.get("window_end")
+        if not first or not last:
+            return None
+        return cache_use(first, last)
+
     def worker_tokens(self) -> int | None:
         first, last = self.counters.get("window_start"), self.counters.get("window_end")
         if not first or not last:
@@ -526,6 +567,8 @@ def measure(
     if summary["routing"] is not None:
         # Which serving process takes a connection is the kernel's choice: how they were spread.
         summary["routing"]["connections_per_process"] = window.connections
+    if SCENARIOS[scenario].env == "kv":
+        summary["kv_cache"] = window.cache_used()
     if SCENARIOS[scenario].env == "dp":
         ranks = window.ranks_used()
         summary["ranks"] = ranks
@@ -655,7 +698,8 @@ def compare_env(
     routers = _start_routers(
         router_specs(env, args, names), urls, log_dir, env, pd_flags, cpus=_cpu_plan(args)
     )
-    targets = ([] if args.no_direct else ["direct"]) + list(routers)
+    # kv: the routers are what is compared (direct would be a round robin without a router)
+    targets = ([] if args.no_direct or env == "kv" else ["direct"]) + list(routers)
     per_round: list[dict[str, dict[str, Any]]] = [{} for _ in range(args.rounds)]
     try:
         for scenario in scenarios:
@@ -668,6 +712,8 @@ def compare_env(
                     router = routers.get(target)
                     url = router.url if router is not None else "direct:" + ",".join(urls)
                     spans_before = sink.spans if sink is not None else 0
+                    if env == "kv":
+                        flush_caches(urls)  # every target starts with cold caches
                     measured[target] = measure(
                         args,
                         target,
@@ -686,6 +732,20 @@ def compare_env(
         for router in routers.values():
             router.stop()
     return per_round, {target: r.version for target, r in routers.items()}
+
+
+def flush_caches(urls: list[str], idle_wait_s: float = 30.0) -> None:
+    """Empty the prefix cache of every worker (once the previous run's requests are done)."""
+    from turnout.wire import WorkerClient
+
+    async def flush() -> None:
+        for url in urls:
+            async with WorkerClient(url) as client:
+                answer = await client.flush_cache(idle_wait_s=idle_wait_s)
+            if not answer.success:
+                raise BenchError(f"flushing the cache of {url} failed: {answer.message}")
+
+    asyncio.run(flush())
 
 
 def _env_workers(env: str, sims: list[Any]) -> tuple[list[str], list[str]]:
@@ -750,6 +810,8 @@ def compare(
     pairs += [(TRACED, "turnout"), (TRACED, "smg")]
     pairs += [(f"turnout-p{n}", "turnout") for n in args.process_counts if n != 1]
     pairs += [("turnout", "turnout-summed"), ("turnout-pd", "turnout")]
+    pairs += [("turnout-cache", "smg-cache"), ("turnout-cache", "turnout-rr")]
+    pairs += [(f"turnout-cache-p{n}", "turnout-cache") for n in args.process_counts if n != 1]
     figures = fold(per_round, pairs, args.concurrency)
     out: dict[str, Any] = {"results": figures.pop("results"), "versions": versions}
     if spans is not None:
@@ -959,6 +1021,8 @@ def _config(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
         keys += ["process_counts", "routing_policy", "prefix_groups"]
     if "dp" in envs:
         keys += ["dp_size", "dp_delay_ms", "dp_max_running", "dp_policy"]
+    if "kv" in envs:
+        keys += ["process_counts", *(k for k in vars(args) if k.startswith("kv_"))]
     config = {key: getattr(args, key) for key in keys}
     config["routers"] = names or ["turnout"]
     config["tracing"] = args.tracing
