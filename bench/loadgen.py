@@ -105,12 +105,15 @@ def _http_sender(
 def _conversation_sender(
     target: str, pool: ConversationPool, model: str, max_tokens: int, *, gaps: GapLog
 ) -> Callable[[], Sender]:
-    """Streamed chats of ``pool``'s conversations (bodies built per request: they grow)."""
-    parts = urlsplit(target)
-    host, port = parts.hostname or "127.0.0.1", parts.port or 80
+    """Streamed chats of ``pool``'s conversations (bodies built per request: they grow).
+    ``target`` may list several router replicas (comma separated): the clients are dealt to
+    them in turn, each keeping its connection (and so its conversations) on one."""
+    addresses = [urlsplit(url) for url in target.split(",")]
+    dealt = itertools.count()
 
     def new_sender() -> Sender:
-        conn = HttpConnection(host, port)
+        parts = addresses[next(dealt) % len(addresses)]
+        conn = HttpConnection(parts.hostname or "127.0.0.1", parts.port or 80)
 
         async def send(i: int, name: str) -> Outcome:
             body = make_conversation_body(model, pool.messages(i), max_tokens)

@@ -205,6 +205,9 @@ def build_parser() -> argparse.ArgumentParser:
         default=64,
         help="conversations (a multiple of --concurrency: each client keeps its own)",
     )
+    kv.add_argument(
+        "--kv-replicas", type=int, default=2, help="turnout cache_aware replicas (<= 1: none)"
+    )
     kv.add_argument("--kv-turns", type=int, default=8, help="turns before a conversation ends")
     kv.add_argument("--kv-system-tokens", type=int, default=512, help="system prompt, ~tokens")
     kv.add_argument("--kv-turn-tokens", type=int, default=48, help="a user message, ~tokens")
@@ -550,6 +553,7 @@ def measure(
     watched = {f"sim{i}": pid for i, pid in enumerate(sim_pids)}
     if router is not None:
         watched["router"] = router.pid
+        watched.update({f"replica{j}": r.pid for j, r in enumerate(router.replicas)})
     port = int(router.url.rsplit(":", 1)[1]) if router is not None else None
     window = _Window(watched, [sim.url for sim in sims], "router" if router else None, port)
     idle = procfs.sample_tree(router.pid).rss / 2**20 if router is not None else None
@@ -578,6 +582,9 @@ def measure(
     )
     if router is not None:
         cpu = window.cpu_s("router")
+        replicas_cpu = [window.cpu_s(f"replica{j}") for j in range(len(router.replicas))]
+        if cpu is not None and None not in replicas_cpu:
+            cpu = round(cpu + sum(c or 0.0 for c in replicas_cpu), 3)
         requests = summary["requests"]
         # long paced streams span windows: count the tokens the workers made inside this one
         long_streams = SCENARIOS[scenario].env == "paced" and worker_tokens
@@ -650,6 +657,10 @@ def _start_routers(
                     worker_dp_size=spec.worker_dp_size,
                     config=tracing_config(spec.tracing_endpoint),
                 )
+                for r in range(1, spec.replicas):
+                    routers[spec.target].replicas.append(
+                        start_turnout(urls, log_dir, policy=spec.policy, name=f"{log_name}-{r}")
+                    )
             else:
                 command = find_smg()
                 if command is None:
@@ -664,7 +675,8 @@ def _start_routers(
                 )
             router = routers[spec.target]
             if cpus is not None:
-                pin_tree(router.pid, cpus.routers)
+                for pid in (router.pid, *(r.pid for r in router.replicas)):
+                    pin_tree(pid, cpus.routers)
             print(f"{spec.target} {router.version} ready at {router.url} ({env})", flush=True)
     except BaseException:
         for router in routers.values():
@@ -710,7 +722,9 @@ def compare_env(
                 measured: dict[str, dict[str, Any]] = {}
                 for target in round_order(targets, index):
                     router = routers.get(target)
-                    url = router.url if router is not None else "direct:" + ",".join(urls)
+                    url = (
+                        ",".join(router.urls) if router is not None else "direct:" + ",".join(urls)
+                    )
                     spans_before = sink.spans if sink is not None else 0
                     if env == "kv":
                         flush_caches(urls)  # every target starts with cold caches
@@ -812,6 +826,7 @@ def compare(
     pairs += [("turnout", "turnout-summed"), ("turnout-pd", "turnout")]
     pairs += [("turnout-cache", "smg-cache"), ("turnout-cache", "turnout-rr")]
     pairs += [(f"turnout-cache-p{n}", "turnout-cache") for n in args.process_counts if n != 1]
+    pairs += [(f"turnout-cache-x{args.kv_replicas}", "turnout-cache")]
     figures = fold(per_round, pairs, args.concurrency)
     out: dict[str, Any] = {"results": figures.pop("results"), "versions": versions}
     if spans is not None:

@@ -247,6 +247,9 @@ class RouterSpec:
     #: turnout only: trace every request (sampling ratio 1.0) and export the spans over
     #: OTLP/gRPC to this endpoint (None: tracing off).
     tracing_endpoint: str | None = None
+    #: turnout only: this many independent routers side by side, each load-generator client
+    #: on one of them (a connection-level balancer in front of router replicas).
+    replicas: int = 1
 
 
 def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[RouterSpec]:
@@ -297,7 +300,8 @@ def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[R
 
 def _kv_specs(kind: str, args: argparse.Namespace) -> list[RouterSpec]:
     """The ``kv`` environment's targets of ``kind``: round robin, then cache-aware (turnout
-    at each of ``args.process_counts``; smg's cache_aware subscribes to the sims' KV events)."""
+    at each of ``args.process_counts`` and as ``args.kv_replicas`` replicas; smg's cache_aware
+    subscribes to the sims' KV events)."""
     if kind != "turnout":
         return [
             RouterSpec("smg-rr", kind, "round_robin"),
@@ -307,6 +311,9 @@ def _kv_specs(kind: str, args: argparse.Namespace) -> list[RouterSpec]:
     for n in args.process_counts:
         name = "turnout-cache" if n == 1 else f"turnout-cache-p{n}"
         specs.append(RouterSpec(name, kind, "cache_aware", processes=n))
+    if args.kv_replicas > 1:
+        name = f"turnout-cache-x{args.kv_replicas}"
+        specs.append(RouterSpec(name, kind, "cache_aware", replicas=args.kv_replicas))
     return specs
 
 

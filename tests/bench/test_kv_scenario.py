@@ -131,9 +131,13 @@ def test_kv_environment_is_opt_in_with_cache_on_and_prefill_cost(tmp_path: Path)
         ("turnout-rr", "turnout", "round_robin", 1),
         ("turnout-cache", "turnout", "cache_aware", 1),
         ("turnout-cache-p2", "turnout", "cache_aware", 2),
+        ("turnout-cache-x2", "turnout", "cache_aware", 1),
         ("smg-rr", "smg", "round_robin", 1),
         ("smg-cache", "smg", "cache_aware", 1),
     ]
+    assert [s.replicas for s in specs] == [1, 1, 1, 2, 1, 1]
+    alone = router_specs("kv", _args("--kv-replicas", "1"), ["turnout"])
+    assert [s.target for s in alone] == ["turnout-rr", "turnout-cache", "turnout-cache-p2"]
     plan = load_plan(SCENARIOS["kv_cache"], args)
     assert (plan.conversations, plan.groups, plan.max_tokens) == (64, 8, 16)
     assert SCENARIOS["kv_cache"].streaming  # TTFT needs a stream
