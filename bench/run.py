@@ -2,6 +2,7 @@
 
     python bench/run.py --duration 20 --concurrency 32        # compare (default)
     python bench/run.py --scenarios paced_stream,parse_chat,parse_chat_stream,processes
+    python bench/run.py --scenarios kv_cache                  # prefix-cache hit rate, TTFT
     python bench/run.py --profile --duration 15               # where turnout's CPU goes
     python bench/run.py --soak --soak-duration 600            # RSS over time at concurrency 64
 
