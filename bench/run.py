@@ -656,7 +656,7 @@ def _start_routers(
                     extra=(*spec.extra, *(pd_flags if spec.pd else ())),
                     name=log_name,
                     worker_dp_size=spec.worker_dp_size,
-                    config=tracing_config(spec.tracing_endpoint),
+                    config=_turnout_config(spec),
                 )
                 for r in range(1, spec.replicas):
                     routers[spec.target].replicas.append(
@@ -684,6 +684,13 @@ def _start_routers(
             router.stop()
         raise
     return routers
+
+
+def _turnout_config(spec: RouterSpec) -> dict[str, Any] | None:
+    config = tracing_config(spec.tracing_endpoint) or {}
+    if spec.kv_events is not None:
+        config["health"] = {"kv_events": spec.kv_events}
+    return config or None
 
 
 def tracing_config(endpoint: str | None) -> dict[str, Any] | None:
@@ -826,6 +833,7 @@ def compare(
     pairs += [(f"turnout-p{n}", "turnout") for n in args.process_counts if n != 1]
     pairs += [("turnout", "turnout-summed"), ("turnout-pd", "turnout")]
     pairs += [("turnout-cache", "smg-cache"), ("turnout-cache", "turnout-rr")]
+    pairs += [("turnout-cache", "turnout-cache-noev"), ("turnout-cache-noev", "smg-cache")]
     pairs += [(f"turnout-cache-p{n}", "turnout-cache") for n in args.process_counts if n != 1]
     pairs += [(f"turnout-cache-x{args.kv_replicas}", "turnout-cache")]
     figures = fold(per_round, pairs, args.concurrency)

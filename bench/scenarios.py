@@ -247,6 +247,9 @@ class RouterSpec:
     #: turnout only: trace every request (sampling ratio 1.0) and export the spans over
     #: OTLP/gRPC to this endpoint (None: tracing off).
     tracing_endpoint: str | None = None
+    #: turnout only: False turns its KV-event subscriptions off (``health.kv_events``), so that
+    #: ``cache_aware`` learns prefixes from its own requests (None: the default).
+    kv_events: bool | None = None
     #: turnout only: this many independent routers side by side, each load-generator client
     #: on one of them (a connection-level balancer in front of router replicas).
     replicas: int = 1
@@ -298,6 +301,13 @@ def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[R
     return specs
 
 
+def turnout_has_kv_events() -> bool:
+    """True when this turnout can route on its workers' KV events (``health.kv_events``)."""
+    from turnout.workers.settings import HealthSettings
+
+    return "kv_events" in HealthSettings.__struct_fields__
+
+
 def _kv_specs(kind: str, args: argparse.Namespace) -> list[RouterSpec]:
     """The ``kv`` environment's targets of ``kind``: round robin, then cache-aware (turnout
     at each of ``args.process_counts`` and as ``args.kv_replicas`` replicas; smg's cache_aware
@@ -308,6 +318,8 @@ def _kv_specs(kind: str, args: argparse.Namespace) -> list[RouterSpec]:
             RouterSpec("smg-cache", kind, "cache_aware"),
         ]
     specs = [RouterSpec("turnout-rr", kind, "round_robin")]
+    if turnout_has_kv_events():
+        specs.append(RouterSpec("turnout-cache-noev", kind, "cache_aware", kv_events=False))
     for n in args.process_counts:
         name = "turnout-cache" if n == 1 else f"turnout-cache-p{n}"
         specs.append(RouterSpec(name, kind, "cache_aware", processes=n))

@@ -11,7 +11,14 @@ from typing import Any
 from bench.analysis import cache_use
 from bench.report import render_results
 from bench.run import _check_args, build_parser
-from bench.scenarios import DEFAULT_SCENARIOS, SCENARIOS, load_plan, router_specs, sim_args
+from bench.scenarios import (
+    DEFAULT_SCENARIOS,
+    SCENARIOS,
+    load_plan,
+    router_specs,
+    sim_args,
+    turnout_has_kv_events,
+)
 from bench.workload import ConversationPool, make_conversation_body
 
 
@@ -127,6 +134,8 @@ def test_kv_environment_is_opt_in_with_cache_on_and_prefill_cost(tmp_path: Path)
     assert flags[flags.index("--kv-cache-tokens") + 1] == "5000"
     assert float(flags[flags.index("--prefill-tokens-per-s") + 1]) > 0
     specs = router_specs("kv", args, ["turnout", "smg"])
+    if turnout_has_kv_events():  # cache_aware also without the events, as a baseline
+        assert specs.pop(1).kv_events is False
     assert [(s.target, s.kind, s.policy, s.processes) for s in specs] == [
         ("turnout-rr", "turnout", "round_robin", 1),
         ("turnout-cache", "turnout", "cache_aware", 1),
@@ -137,7 +146,11 @@ def test_kv_environment_is_opt_in_with_cache_on_and_prefill_cost(tmp_path: Path)
     ]
     assert [s.replicas for s in specs] == [1, 1, 1, 2, 1, 1]
     alone = router_specs("kv", _args("--kv-replicas", "1"), ["turnout"])
-    assert [s.target for s in alone] == ["turnout-rr", "turnout-cache", "turnout-cache-p2"]
+    assert [s.target for s in alone if s.kv_events is None] == [
+        "turnout-rr",
+        "turnout-cache",
+        "turnout-cache-p2",
+    ]
     plan = load_plan(SCENARIOS["kv_cache"], args)
     assert (plan.conversations, plan.groups, plan.max_tokens) == (64, 8, 16)
     assert SCENARIOS["kv_cache"].streaming  # TTFT needs a stream
