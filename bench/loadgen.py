@@ -25,6 +25,7 @@ import asyncio
 import itertools
 import json
 import os
+import random
 import sys
 import time
 import uuid
@@ -207,11 +208,14 @@ async def run_load(
     offset: int = 0,
     total: int | None = None,
     group_of: Callable[[int], int | None] = lambda i: None,
+    think_s: float = 0.0,
 ) -> list[Record]:
     """Drive the target until ``window`` (perf_counter start, end) is over; returns the records.
 
     Task ``k`` of this process is task ``offset + k`` of ``total`` (all processes): it sends
     prompts ``offset + k + n * total`` and starts ``ramp * (offset + k) / total`` seconds late.
+    With ``think_s``, a task pauses a random 0 to ``think_s`` seconds (fixed per prompt index)
+    before each request, outside its latency, so the tasks do not stay in lock step.
     """
     total = total or concurrency
     window_start, window_end = window
@@ -230,6 +234,8 @@ async def run_load(
                 return
             i = task + n * total  # distinct prompts across tasks
             scenario = scenarios[i % len(scenarios)] if mixed else scenarios[0]
+            if think_s > 0:
+                await asyncio.sleep(think_s * random.Random(i).random())
             start = time.perf_counter()
             try:
                 async with asyncio.timeout(request_timeout):
@@ -295,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--turns", type=int, default=8, help="kv_cache: turns per conversation")
     parser.add_argument("--system-tokens", type=int, default=512, help="kv_cache: system prompt")
     parser.add_argument("--turn-tokens", type=int, default=48, help="kv_cache: a user message")
+    parser.add_argument(
+        "--think-ms", type=float, default=0.0, help="random pause before each request, up to"
+    )
     parser.add_argument("--model", default="turnout-demo")
     parser.add_argument("--request-timeout", type=float, default=60.0)
     parser.add_argument("--progress-every", type=float, default=0.0, help="seconds; 0: quiet")
@@ -355,6 +364,7 @@ async def _amain(args: argparse.Namespace) -> dict[str, Any]:
         offset=args.task_offset,
         total=args.total_concurrency or args.concurrency,
         group_of=conversations.group if conversations else pool.group,
+        think_s=args.think_ms / 1000,
     )
     write_gaps(args.out + ".itl", gaps)
     summary = summarize(records, *window, gaps=gaps)
@@ -372,9 +382,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario != "mix" and args.scenario not in SCENARIOS:
         print(f"loadgen: unknown scenario {args.scenario!r}", file=sys.stderr)
         return 2
-    if args.concurrency < 1 or args.duration <= 0 or args.warmup < 0 or args.ramp < 0:
+    if (
+        args.concurrency < 1
+        or args.duration <= 0
+        or args.warmup < 0
+        or args.ramp < 0
+        or args.think_ms < 0
+    ):
         print(
-            "loadgen: need --concurrency >= 1, --duration > 0, --warmup >= 0, --ramp >= 0",
+            "loadgen: need --concurrency >= 1, --duration > 0, --warmup >= 0, --ramp >= 0, "
+            "--think-ms >= 0",
             file=sys.stderr,
         )
         return 2

@@ -209,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument(
         "--kv-replicas", type=int, default=2, help="turnout cache_aware replicas (<= 1: none)"
     )
+    kv.add_argument(
+        "--kv-think-ms",
+        type=float,
+        default=100.0,
+        help="clients pause a random 0 to MS before each turn (breaks their lock step)",
+    )
     kv.add_argument("--kv-turns", type=int, default=8, help="turns before a conversation ends")
     kv.add_argument("--kv-system-tokens", type=int, default=512, help="system prompt, ~tokens")
     kv.add_argument("--kv-turn-tokens", type=int, default=48, help="a user message, ~tokens")
@@ -270,8 +276,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
         return "--warmup, --loadgen-processes and --dp-delay-ms must be >= 0"
     if "kv_cache" in args.scenarios and args.kv_conversations % args.concurrency:
         return "--kv-conversations must be a multiple of --concurrency"
-    if args.kv_prefill_tokens_per_s < 0 or args.kv_delay_ms < 0:
-        return "--kv-prefill-tokens-per-s and --kv-delay-ms must be >= 0"
+    if min(args.kv_prefill_tokens_per_s, args.kv_delay_ms, args.kv_think_ms) < 0:
+        return "--kv-prefill-tokens-per-s, --kv-delay-ms and --kv-think-ms must be >= 0"
     if not args.process_counts or min(args.process_counts) < 1:
         return "--process-counts must list serving process counts >= 1"
     if args.rounds > 1 and (args.profile or args.soak):
@@ -346,7 +352,7 @@ def run_loadgen(
                     *("--progress-every", str(plan.progress_every if p == 0 else 0)),
                     *("--conversations", str(plan.conversations), "--turns", str(plan.turns)),
                     *("--system-tokens", str(plan.system_tokens)),
-                    *("--turn-tokens", str(plan.turn_tokens)),
+                    *("--turn-tokens", str(plan.turn_tokens), "--think-ms", str(plan.think_ms)),
                     *("--out", str(outs[p])),
                 ]
                 with errs[p].open("w") as err:

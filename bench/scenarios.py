@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "DEFAULT_SCENARIOS",
@@ -349,6 +349,8 @@ class LoadPlan:
     turns: int = 0
     system_tokens: int = 0
     turn_tokens: int = 0
+    #: Random pause before each request, up to this many ms (outside its latency).
+    think_ms: float = 0.0
 
 
 #: Open streams one load-generator process drives at most (when --loadgen-processes is auto).
@@ -386,8 +388,9 @@ def load_plan(scenario: Scenario, args: argparse.Namespace) -> LoadPlan:
     )
 
 
-def _kv_load(args: argparse.Namespace) -> dict[str, int]:
+def _kv_load(args: argparse.Namespace) -> dict[str, Any]:
     return {
+        "think_ms": args.kv_think_ms,
         "conversations": args.kv_conversations,
         "turns": args.kv_turns,
         "system_tokens": args.kv_system_tokens,
