@@ -42,7 +42,7 @@ class Expiring(Protocol):
 class Deadline:
     """One ``with`` block of a task under a deadline (see :meth:`Deadlines.at`)."""
 
-    __slots__ = ("_board", "_cancelling", "_expired", "_loop", "_task", "when")
+    __slots__ = ("_board", "_cancelling", "_expired", "_inside", "_loop", "_task", "when")
 
     def __init__(
         self, board: Deadlines, when: float, loop: asyncio.AbstractEventLoop | None = None
@@ -51,6 +51,7 @@ class Deadline:
         self.when = when
         self._loop = loop
         self._expired = False
+        self._inside = False
 
     def expired(self) -> bool:
         """True when the deadline passed inside the block (it cancelled the task)."""
@@ -64,6 +65,7 @@ class Deadline:
             raise RuntimeError("a deadline is for a task")
         self._task = task
         self._cancelling = task.cancelling()
+        self._inside = True
         if self.when != math.inf:
             self._board.watch(self, loop)
         return self
@@ -74,6 +76,7 @@ class Deadline:
         exc: BaseException | None,
         traceback: TracebackType | None,
     ) -> None:
+        self._inside = False
         self._board.forget(self)
         if (
             self._expired
@@ -86,6 +89,12 @@ class Deadline:
         """The deadline passed inside the block: cancel the task."""
         self._expired = True
         self._task.cancel()
+
+    def cut(self) -> None:
+        """End the wait now, as if the deadline had passed (once; nothing outside the block)."""
+        if self._inside and not self._expired:
+            self._board.forget(self)
+            self.expire()
 
 
 class Deadlines:

@@ -41,3 +41,12 @@ def no_gc() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+@pytest.fixture
+def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A folder on ``sys.path`` for the test's plugin distributions
+    (:func:`tests.plugin_fixtures.make_distribution`), and no ``TURNOUT_PLUGINS`` choice."""
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delenv("TURNOUT_PLUGINS", raising=False)
+    return tmp_path

@@ -11,8 +11,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from tests.ops.helpers import chat, scrape, sse_events
+from tests.ops.helpers import chat, scrape
 from tests.server.harness import MODEL, Router, run_router
+from tests.support import sse_events
 
 from .plugin_fixtures import make_distribution
 

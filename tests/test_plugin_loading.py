@@ -27,13 +27,6 @@ def turnout_register_tool_parsers(register):
 """
 
 
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delenv("TURNOUT_PLUGINS", raising=False)
-    return tmp_path
-
-
 def test_builtins_come_through_turnouts_own_entry_points() -> None:
     plugins = turnout.load_plugins()
     assert {p.distribution for p in plugins.loaded} >= {"turnout"}

@@ -136,8 +136,9 @@ def config_warnings(config: Config) -> list[str]:
     if server.processes > 1 and config.responses.storage == "memory://":
         warnings.append(
             f"server.processes is {server.processes} and responses.storage is memory://: each "
-            "process keeps its own Responses API responses, so a previous_response_id or GET "
-            "/v1/responses/{id} that reaches another process is a 404 (keep them in Redis)"
+            "process keeps its own Responses API responses and conversations, so a "
+            "previous_response_id, a conversation or GET /v1/responses/{id} that reaches "
+            "another process is a 404 (keep them in Redis)"
         )
     return warnings
 

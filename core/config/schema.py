@@ -247,7 +247,8 @@ class LimitsConfig(_Section):
 
 class ResponsesConfig(_Section):
     """The Responses API's store of responses (``store: true``, ``previous_response_id``,
-    ``GET /v1/responses/{id}``); restart to change."""
+    ``GET /v1/responses/{id}``) and of conversations (``/v1/conversations``); restart to
+    change."""
 
     #: ``memory://``: each serving process keeps its own responses (a follow-up request must
     #: reach the same process and replica). ``redis://host:port/db`` / ``rediss://…``: every

@@ -448,6 +448,7 @@ class ChoiceProcessor:
         piece = self._token_piece
         entries: list[TokenLogprob] = []
         tops = list(logprobs.top_logprobs)
+        wanted_rows = list(logprobs.token_ids_logprobs)
         for i, (token_id, value) in enumerate(
             zip(logprobs.token_ids[:limit], logprobs.token_logprobs, strict=False)
         ):
@@ -462,7 +463,15 @@ class ChoiceProcessor:
                     top_text, top_raw = piece(top_id)
                     top.append(TokenLogprob(top_id, top_text, top_value, raw=top_raw))
             text, raw = piece(token_id)
-            entries.append(TokenLogprob(token_id, text, value, top, raw))
+            entry = TokenLogprob(token_id, text, value, top, raw)
+            if i < len(wanted_rows):
+                row = wanted_rows[i]
+                for wanted_id, wanted_value in zip(row.token_ids, row.values, strict=False):
+                    wanted_text, wanted_raw = piece(wanted_id)
+                    entry.wanted.append(
+                        TokenLogprob(wanted_id, wanted_text, wanted_value, raw=wanted_raw)
+                    )
+            entries.append(entry)
         return entries
 
 

@@ -22,6 +22,8 @@ class TokenLogprob:
     logprob: float | None
     top: list[TokenLogprob] = field(default_factory=list)
     raw: bytes = b""
+    #: The logprobs of the token ids the request asked about (``token_ids_logprob``).
+    wanted: list[TokenLogprob] = field(default_factory=list)
 
 
 @dataclass(slots=True)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from turnout.generation.choice import ChoiceProcessor, TokenPiece
 from turnout.generation.context import RequestContext
 from turnout.generation.events import Event
-from turnout.generation.models import ModelRuntime, ModelTable
+from turnout.generation.models import ModelRuntime, ModelTable, UnknownAdapter
 from turnout.generation.output import make_processors, token_piece
 from turnout.generation.pipeline import GenerateSession, Opener, SessionEvents
 from turnout.generation.plan import Plan
@@ -181,7 +181,8 @@ async def run_endpoint(
     if tracing is not None:  # time to first token and the stream, as spans
         spans = RequestSpans(tracing, ctx)
         if plan.stream:
-            return Streamed(spans.payloads(_Payloads(spans.renderer(renderer), sources)))
+            payloads = spans.payloads(_Payloads(spans.renderer(renderer), sources))
+            return Streamed(payloads, endpoint.typed_events)
         answer = _one_shot(
             _Retry(endpoint, request, ctx, backend.open_stream, plan, spans.renderer),
             spans.renderer(renderer),
@@ -200,7 +201,11 @@ async def prepare(
 ) -> Plan:
     """Check, model, prompts: the endpoint's plan for ``request``."""
     endpoint.check(request)
-    model_id, adapter = models.resolve_model(request.model, getattr(request, "lora_path", None))
+    lora_path = getattr(request, "lora_path", None)
+    try:
+        model_id, adapter = models.resolve_model(request.model, lora_path)
+    except UnknownAdapter:  # loaded at run time elsewhere? ask the workers before the 404
+        model_id, adapter = await models.resolve_model_fresh(request.model, lora_path)
     runtime = await models.runtime(model_id)
     plan = await endpoint.prompts(request, runtime, ctx)
     check_plan(plan)

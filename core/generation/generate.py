@@ -107,6 +107,7 @@ async def _prompts(
         stream=request.stream,
         logprobs=request.return_logprob,
         top_logprobs=request.top_logprobs_num,
+        token_ids_logprob=tuple(request.token_ids_logprob or ()),
         require_reasoning=request.require_reasoning,
         request_id=request.rid or ctx.worker_request_id,
     )
@@ -120,6 +121,7 @@ def _renderer(request: GenerateRequestBody, plan: Plan, ctx: RequestContext) -> 
         batch=_batch(request),
         logprobs=request.return_logprob,
         top_logprobs=request.top_logprobs_num > 0,
+        wanted_logprobs=bool(request.token_ids_logprob),
         text_in_logprobs=request.return_text_in_logprobs,
         started=ctx.started,
         prompt_tokens=[len(prompt.ids) for prompt in plan.prompts],

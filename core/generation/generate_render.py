@@ -12,7 +12,7 @@ from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, TokenLogpro
 class _Output:
     """One choice's output so far."""
 
-    __slots__ = ("end", "ids", "lps", "reasoning", "text", "tops")
+    __slots__ = ("end", "ids", "lps", "reasoning", "text", "tops", "wanted")
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -20,6 +20,8 @@ class _Output:
         #: SGLang's logprob entries of the tokens, and of each token's alternatives.
         self.lps: list[list[Any]] = []
         self.tops: list[list[list[Any]]] = []
+        #: Per token, SGLang's entries of the token ids the request asked about.
+        self.wanted: list[list[list[Any]]] = []
         self.end: ChoiceEnd | None = None
         #: Its reasoning tokens so far.
         self.reasoning = 0
@@ -42,6 +44,7 @@ class GenerateRenderer:
         "_started",
         "_top",
         "_usage",
+        "_wanted",
         "_with_text",
     )
 
@@ -54,6 +57,7 @@ class GenerateRenderer:
         batch: bool = False,
         logprobs: bool = False,
         top_logprobs: bool = False,
+        wanted_logprobs: bool = False,
         text_in_logprobs: bool = False,
         started: float | None = None,
         prompt_tokens: list[int] | None = None,
@@ -67,6 +71,7 @@ class GenerateRenderer:
         self._started = time.monotonic() if started is None else started
         self._logprobs = logprobs
         self._top = top_logprobs
+        self._wanted = wanted_logprobs
         self._with_text = text_in_logprobs
         self._count = n * prompts
         #: The answer is the one object (not a list).
@@ -137,6 +142,8 @@ class GenerateRenderer:
                     out.lps.append(entry(lp))
                     if self._top:
                         out.tops.append([entry(top) for top in lp.top])
+                    if self._wanted:
+                        out.wanted.append([entry(w) for w in lp.wanted])
         elif isinstance(event, ChoiceEnd):
             self._outputs[event.index].end = event
         elif isinstance(event, Usage):
@@ -161,6 +168,8 @@ class GenerateRenderer:
             meta["output_token_logprobs"] = out.lps
             if self._top:
                 meta["output_top_logprobs"] = out.tops
+            if self._wanted:
+                meta["output_token_ids_logprobs"] = out.wanted
         return {"text": "".join(out.text), "output_ids": out.ids, "meta_info": meta, "index": i}
 
     def _entry(self, lp: TokenLogprob) -> list[Any]:

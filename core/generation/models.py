@@ -7,7 +7,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,6 +92,14 @@ class ModelRuntime:
     vision: Vision | str = "it takes no images"
 
 
+class UnknownAdapter(ApiError):
+    """A request named a LoRA adapter its model does not have (404, like an unknown model)."""
+
+    def __init__(self, model_id: str, message: str) -> None:
+        super().__init__(404, message, param="model", code="model_not_found")
+        self.model_id = model_id
+
+
 class ModelTable:
     """Resolves request model names (ids and aliases) to runtimes, building them on first use."""
 
@@ -105,6 +113,8 @@ class ModelTable:
         *,
         prompt_limit: Callable[[str], PromptLimit | None] = lambda _model: None,
         worker_adapters: Callable[[str], Mapping[str, Adapter]] = lambda _model: {},
+        tokenizer_fetch: Callable[[str], Awaitable[Path]] | None = None,
+        adapters_refresh: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self._config = config
         self._plugins = plugins
@@ -116,6 +126,11 @@ class ModelTable:
         self.prompt_limit = prompt_limit
         #: The LoRA adapters a model's workers reported, by name.
         self.worker_adapters = worker_adapters
+        #: Fetches a model's tokenizer from its workers into a local directory (``GetTokenizer``)
+        #: when the router has no directory of its own for it; None: never.
+        self.tokenizer_fetch = tokenizer_fetch
+        #: Asks a model's workers again which adapters they have (rate-limited); None: never.
+        self.adapters_refresh = adapters_refresh
         self._runtimes: dict[str, ModelRuntime] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         self._loading: dict[str, asyncio.Task[None]] = {}
@@ -138,6 +153,8 @@ class ModelTable:
             self.unplaced_workers,
             prompt_limit=self.prompt_limit,
             worker_adapters=self.worker_adapters,
+            tokenizer_fetch=self.tokenizer_fetch,
+            adapters_refresh=self.adapters_refresh,
         )
 
     def served(self) -> list[str]:
@@ -197,13 +214,24 @@ class ModelTable:
             return model_id, None
         if named not in self.adapters(model_id):
             known = ", ".join(f"{model_id}:{a}" for a in self.adapters(model_id)) or "none"
-            raise ApiError(
-                404,
-                f"model {model_id!r} has no LoRA adapter {named!r}; its adapters: {known}",
-                param="model",
-                code="model_not_found",
+            raise UnknownAdapter(
+                model_id, f"model {model_id!r} has no LoRA adapter {named!r}; its adapters: {known}"
             )
         return model_id, named
+
+    async def resolve_model_fresh(
+        self, requested: str | None, lora_path: LoraPath | None = None
+    ) -> tuple[str, str | None]:
+        """:meth:`resolve_model`, asking the model's workers again for their adapters before
+        answering that one is unknown: an adapter loaded at run time (through another serving
+        process or replica, or on the worker itself) routes at once."""
+        try:
+            return self.resolve_model(requested, lora_path)
+        except UnknownAdapter as exc:
+            if self.adapters_refresh is None:
+                raise
+            await self.adapters_refresh(exc.model_id)
+        return self.resolve_model(requested, lora_path)
 
     def _is_model(self, name: str) -> bool:
         return self._aliases.get(name, name) in self.served()
@@ -245,8 +273,11 @@ class ModelTable:
         async with lock:
             runtime = self._runtimes.get(model_id)
             if runtime is None:
+                fetched = None
+                if self.tokenizer_fetch is not None and self._tokenizer_path(model_id) is None:
+                    fetched = await self.tokenizer_fetch(model_id)
                 try:
-                    runtime = await asyncio.to_thread(self.build, model_id)
+                    runtime = await asyncio.to_thread(self.build, model_id, fetched)
                 except ModelUnavailable as exc:
                     raise exc.answer() from exc
                 self._runtimes[model_id] = runtime
@@ -290,13 +321,22 @@ class ModelTable:
         """True once the model's tokenizer is loaded."""
         return model_id in self._runtimes
 
-    def build(self, model_id: str) -> ModelRuntime:
-        """Load the tokenizer and resolve plugins for ``model_id``."""
+    def _tokenizer_path(self, model_id: str) -> str | None:
+        """The configured tokenizer directory of a model, else the path its workers report when
+        it is a directory on this host; None: the router has none of its own."""
+        model = self._config.models.get(model_id, ModelConfig())
+        configured = model.tokenizer_path or self._config.defaults.tokenizer_path
+        if configured:
+            return configured
+        hint = self.tokenizer_hint(model_id)
+        return hint if hint and Path(hint).is_dir() else None
+
+    def build(self, model_id: str, directory: Path | None = None) -> ModelRuntime:
+        """Load the tokenizer (from ``directory``, else the model's own path) and resolve
+        plugins for ``model_id``."""
         config = self._config
         model = config.models.get(model_id, ModelConfig())
-        path = (
-            model.tokenizer_path or config.defaults.tokenizer_path or self.tokenizer_hint(model_id)
-        )
+        path = str(directory) if directory is not None else self._tokenizer_path(model_id)
         if path is None or not Path(path).is_dir():
             raise ApiError(
                 503,

@@ -47,6 +47,8 @@ class Plan:
     #: Ask for the prompt's logprobs, with this many alternatives per token (``None``: not
     #: asked; the worker is asked for the larger of this and ``top_logprobs``).
     prompt_logprobs: int | None = None
+    #: Token ids whose logprobs every output position reports.
+    token_ids_logprob: tuple[int, ...] = ()
     #: Ask the worker to count reasoning tokens.
     require_reasoning: bool = False
     #: The worker request id (``<id>-<k>`` for prompt ``k`` of several); ``None``: the

@@ -291,8 +291,10 @@ class GenerateRequestBody(msgspec.Struct, kw_only=True):
     #: The LoRA adapter to run (like ``model: "<model>:<adapter>"``); one per prompt allowed,
     #: when they are all the same.
     lora_path: LoraPath | None = None
+    #: Token ids whose logprobs every output position reports (``output_token_ids_logprobs``),
+    #: whatever was sampled; needs ``return_logprob``.
+    token_ids_logprob: Annotated[list[TokenId], Meta(max_length=1024)] | None = None
     # Known but not implemented: a request setting one is refused (see ``unsupported``).
-    token_ids_logprob: Any = None
     return_hidden_states: Any = None
     input_embeds: Any = None
     image_data: Any = None
@@ -308,6 +310,10 @@ class GenerateRequestBody(msgspec.Struct, kw_only=True):
         if ids is not None and len({isinstance(item, list) for item in ids}) > 1:
             raise InvalidField(
                 "input_ids", "input_ids must be token ids or a list of token-id lists, not both"
+            )
+        if self.token_ids_logprob and not self.return_logprob:
+            raise InvalidField(
+                "token_ids_logprob", "token_ids_logprob requires return_logprob to be true"
             )
 
 

@@ -32,7 +32,6 @@ CHAT: Mapping[str, str] = {
 COMPLETIONS: Mapping[str, str] = dict(_SGLANG)
 
 GENERATE: Mapping[str, str] = {
-    "token_ids_logprob": "ask for top_logprobs_num instead",
     "input_embeds": "send text or input_ids",
     "image_data": "multimodal input is not supported by turnout yet",
     "video_data": "multimodal input is not supported by turnout yet",

@@ -146,6 +146,7 @@ def worker_requests(
                 return_logprob=plan.logprobs,
                 top_logprobs_num=max(plan.top_logprobs, plan.prompt_logprobs or 0),
                 prompt_logprobs_start=None if plan.prompt_logprobs is None else 0,
+                token_ids_logprob=plan.token_ids_logprob,
                 require_reasoning=plan.require_reasoning,
                 lora_id=plan.lora_id,
             )

@@ -48,6 +48,9 @@ _ROUTES = frozenset(
         "/v1/chat/completions",
         "/v1/completions",
         "/v1/responses",
+        "/v1/messages",
+        "/v1/messages/count_tokens",
+        "/v1/conversations",
         "/generate",
         "/v1/embeddings",
         "/v1/models",
@@ -77,6 +80,8 @@ def route_label(path: str) -> str:
         return "/v1/models/{model}"
     if path.startswith("/v1/responses/"):
         return "/v1/responses/{id}"
+    if path.startswith("/v1/conversations/"):
+        return "/v1/conversations/{id}"
     return "other"
 
 

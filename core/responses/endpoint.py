@@ -1,10 +1,11 @@
 """``POST /v1/responses`` on the one flow: the prompt builder and the renderer.
 
-The prompt builder reads the input items (after the kept items of ``previous_response_id``),
-makes them chat messages and hands a chat request to the chat endpoint's own check and prompt
-builder: the chat template, tools and ``tool_choice``, the reasoning parser, the JSON-schema
-constraint and sampling are the chat path's, not a copy of it. The renderer streams typed
-events and, with ``store``, keeps the finished response before its last event goes out.
+The prompt builder reads the input items (after the kept items of ``previous_response_id``, or
+the items of the ``conversation``), makes them chat messages and hands a chat request to the
+chat endpoint's own check and prompt builder: the chat template, tools and ``tool_choice``, the
+reasoning parser, the JSON-schema constraint and sampling are the chat path's, not a copy of
+it. The renderer streams typed events and, with ``store``, keeps the finished response (and
+adds its items to its ``conversation``) before its last event goes out.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from turnout.generation.flow import Endpoint
 from turnout.generation.models import ModelRuntime
 from turnout.generation.plan import Plan
 from turnout.generation.requests import ChatCompletionRequest, ChatMessage
+from turnout.responses.conversations import ConversationStore, find_conversation
 from turnout.responses.items import Item, chat_messages, input_items, new_id
 from turnout.responses.render import Keeper, ResponsesRenderer
 from turnout.responses.request import ResponsesRequest, check_request
@@ -55,13 +57,24 @@ class _Context:
     items: list[Item]
     #: The tenant of the request (see :func:`~turnout.responses.store.current_owner`).
     tenant: str | None
+    #: The conversation the response belongs to, and what it adds to it besides its output:
+    #: the input items.
+    conversation: str | None = None
+    added: tuple[Item, ...] = ()
 
 
 class ResponsesApi:
-    """The Responses API of one app: the endpoint, on the app's response store."""
+    """The Responses API of one app: the endpoint, on the app's response and conversation
+    stores."""
 
-    def __init__(self, store: ResponseStore, seal: ReasoningSeal | None = None) -> None:
+    def __init__(
+        self,
+        store: ResponseStore,
+        conversations: ConversationStore,
+        seal: ReasoningSeal | None = None,
+    ) -> None:
         self.store = store
+        self.conversations = conversations
         self.seal = seal or ReasoningSeal()
         self.endpoint = Endpoint(
             ResponsesRequest,
@@ -85,12 +98,28 @@ class ResponsesApi:
             )
         return stored
 
+    async def conversation_items(self, conversation_id: str) -> list[Item]:
+        """The items of the conversation a request belongs to (404 when it is not kept)."""
+        head = await find_conversation(self.conversations, conversation_id)
+        found = None if head is None else await self.conversations.items(conversation_id)
+        if found is None:
+            raise ApiError(
+                404,
+                f"conversation {conversation_id!r} not found",
+                param="conversation",
+                code="conversation_not_found",
+            )
+        return found
+
     async def _prompts(
         self, request: ResponsesRequest, runtime: ModelRuntime, ctx: RequestContext
     ) -> Plan:
         history: list[Item] = []
         if request.previous_response_id is not None:
             history = (await self.previous(request.previous_response_id)).context()
+        conversation = request.conversation_id
+        if conversation is not None:
+            history = await self.conversation_items(conversation)
         items = input_items(await self._dereferenced(request.input), self.seal.open)
         try:
             plan = await self._chat_plan(request, history, items, runtime, ctx)
@@ -98,7 +127,9 @@ class ResponsesApi:
             if request.truncation != "auto" or exc.code != "context_length_exceeded":
                 raise
             plan = await self._truncated_plan(request, [*history, *items], runtime, ctx, exc)
-        plan.endpoint_state = _Context(new_id("resp"), [*history, *items], current_owner())
+        plan.endpoint_state = _Context(
+            new_id("resp"), [*history, *items], current_owner(), conversation, tuple(items)
+        )
         return plan
 
     async def _chat_plan(
@@ -176,20 +207,47 @@ class ResponsesApi:
     ) -> ResponsesRenderer:
         context: _Context = plan.endpoint_state
         response = response_object(request, context.response_id, plan.model_id, ctx.created)
+        if context.conversation is not None:
+            response["conversation"] = {"id": context.conversation}
         keep: Keeper | None = None
-        if request.stores:
-            store = self.store
+        if request.stores or context.conversation is not None:
+            store, conversations = self.store, self.conversations
 
             async def keep(finished: dict[str, Any]) -> None:
-                try:
-                    await store.put(StoredResponse(finished, context.items, context.tenant))
-                except ApiError:
-                    pass  # the store is unavailable (the answer stands): it warns about that
-                except Exception as exc:  # the answer stands; only follow-ups will miss it
-                    log.warning("response %s could not be stored: %s", finished["id"], exc)
+                if request.stores:
+                    try:
+                        await store.put(StoredResponse(finished, context.items, context.tenant))
+                    except ApiError:
+                        pass  # the store is unavailable (the answer stands): it warns
+                    except Exception as exc:  # the answer stands; only follow-ups miss it
+                        log.warning("response %s could not be stored: %s", finished["id"], exc)
+                conversation = context.conversation
+                if conversation is not None and finished["status"] != "failed":
+                    added = [*context.added, *finished["output"]]
+                    await _add_to_conversation(conversations, conversation, added, finished["id"])
 
         seal = self.seal.seal if request.seals_reasoning else None
         return ResponsesRenderer(response, logprobs=request.logprobs, keep=keep, seal=seal)
+
+
+async def _add_to_conversation(
+    conversations: ConversationStore, conversation: str, items: list[Item], response_id: str
+) -> None:
+    """Add a finished response's input and output ``items`` to its conversation (a failure is
+    logged: the answer stands)."""
+    try:
+        added = await conversations.append(conversation, items)
+    except Exception as exc:
+        log.warning(
+            "response %s could not be added to conversation %s: %s", response_id, conversation, exc
+        )
+        return
+    if not added:
+        log.warning(
+            "response %s was not added to conversation %s: it was deleted meanwhile",
+            response_id,
+            conversation,
+        )
 
 
 def _tail(context: Sequence[Item], dropped: int) -> list[Item]:

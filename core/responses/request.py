@@ -2,7 +2,7 @@
 
 Decoding checks types and ranges (a 400 naming the field); :func:`check_request` refuses what
 turnout does not do with a 400 ``unsupported_parameter`` naming it: built-in tools, background
-mode, conversations, prompt templates… Nothing a client asks for is silently ignored. The input
+mode, prompt templates… Nothing a client asks for is silently ignored. The input
 items are checked when they are read (:mod:`turnout.responses.items`).
 """
 
@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import msgspec
 from msgspec import Meta
 
-from turnout.errors import bad_request
+from turnout.errors import ApiError, bad_request
 from turnout.generation.requests import (
     INT32_MAX,
     InvalidField,
@@ -34,7 +34,6 @@ _INCLUDES = (LOGPROBS_INCLUDE, SEALED_REASONING_INCLUDE)
 _UNSUPPORTED: dict[str, str] = {
     "background": "turnout answers in the foreground: stream, or wait for the answer",
     "background_options": "turnout answers in the foreground",
-    "conversation": "chain responses with previous_response_id",
     "prompt": "prompt templates are OpenAI's: send the input",
     "context_management": "turnout does not compact the context",
     "moderation": "turnout does not moderate",
@@ -43,6 +42,19 @@ _UNSUPPORTED: dict[str, str] = {
     "is accepted)",
     "image": "request-level image options are OpenAI's",
 }
+
+
+#: OpenAI's ``metadata``: at most 16 pairs (see :func:`check_metadata`).
+Metadata = Annotated[dict[str, str], Meta(max_length=16)]
+
+
+def check_metadata(metadata: dict[str, str] | None) -> None:
+    """Keys of at most 64 characters, values of at most 512 (in a ``__post_init__``)."""
+    for key, value in (metadata or {}).items():
+        if len(key) > 64 or len(value) > 512:
+            raise InvalidField(
+                "metadata", "metadata keys are at most 64 characters, values at most 512"
+            )
 
 
 class ResponsesRequest(msgspec.Struct, kw_only=True):
@@ -54,6 +66,9 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     #: A system message before the input (not carried over by ``previous_response_id``).
     instructions: str | None = None
     previous_response_id: Annotated[str, Meta(min_length=1)] | None = None
+    #: The conversation the response belongs to: its id, or ``{"id": …}``. Its items come
+    #: before the input; the input and output items are added to it when the response ends.
+    conversation: str | dict[str, Any] | None = None
     #: Keep the response (``GET /v1/responses/{id}``, ``previous_response_id``).
     store: bool | None = None
     stream: bool | None = None
@@ -72,7 +87,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     reasoning: dict[str, Any] | None = None
     include: list[str] | None = None
     #: Echoed in the response.
-    metadata: Annotated[dict[str, str], Meta(max_length=16)] | None = None
+    metadata: Metadata | None = None
     user: str | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
@@ -93,7 +108,6 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     chat_template_kwargs: dict[str, Any] | None = None
     # Known but not implemented: a request setting one is refused.
     background: bool | None = None
-    conversation: Any = None
     prompt: Any = None
     context_management: Any = None
     moderation: Any = None
@@ -104,17 +118,23 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
 
     def __post_init__(self) -> None:
         check_top_k(self.top_k)
-        for key, value in (self.metadata or {}).items():
-            if len(key) > 64 or len(value) > 512:
-                raise InvalidField(
-                    "metadata", "metadata keys are at most 64 characters, values at most 512"
-                )
+        check_metadata(self.metadata)
         check_template_kwargs(self.chat_template_kwargs)
 
     @property
     def stores(self) -> bool:
         """Whether the response is kept (OpenAI's default: yes)."""
         return self.store is not False
+
+    @property
+    def conversation_id(self) -> str | None:
+        """The id of the conversation the response belongs to (checked by
+        :func:`check_request`), or None."""
+        value = self.conversation
+        if isinstance(value, dict):
+            found = value.get("id")
+            return found if isinstance(found, str) else None
+        return value
 
     @property
     def streams(self) -> bool:
@@ -139,6 +159,7 @@ def check_request(request: ResponsesRequest) -> None:
         value = getattr(request, name)
         if value not in (None, False):
             raise unsupported(name, f"{name} is not supported: {instead}")
+    _check_conversation(request)
     if request.truncation not in (None, "disabled", "auto"):
         raise bad_request("truncation must be 'auto' or 'disabled'", "truncation")
     for value in request.include or ():
@@ -155,6 +176,24 @@ def check_request(request: ResponsesRequest) -> None:
     effort = (request.reasoning or {}).get("effort")
     if effort is not None and not isinstance(effort, str):
         raise bad_request("reasoning.effort must be a string", "reasoning.effort")
+
+
+def _check_conversation(request: ResponsesRequest) -> None:
+    if request.conversation is None:
+        return
+    if not request.conversation_id:
+        raise bad_request(
+            "conversation must be a conversation id or an object with a non-empty 'id'",
+            "conversation",
+        )
+    if request.previous_response_id is not None:
+        raise ApiError(
+            400,
+            "Mutually exclusive parameters: Ensure you are only providing one of: "
+            "'previous_response_id' or 'conversation'.",
+            param="conversation",
+            code="mutually_exclusive_parameters",
+        )
 
 
 def _check_tools(tools: list[dict[str, Any]]) -> None:

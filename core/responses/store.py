@@ -282,23 +282,29 @@ class RedisResponseStore:
                 await self._pool.aclose()
 
     async def _call(self, operation: Awaitable[Any]) -> Any:
-        breaker = self._breaker
-        if not breaker.admit():
-            close = getattr(operation, "close", None)  # a coroutine that will never run
-            if close is not None:
-                close()
-            raise StoreUnavailable()
-        try:
-            async with asyncio.timeout(self._timeout_s):
-                result = await operation
-        except asyncio.CancelledError:
-            breaker.abandoned()
-            raise
-        except Exception as exc:
-            breaker.failed(_reason(exc, self._timeout_s))
-            raise StoreUnavailable() from exc
-        breaker.succeeded()
-        return result
+        return await guarded(self._breaker, operation, self._timeout_s)
+
+
+async def guarded(breaker: Breaker, operation: Awaitable[Any], timeout_s: float) -> Any:
+    """The result of one call to a shared store, under ``breaker`` and the deadline
+    ``timeout_s``; :class:`StoreUnavailable` when it fails, misses the deadline or the
+    breaker is open."""
+    if not breaker.admit():
+        close = getattr(operation, "close", None)  # a coroutine that will never run
+        if close is not None:
+            close()
+        raise StoreUnavailable()
+    try:
+        async with asyncio.timeout(timeout_s):
+            result = await operation
+    except asyncio.CancelledError:
+        breaker.abandoned()
+        raise
+    except Exception as exc:
+        breaker.failed(_reason(exc, timeout_s))
+        raise StoreUnavailable() from exc
+    breaker.succeeded()
+    return result
 
 
 def _reason(exc: BaseException, timeout_s: float) -> str:

@@ -22,7 +22,7 @@ from turnout.workers.retry import backoff_delay
 from turnout.workers.settings import RetrySettings
 from turnout.workers.worker import Worker, WorkerState
 
-__all__ = ["Attempt", "Attempts", "no_first_response"]
+__all__ = ["Attempt", "Attempts", "no_first_response", "out_of_rotation"]
 
 log = logging.getLogger(__name__)
 
@@ -180,4 +180,16 @@ def no_first_response(
         worker_fault=True,
         retryable=True,
         detail=f"{worker.url}: no response to {rpc} within {waited:g}s (aborted)",
+    )
+
+
+def out_of_rotation(worker: Worker, reason: str, rpc: str = "Generate") -> WorkerRequestError:
+    """The failure of a worker that left rotation (wedged, stopped: ``reason``) while a
+    request waited for its first response: retried elsewhere."""
+    return WorkerRequestError(
+        "the worker stopped answering",
+        status=503,
+        worker_fault=True,
+        retryable=True,
+        detail=f"{worker.url}: no response to {rpc}; out of rotation: {reason} (aborted)",
     )

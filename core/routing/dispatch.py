@@ -17,7 +17,7 @@ from math import inf
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from turnout.deadlines import Deadline, Deadlines
-from turnout.routing.attempts import Attempts, no_first_response
+from turnout.routing.attempts import Attempts, no_first_response, out_of_rotation
 from turnout.routing.pd import PdSession, PrefillDecode
 from turnout.routing.route import Route
 from turnout.routing.session import WorkerSession, record_failure
@@ -314,6 +314,9 @@ class Dispatcher:
             wait = attempt.wait
             wait_until = inf if wait is None else loop.time() + wait
             first_wait = self._first_responses.at(wait_until, loop)
+            # Cut short when the worker leaves rotation (wedged, stopped) meanwhile.
+            waits = worker.first_waits
+            waits[first_wait] = None
             try:
                 result = await start(worker, attempt.remaining, first_wait, metadata)
             except asyncio.CancelledError:
@@ -322,7 +325,12 @@ class Dispatcher:
                     end_attempt(span, None, cancelled=True)
                 raise
             except TimeoutError as error:
-                failure = no_first_response(worker, wait or 0.0, rpc)
+                vetoed = worker.vetoed
+                failure = (
+                    out_of_rotation(worker, vetoed, rpc)
+                    if vetoed is not None
+                    else no_first_response(worker, wait or 0.0, rpc)
+                )
                 exc: BaseException = error
             except _Unanswered as error:
                 failure = error.failure
@@ -340,6 +348,8 @@ class Dispatcher:
             else:
                 worker.health.traffic_ok()
                 return _Won(result, slot, route, attempt.number, span)
+            finally:
+                waits.pop(first_wait, None)
 
             # The attempt failed before the client saw anything.
             slot.release()

@@ -28,13 +28,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import random
 from collections import deque
 from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Self
 
-from turnout.routing.attempts import Attempt, Attempts, no_first_response
+from turnout.deadlines import Deadlines
+from turnout.routing.attempts import Attempt, Attempts, no_first_response, out_of_rotation
 from turnout.routing.route import Route
 from turnout.routing.session import ClosingSession, WorkerSession, record_failure
 from turnout.routing.spans import end_attempt, start_attempt
@@ -343,6 +345,9 @@ class PrefillDecode:
         self.dispatcher = dispatcher
         self.registry = dispatcher.registry
         self._rng = rng
+        #: The waits for decode legs' first responses (cut short when a leg's worker leaves
+        #: rotation: see ``Worker.veto``).
+        self._first_responses = Deadlines()
 
     def pair_possible(self, model: str) -> bool:
         """Whether ``model`` has a routable prefill and a routable decode worker now."""
@@ -526,8 +531,13 @@ class PrefillDecode:
     ) -> list[_Failure]:
         """Wait for the decode leg's first batch, watching the prefill leg; [] when it came."""
         pending: set[asyncio.Task[Any]] = {reader.task, first_read}
+        loop = asyncio.get_running_loop()
+        first_wait = self._first_responses.at(math.inf if wait is None else loop.time() + wait)
+        legs = ((Role.DECODE, decode_leg), (Role.PREFILL, reader.leg))
+        for _, leg in legs:
+            leg.worker.first_waits[first_wait] = None
         try:
-            async with asyncio.timeout(wait):
+            with first_wait:
                 while True:
                     await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
                     failures = []
@@ -547,6 +557,14 @@ class PrefillDecode:
                     if failures:
                         return failures
         except TimeoutError:
+            out = [(role, leg) for role, leg in legs if leg.worker.vetoed is not None]
+            if out:  # a leg's worker left rotation (wedged, stopped) meanwhile
+                failures = []
+                for role, leg in out:
+                    failure = out_of_rotation(leg.worker, leg.worker.vetoed or "", _RPC)
+                    record_failure(leg.worker, failure)
+                    failures.append(_Failure(role, leg.slot, failure, TimeoutError(failure.detail)))
+                return failures
             # Nothing from the decode leg in time. The decode worker waits for the prefill
             # worker's KV; a prefill leg that has not answered either is as silent.
             waited = wait or 0.0
@@ -559,6 +577,9 @@ class PrefillDecode:
                 record_failure(leg.worker, failure)
                 failures.append(_Failure(role, leg.slot, failure, TimeoutError(failure.detail)))
             return failures
+        finally:
+            for _, leg in legs:
+                leg.worker.first_waits.pop(first_wait, None)
 
     def _decode_outcome(
         self, decode_leg: _Leg, first_read: asyncio.Task[list[Any]]

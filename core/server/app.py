@@ -26,10 +26,12 @@ from turnout.observability.metrics import CONTENT_TYPE
 from turnout.observability.tracing import start_tracing
 from turnout.plugin_choice import policies_for, role_policies_for, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
+from turnout.responses.conversations import make_conversation_store
 from turnout.responses.endpoint import ResponsesApi
 from turnout.responses.sealing import ReasoningSeal
 from turnout.responses.store import make_store
 from turnout.routing.dispatch import Dispatcher
+from turnout.server.anthropic_routes import anthropic_routes
 from turnout.server.context import (
     SERVICES,
     ConfigSource,
@@ -38,6 +40,7 @@ from turnout.server.context import (
     ServicesSlot,
     new_request_id,
 )
+from turnout.server.conversations_routes import conversations_routes
 from turnout.server.disclosure import hidden_from_public
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.server.info import info_routes
@@ -56,7 +59,9 @@ from turnout.server.shutdown import drain_hook
 from turnout.server.worker_routes import DEPENDENCY as WORKER_REGISTRY
 from turnout.server.worker_routes import workers_router
 from turnout.tenants import current_tenant
+from turnout.workers.adapter_refresh import AdapterRefresher
 from turnout.workers.registry import WorkerRegistry
+from turnout.workers.remote_tokenizer import RemoteTokenizers
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +219,9 @@ def create_app(
     # None unless tracing is configured: then nothing of OpenTelemetry's SDK is loaded.
     tracing = start_tracing(config.tracing)
     responses = ResponsesApi(
-        make_store(config.responses), ReasoningSeal(config.responses.reasoning_key)
+        make_store(config.responses),
+        make_conversation_store(config.responses),
+        ReasoningSeal(config.responses.reasoning_key),
     )
 
     @contextlib.asynccontextmanager
@@ -239,6 +246,8 @@ def create_app(
             registry.unplaced,
             prompt_limit=prompt_limit,
             worker_adapters=registry.adapters,
+            tokenizer_fetch=RemoteTokenizers(registry).fetch,
+            adapters_refresh=AdapterRefresher(registry),
         )
         discovery = DiscoveryManager(registry, plugins.discovery)
         metered = MeteredDispatch(
@@ -291,6 +300,7 @@ def create_app(
             ops.metrics.workers.detach()
             ops.metrics.process_exit()
             await responses.store.aclose()
+            await responses.conversations.aclose()
             if tracing is not None:
                 await tracing.stop()
 
@@ -315,6 +325,8 @@ def create_app(
         embeddings_route,
         _generation_route("/v1/responses", "resp", responses.endpoint, provide_services),
         *responses_routes(responses.store),
+        *anthropic_routes(provide_services, request_context),
+        *conversations_routes(responses.conversations, responses.seal),
         *info_routes(),
         metrics,
         workers_router(),

@@ -24,7 +24,14 @@ PUBLIC_PATHS = frozenset({"/health", "/liveness", "/readiness"})
 ADMIN_PREFIXES = ("/workers", "/admin")
 #: Routes that run requests on workers (admission control and the request timeout apply).
 GENERATION_PATHS = frozenset(
-    {"/v1/chat/completions", "/v1/completions", "/v1/responses", "/generate", "/v1/embeddings"}
+    {
+        "/v1/chat/completions",
+        "/v1/completions",
+        "/v1/responses",
+        "/v1/messages",
+        "/generate",
+        "/v1/embeddings",
+    }
 )
 
 
@@ -46,6 +53,16 @@ def access_of(path: str, metrics_public: bool = True) -> Access:
         if path == prefix or path.startswith(prefix + "/"):
             return Access.ADMIN
     return Access.SERVING
+
+
+def credentials(authorization: bytes | None, api_key: bytes | None) -> str | None:
+    """The ``Authorization`` header's value; else Anthropic's ``x-api-key`` as a bearer token
+    (its clients send the key that way, tenant keys included)."""
+    if authorization is not None:
+        return authorization.decode("latin-1")
+    if api_key is not None:
+        return "Bearer " + api_key.decode("latin-1")
+    return None
 
 
 def _digest(key: str) -> bytes:
@@ -108,7 +125,7 @@ class KeyRing:
         if scheme.lower() != "bearer" or not token.strip():
             raise ApiError(
                 401,
-                "missing API key: send 'Authorization: Bearer <key>'",
+                "missing API key: send 'Authorization: Bearer <key>' (or 'x-api-key: <key>')",
                 code="invalid_api_key",
             )
         digest = _digest(token.strip())

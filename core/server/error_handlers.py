@@ -15,6 +15,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.types import ExceptionHandlersMap
 
+from turnout.anthropic.errors import error_json, is_messages_path
 from turnout.errors import ApiError, ParserError
 from turnout.observability.metrics import note_failure
 from turnout.server.errors import body_too_large
@@ -24,14 +25,28 @@ from turnout.server.respond import answer_error
 log = logging.getLogger(__name__)
 
 
+def _answer(request: Request[Any, Any, Any], error: ApiError) -> Response[bytes]:
+    """The error answer; on the Messages API's routes in Anthropic's shape."""
+    if not is_messages_path(request.url.path):
+        return answer_error(error)
+    return Response(
+        error_json(error),
+        status_code=error.status,
+        media_type="application/json",
+        headers=error.headers or None,
+    )
+
+
 def _api_error(request: Request[Any, Any, Any], exc: ApiError) -> Response[bytes]:
-    return answer_error(exc)
+    return _answer(request, exc)
 
 
 def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response[bytes]:
     """Litestar's own errors (404, 405, validation of parameters…) in the API's error shape."""
     if exc.status_code == 413:  # Litestar counting a chunked body (the gate checks the header)
-        return answer_error(body_too_large(request.route_handler.resolve_request_max_body_size()))
+        return _answer(
+            request, body_too_large(request.route_handler.resolve_request_max_body_size())
+        )
     message, param = str(exc.detail), None
     problems = exc.extra if isinstance(exc.extra, list) else []
     first = problems[0] if problems and isinstance(problems[0], dict) else {}
@@ -41,8 +56,9 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
     elif first.get("message"):
         message = f"{message}: {first['message']}"
     invalid = exc.status_code == 400 and (param is not None or isinstance(exc, ValidationException))
-    response = answer_error(
-        ApiError(exc.status_code, message, param=param, code="invalid_value" if invalid else None)
+    response = _answer(
+        request,
+        ApiError(exc.status_code, message, param=param, code="invalid_value" if invalid else None),
     )
     if exc.headers:
         response.headers.update(exc.headers)
@@ -51,7 +67,7 @@ def _http_error(request: Request[Any, Any, Any], exc: HTTPException) -> Response
 
 def _nested_too_deeply(request: Request[Any, Any, Any], exc: RecursionError) -> Response[bytes]:
     """JSON nested deeper than Python recursion follows (the decoders raise RecursionError)."""
-    return answer_error(nested_too_deeply())
+    return _answer(request, nested_too_deeply())
 
 
 def _parser_error(request: Request[Any, Any, Any], exc: ParserError) -> Response[bytes]:
@@ -64,7 +80,7 @@ def _parser_error(request: Request[Any, Any, Any], exc: ParserError) -> Response
 def _internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[bytes]:
     log.exception("unhandled error on %s", request.url.path, exc_info=exc)
     note_failure(exc)
-    return answer_error(ApiError(500, f"internal error: {type(exc).__name__}"))
+    return _answer(request, ApiError(500, f"internal error: {type(exc).__name__}"))
 
 
 #: Every error the app (or a router mounted alone) may meet, answered in OpenAI's shape.

@@ -36,6 +36,7 @@ from litestar.types import (
     Send,
 )
 
+from turnout.anthropic.errors import error_event, error_json, is_messages_path
 from turnout.config import Config, ServerConfig
 from turnout.deadlines import Deadlines
 from turnout.errors import ApiError
@@ -47,7 +48,7 @@ from turnout.observability.logs import (
     log_access,
 )
 from turnout.observability.metrics import Metrics, route_label
-from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of
+from turnout.server.auth import GENERATION_PATHS, KeyRing, access_of, credentials
 from turnout.server.connections import connection_of
 from turnout.server.direct_body import DIRECT_BODY_KEY
 from turnout.server.limits import (
@@ -282,7 +283,7 @@ class OpsMiddleware:
             raise asyncio.CancelledError  # somebody else cancelled it too
         record.outcome = "shutdown"
         error = ShutDown()
-        body = error.to_json()
+        body = error_json(error) if is_messages_path(record.path) else error.to_json()
         start: HTTPResponseStartEvent = {
             "type": "http.response.start",
             "status": error.status,
@@ -454,11 +455,9 @@ class _Gate:
         keys = self.ops.keys
         tenant = None
         if keys.enabled:
-            authorization = _header(scope.get("headers", ()), b"authorization")
-            tenant = keys.check(
-                access_of(path, self._metrics_public),
-                authorization.decode("latin-1") if authorization is not None else None,
-            )
+            headers = scope.get("headers", ())
+            given = credentials(_header(headers, b"authorization"), _header(headers, b"x-api-key"))
+            tenant = keys.check(access_of(path, self._metrics_public), given)
         if tenant is not None:
             return self._as_tenant(path, scope, receive, send, tenant)
         return self._route(path, scope, receive, send, None)
@@ -589,4 +588,8 @@ class _Gate:
             raise error
         if record.response_complete:
             return
-        await _send_tail(send, sse_error(error) + DONE if record.event_stream else b"", scope)
+        tail = b""
+        if record.event_stream:
+            messages = is_messages_path(scope["path"])
+            tail = error_event(error) if messages else sse_error(error) + DONE
+        await _send_tail(send, tail, scope)

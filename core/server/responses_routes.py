@@ -58,7 +58,7 @@ def responses_routes(store: ResponseStore) -> list[ControllerRouterHandler]:
         """The items a kept response was generated from, a page at a time (newest first by
         default)."""
         items = (await kept(response_id)).input_items
-        return answer_json(_page(items, _limit(limit), order or "desc", after))
+        return answer_json(page(items, page_limit(limit), order or "desc", after, "response"))
 
     @post("/v1/responses/{response_id:str}/cancel", status_code=200)
     async def cancel_response(response_id: FromPath[str]) -> Any:
@@ -71,7 +71,8 @@ def responses_routes(store: ResponseStore) -> list[ControllerRouterHandler]:
     return [get_response, delete_response, input_items, cancel_response]
 
 
-def _limit(value: str | None) -> int:
+def page_limit(value: str | None) -> int:
+    """The ``limit`` query parameter: items per page (a 400 out of range)."""
     if value is None:
         return _DEFAULT_LIMIT
     if not value.isdigit() or not 1 <= int(value) <= _MAX_LIMIT:
@@ -79,7 +80,12 @@ def _limit(value: str | None) -> int:
     return int(value)
 
 
-def _page(items: list[dict[str, Any]], limit: int, order: str, after: str | None) -> dict[str, Any]:
+def page(
+    items: list[dict[str, Any]], limit: int, order: str, after: str | None, holder: str
+) -> dict[str, Any]:
+    """One page of ``items`` (a ``list`` object): ``limit`` of them from after the item
+    ``after`` in ``order`` (``asc``: oldest first); ``holder`` names what holds them in
+    errors."""
     if order not in ("asc", "desc"):
         raise bad_request("order must be 'asc' or 'desc'", "order")
     ordered = items if order == "asc" else items[::-1]
@@ -87,7 +93,7 @@ def _page(items: list[dict[str, Any]], limit: int, order: str, after: str | None
     if after is not None:
         ids = [item["id"] for item in ordered]
         if after not in ids:
-            raise bad_request(f"no input item {after!r} in this response", "after")
+            raise bad_request(f"no item {after!r} in this {holder}", "after")
         start = ids.index(after) + 1
     data = ordered[start : start + limit]
     return {

@@ -47,6 +47,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="model directory with tokenizer.json (default: turnout's demo model)",
     )
     parser.add_argument("--served-model-name", default=None)
+    parser.add_argument(
+        "--reported-model-path",
+        default=None,
+        help="model path to report instead of the real one (a worker on another host)",
+    )
     parser.add_argument("--script", type=Path, default=None, help="YAML/JSON reply rules")
     parser.add_argument("--delay-ms", type=float, default=0.0, help="delay per token")
     parser.add_argument(
@@ -186,6 +191,7 @@ async def _serve(args: argparse.Namespace) -> int:
         port=args.port,
         script=args.script,
         served_model_name=args.served_model_name,
+        reported_model_path=args.reported_model_path,
         delay_ms=args.delay_ms,
         delay_jitter_ms=args.delay_jitter_ms,
         ttft_ms=args.ttft_ms,

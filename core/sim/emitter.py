@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import grpc
 import grpc.aio
 
-from turnout.sim.model import ChoicePlan, synthetic_logprob, top_logprobs
+from turnout.sim.model import ChoicePlan, synthetic_logprob, top_logprobs, wanted_logprob
 from turnout.sim.ranks import Running
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
@@ -50,6 +50,8 @@ class ChoiceEmitter:
         # In a PD pair, prompt logprobs come from the prefill leg only.
         self.input_logprobs = request.logprob_start_len >= 0 and servicer.role != "decode"
         self.top_k = max(request.top_logprobs_num, 0)
+        #: The ids whose logprobs every output position reports (``token_ids_logprobs``).
+        self.wanted_ids = list(request.token_ids_logprob)
         self._sent0 = 0
 
     def generated_ids(self) -> list[int]:
@@ -177,6 +179,13 @@ class ChoiceEmitter:
             for i, t in enumerate(ids):
                 values, top_ids = top_logprobs(t, start + i, self.top_k, vocab)
                 out.top_logprobs.append(pb.TopLogProbs(values=values, token_ids=top_ids))
+        if self.wanted_ids:
+            vocab = self.servicer.model.vocab_size
+            for i, t in enumerate(ids):
+                values = [wanted_logprob(t, start + i, w, vocab) for w in self.wanted_ids]
+                out.token_ids_logprobs.append(
+                    pb.TopLogProbs(values=values, token_ids=self.wanted_ids)
+                )
         return out
 
     def _input_logprobs(self) -> pb.InputLogProbs:

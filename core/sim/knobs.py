@@ -46,6 +46,11 @@ class SimKnobs:
     bootstrap_timeout_s: float = 300.0
     #: Answer ``ListLoadedLoRAAdapters`` (False: UNIMPLEMENTED, as SGLang before mid 2026).
     lists_adapters: bool = True
+    #: Answer ``GetTokenizer`` (False: UNIMPLEMENTED, as a servicer without it).
+    serves_tokenizer: bool = True
+    #: The model path GetModelInfo / GetServerInfo report instead of the real directory: a
+    #: worker on another host, whose path means nothing on the router's.
+    reported_model_path: str | None = None
 
     def update(self, changes: dict[str, Any]) -> None:
         """Set several knobs; ``ValueError`` names an unknown knob or a bad status name."""

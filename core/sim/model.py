@@ -32,6 +32,7 @@ __all__ = [
     "SimModel",
     "synthetic_logprob",
     "top_logprobs",
+    "wanted_logprob",
 ]
 
 _LAST_USER = re.compile(r"<\|im_start\|>user\n(.*?)<\|im_end\|>", re.DOTALL)
@@ -354,3 +355,11 @@ def top_logprobs(
     values = [best - 1.5 * j for j in range(k)]
     ids = [token_id] + [(token_id + 1 + j) % vocab_size for j in range(k - 1)]
     return values, ids
+
+
+def wanted_logprob(token_id: int, position: int, wanted: int, vocab_size: int) -> float:
+    """The logprob of ``wanted`` where ``token_id`` was sampled, consistent with
+    :func:`top_logprobs`: the sampled token's own value, the others 1.5 nats apart by their
+    distance after it in the vocabulary."""
+    distance = (wanted - token_id) % max(vocab_size, 1)
+    return synthetic_logprob(token_id, position) - 1.5 * distance

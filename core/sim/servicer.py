@@ -386,9 +386,10 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             for k in ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
             if k in gen
         }
+        shown = self._shown_model_path()
         return pb.GetModelInfoResponse(
-            model_path=str(files.path),
-            tokenizer_path=str(files.path),
+            model_path=shown,
+            tokenizer_path=shown,
             is_generation=True,
             weight_version=SIM_VERSION,
             served_model_name=files.served_model_name,
@@ -404,6 +405,9 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             default_sampling_params_json=json.dumps(defaults) if defaults else "",
         )
 
+    def _shown_model_path(self) -> str:
+        return self.knobs.reported_model_path or str(self.model.files.path)
+
     async def GetServerInfo(
         self, request: pb.GetServerInfoRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> pb.GetServerInfoResponse:
@@ -412,7 +416,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
         args = struct_pb2.Struct()
         args.update(
             {
-                "model_path": str(files.path),
+                "model_path": self._shown_model_path(),
                 "served_model_name": files.served_model_name,
                 "tp_size": 1,
                 "dp_size": self.dp_size,
@@ -489,6 +493,8 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
     ) -> AsyncIterator[common_pb2.GetTokenizerChunk]:
         """The model directory's tokenizer files as a zip in 64 KiB chunks, the SHA-256 on the
         last (FAILED_PRECONDITION when the directory has none)."""
+        if not self.knobs.serves_tokenizer:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
         if self._tokenizer_archive is None:
             try:
                 archive = await asyncio.to_thread(build_archive, self.model.files.path)

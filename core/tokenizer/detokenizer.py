@@ -12,7 +12,9 @@ decoding all its ids at once. Works for byte-level BPE and SentencePiece/Metaspa
   releases whatever is still held, exactly as the one-shot decode shows it.
 * Byte-fallback tokens (``<0x0A>``, SentencePiece) are decoded as a run: when the run is not
   valid UTF-8, *every* byte of it shows as U+FFFD, even an ASCII one decoded cleanly before. So
-  the text of a trailing run of byte tokens is held until a regular token ends the run.
+  the text of a trailing run of byte tokens is held until a regular token ends the run. With
+  ``skip_special_tokens`` the special tokens inside a run vanish before decoding, so they do
+  not end it.
 
 Cost: two decodes per chunk over the chunk plus the previous one (one for the first chunk, so
 a one-shot answer's output is decoded once) with ``Tokenizer.decode`` (Rust). A byte-level
@@ -36,6 +38,12 @@ def byte_fallback_ids(tokenizer: Tokenizer) -> frozenset[int]:
     return frozenset(token_id for token_id in ids if token_id is not None)
 
 
+def special_ids(tokenizer: Tokenizer) -> frozenset[int]:
+    """Ids of ``tokenizer``'s special added tokens (those ``skip_special_tokens`` drops)."""
+    added = tokenizer.get_added_tokens_decoder()
+    return frozenset(token_id for token_id, token in added.items() if token.special)
+
+
 class IncrementalDetokenizer:
     """Per-output streaming decoder (create one per choice; not thread-safe).
 
@@ -50,6 +58,7 @@ class IncrementalDetokenizer:
         "_ids",
         "_prefix_chars",
         "_read",
+        "_skipped",
         "_tokenizer",
         "skip_special_tokens",
         "spaces_between_special_tokens",
@@ -62,10 +71,16 @@ class IncrementalDetokenizer:
         skip_special_tokens: bool = True,
         spaces_between_special_tokens: bool = True,
         byte_ids: frozenset[int] | None = None,
+        special: frozenset[int] | None = None,
     ) -> None:
-        """``byte_ids``: the tokenizer's :func:`byte_fallback_ids` (computed when not given)."""
+        """``byte_ids``: the tokenizer's :func:`byte_fallback_ids`; ``special``: its
+        :func:`special_ids` (each computed when not given, and only when needed)."""
         self._tokenizer = tokenizer
         self._byte_ids = byte_fallback_ids(tokenizer) if byte_ids is None else byte_ids
+        #: Ids that vanish from the decode and so do not end a run of byte tokens.
+        self._skipped: frozenset[int] = frozenset()
+        if self._byte_ids and skip_special_tokens:
+            self._skipped = special_ids(tokenizer) if special is None else special
         self.skip_special_tokens = skip_special_tokens
         self.spaces_between_special_tokens = spaces_between_special_tokens
         self._ids: list[int] = []  # the current window only; earlier ids are dropped
@@ -83,7 +98,7 @@ class IncrementalDetokenizer:
         self._ids.extend(token_ids)
         text = self._decode(self._ids)
         end = len(text)
-        if self._byte_ids and self._ids[-1] in self._byte_ids:
+        if self._byte_ids and self._ends_in_byte_run():
             end = self._chars_before_byte_run()
         while end > self._prefix_chars and text[end - 1] == _REPLACEMENT:
             end -= 1
@@ -95,10 +110,20 @@ class IncrementalDetokenizer:
             self._emitted += len(delta)
         return delta
 
+    def _ends_in_byte_run(self) -> bool:
+        """Whether the window's last id that shows in the decode is a byte token."""
+        ids, skipped = self._ids, self._skipped
+        at = len(ids) - 1
+        while at >= self._read and ids[at] in skipped:
+            at -= 1
+        return at >= self._read and ids[at] in self._byte_ids
+
     def _chars_before_byte_run(self) -> int:
-        """Length of the window's text without its trailing run of byte tokens."""
-        start = len(self._ids) - 1
-        while start > self._read and self._ids[start - 1] in self._byte_ids:
+        """Length of the window's text without its trailing run of byte tokens (and the
+        skipped special tokens among them)."""
+        ids, run = self._ids, self._byte_ids | self._skipped if self._skipped else self._byte_ids
+        start = len(ids) - 1
+        while start > self._read and ids[start - 1] in run:
             start -= 1
         if start == self._read:
             return self._prefix_chars
@@ -125,6 +150,7 @@ class IncrementalDetokenizer:
         twin = IncrementalDetokenizer.__new__(IncrementalDetokenizer)
         twin._tokenizer = self._tokenizer
         twin._byte_ids = self._byte_ids
+        twin._skipped = self._skipped
         twin.skip_special_tokens = self.skip_special_tokens
         twin.spaces_between_special_tokens = self.spaces_between_special_tokens
         twin._ids = list(self._ids)

@@ -12,7 +12,7 @@ from tokenizers import AddedToken, Tokenizer
 from turnout.tokenizer.byte_decode import ByteLevelDetokenizer, byte_decoder
 from turnout.tokenizer.chat_template import ChatTemplate, Message
 from turnout.tokenizer.content_format import ContentFormat
-from turnout.tokenizer.detokenizer import IncrementalDetokenizer, byte_fallback_ids
+from turnout.tokenizer.detokenizer import IncrementalDetokenizer, byte_fallback_ids, special_ids
 from turnout.tokenizer.errors import ChatTemplateError, ModelFilesError, TooManyTokens
 from turnout.tokenizer.length_bound import chars_per_token, min_tokens
 from turnout.tokenizer.model_dir import DEFAULT_TEMPLATE, ModelFiles, TokenSpec, read_model_dir
@@ -94,6 +94,7 @@ class ModelTokenizer:
         self.eos_token_ids: frozenset[int] = frozenset(eos_ids)
         """EOS ids from config.json ∪ generation_config.json (else the tokenizer's eos_token)."""
         self._byte_ids = byte_fallback_ids(backend)
+        self._special_ids = special_ids(backend) if self._byte_ids else frozenset()
         #: Decodes output ids in Python when that is exact (byte-level vocabularies): faster.
         self._fast_decoder = byte_decoder(backend)
         self.pieces = TokenPieces(backend, {i: token.content for i, token in added.items()})
@@ -212,6 +213,7 @@ class ModelTokenizer:
             skip_special_tokens=skip_special_tokens,
             spaces_between_special_tokens=spaces_between_special_tokens,
             byte_ids=self._byte_ids,
+            special=self._special_ids,
         )
 
     # -- chat templates -------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from turnout.wire.proto.common_pb2 import EngineLoad
+    from turnout.workers.kv_index import KvIndex
     from turnout.workers.worker import Worker
 
 __all__ = ["DpRank", "Slot", "candidate_ids", "dp_size_from_labels"]
@@ -88,6 +90,22 @@ class DpRank:
     def load(self) -> int:
         """In-flight requests from this router on the rank plus its other reported work."""
         return self.in_flight + self._external_load
+
+    @property
+    def kv_index(self) -> KvIndex | None:
+        """The blocks this rank's engine reports cached; None when it streams no KV events."""
+        kv = self.worker.kv
+        if kv is None or not kv.streaming or self.dp_rank >= len(kv.engines):
+            return None
+        return kv.engines[self.dp_rank].index
+
+    @property
+    def engine_load(self) -> EngineLoad | None:
+        """The last load record this rank's engine pushed; None when it pushes none."""
+        kv = self.worker.kv
+        if kv is None or not kv.streaming or self.dp_rank >= len(kv.engines):
+            return None
+        return kv.engines[self.dp_rank].load
 
     def set_reported_load(self, reported: int) -> None:
         """Take the rank's ``GetLoads`` count; our in-flight requests are part of it already."""

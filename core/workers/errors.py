@@ -78,3 +78,12 @@ class WorkerNotFound(TurnoutError):
 
 class WorkerConflict(TurnoutError):
     """A worker with that id or URL is already registered."""
+
+
+class KvEventsUnsupported(Exception):
+    """The worker does not serve ``SubscribeKvEvents`` (UNIMPLEMENTED)."""
+
+
+class KvEventsLost(Exception):
+    """The worker cannot resume a KV-event subscription (``OUT_OF_RANGE``) or lost events
+    itself (``DATA_LOSS``): subscribe anew from now, with the index rebuilt."""

@@ -8,7 +8,7 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 from turnout.errors import ConfigError
 from turnout.workers.adapters import Adapter
@@ -17,11 +17,15 @@ from turnout.workers.dp import Slot
 from turnout.workers.errors import WorkerConflict, WorkerNotFound
 from turnout.workers.health import HealthState
 from turnout.workers.ids import default_worker_id
+from turnout.workers.kv_events import KvEventSource, KvSubscriber
 from turnout.workers.roles import Role, role_from_labels
 from turnout.workers.settings import WireSettings, WorkerSpec, WorkersSettings
 from turnout.workers.worker import Worker, WorkerState
 
 log = logging.getLogger(__name__)
+
+#: How often the event streams' verdicts (wedged, stale) are checked.
+_WATCH_INTERVAL_S = 0.25
 
 Connect = Callable[[str], WorkerConnection]
 Listener = Callable[[str, "list[Worker]"], None]
@@ -292,6 +296,7 @@ class WorkerRegistry:
             self._watch(worker)
         if self.settings.load_monitor.enabled:
             self._spawn(self._poll_loads())
+        self._spawn(self._watch_engines())
 
     async def stop(self) -> None:
         """Cancel every background task and close every connection."""
@@ -300,6 +305,9 @@ class WorkerRegistry:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+        for worker in self._workers.values():
+            if worker.kv is not None:
+                await worker.kv.stop()
         self._tasks.clear()
         self._aux.clear()
         for worker in self._workers.values():
@@ -386,6 +394,8 @@ class WorkerRegistry:
         if task is not None and task is not asyncio.current_task():
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if worker.kv is not None:
+            await worker.kv.stop()
         if worker.model_id is not None and worker in self._by_model.get(worker.model_id, ()):
             self._unindex(worker, worker.model_id)
             self._notify(worker.model_id)
@@ -461,12 +471,16 @@ class WorkerRegistry:
                 changed = health.record_probe(ok, started=True, answered=answered)
                 if ok:
                     await self._refresh_adapters(worker, settings.timeout_s)
+            if health.healthy and worker.kv is None and settings.kv_events:
+                self._subscribe(worker)
             self._log_change(worker, changed)
             self._warn_unreachable(worker, health.next_delay())
             if changed and health.state is HealthState.UNHEALTHY:
                 worker.discovered = False  # it may come back as a different model
             elif changed and health.state is HealthState.HEALTHY:
                 worker.breaker.reset()
+                if worker.kv is not None and not worker.kv.running and settings.kv_events:
+                    self._subscribe(worker)  # it came back, maybe upgraded: ask again
             await self._sleep(worker, health.next_delay())
 
     def _warn_unreachable(self, worker: Worker, retry_s: float) -> None:
@@ -505,7 +519,8 @@ class WorkerRegistry:
         settings = self.settings.load_monitor
         while True:
             await asyncio.sleep(settings.interval_s)
-            workers = [w for w in self._workers.values() if w.routable]
+            # Workers that push their load on the event stream are not polled.
+            workers = [w for w in self._workers.values() if w.routable and not w.pushes_load]
             results = await asyncio.gather(
                 *(w.connection.load(w.health.settings.timeout_s) for w in workers),
                 return_exceptions=True,
@@ -513,6 +528,34 @@ class WorkerRegistry:
             for worker, result in zip(workers, results, strict=True):
                 if not isinstance(result, BaseException):
                     worker.set_reported_load(result)
+
+    def _subscribe(self, worker: Worker) -> None:
+        """Start ``worker``'s KV-event subscription, when its connection can stream them."""
+        if not hasattr(worker.connection, "kv_events"):
+            return
+        source = cast("KvEventSource", worker.connection)
+        worker.kv = KvSubscriber(worker, source, self._clock)
+        worker.kv.start()
+
+    async def _watch_engines(self) -> None:
+        """Take workers out of rotation while their event stream says they are wedged or
+        stopped, and back once it says they work."""
+        while True:
+            await asyncio.sleep(_WATCH_INTERVAL_S)
+            now = self._clock()
+            for worker in list(self._workers.values()):
+                kv = worker.kv
+                if kv is None:
+                    continue
+                s = worker.health.settings
+                reason = kv.verdict(
+                    now, s.wedge_after_s, s.stale_after_s, s.assumed_prefill_tokens_per_s
+                )
+                if worker.veto(reason):
+                    if reason is not None:
+                        log.warning("worker %s out of rotation: %s", worker.id, reason)
+                    else:
+                        log.info("worker %s back in rotation: it speaks again", worker.id)
 
 
 def _default_connect(url: str, wire: WireSettings) -> WorkerConnection:

@@ -41,6 +41,18 @@ class HealthSettings(_Section):
     #: requests: a busy worker whose probe is slow is not pulled out of rotation. A worker that
     #: answers ``healthy=false`` is not excused (it said so itself).
     traffic_counts_as_liveness: bool = True
+    #: Subscribe to each healthy worker's KV events (``SubscribeKvEvents``): its cached blocks
+    #: for ``cache_aware`` and its pushed load (then ``GetLoads`` is not polled for it).
+    kv_events: bool = True
+    #: Out of rotation while its engine reports no output for this long with requests in flight
+    #: (``engine_silence_ms``), plus the time its pending prefill may take (wedged).
+    wedge_after_s: Positive = 3.0
+    #: Out of rotation while its event stream, which sends heartbeats, is silent this long since
+    #: a request of this router went to it (a stopped or unreachable process), or this long
+    #: plus the longest gap between its records so far (an idle engine may heartbeat rarely).
+    stale_after_s: Positive = 3.0
+    #: Prefill rate assumed for the wedge allowance until one is measured on the worker.
+    assumed_prefill_tokens_per_s: Positive = 2000.0
 
 
 class BreakerSettings(_Section):
@@ -85,6 +97,10 @@ class HealthOverride(_Section):
     success_threshold: Count | None = None
     pending_interval_s: Positive | None = None
     traffic_counts_as_liveness: bool | None = None
+    kv_events: bool | None = None
+    wedge_after_s: Positive | None = None
+    stale_after_s: Positive | None = None
+    assumed_prefill_tokens_per_s: Positive | None = None
 
 
 class BreakerOverride(_Section):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import grpc
@@ -18,8 +18,10 @@ from turnout.wire import (
     WorkerClient,
     pb,
 )
+from turnout.wire.proto import common_pb2
+from turnout.wire.server_stream import ServerStream
 from turnout.workers.adapters import Adapter, adapters_from_list, adapters_from_server_args
-from turnout.workers.errors import WorkerRequestError
+from turnout.workers.errors import KvEventsLost, KvEventsUnsupported, WorkerRequestError
 from turnout.workers.settings import WireSettings
 
 #: ``server_args`` keys copied into a worker's labels.
@@ -34,6 +36,8 @@ SERVER_ARG_LABELS = (
 
 #: Worker faults that are load push-back, not breakage: retried elsewhere, not counted.
 _PUSHBACK = frozenset({grpc.StatusCode.RESOURCE_EXHAUSTED})
+#: How a worker says a KV-event subscription cannot go on where it was.
+_EVENTS_LOST = frozenset({grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.DATA_LOSS})
 #: HTTP statuses worth trying on another worker.
 _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
@@ -91,6 +95,14 @@ class WireConnection:
         response = await self.client.get_loads(timeout_s=timeout_s)
         return loads_by_rank(response)
 
+    def kv_events(self, start_seq: int) -> AsyncIterator[common_pb2.KvEventBatch]:
+        """``SubscribeKvEvents`` from batch ``start_seq`` on (0: from now), load records
+        first; raises :class:`KvEventsUnsupported` when the worker does not serve it,
+        :class:`KvEventsLost` when it cannot go on from ``start_seq``."""
+        return _unimplemented_as_unsupported(
+            self.client.subscribe_kv_events(start_seq, load_records_before_first_batch=True)
+        )
+
     def generate(
         self,
         request: pb.GenerateRequest,
@@ -116,6 +128,21 @@ class WireConnection:
     async def close(self) -> None:
         """Close the channel."""
         await self.client.close()
+
+
+async def _unimplemented_as_unsupported(
+    stream: ServerStream[common_pb2.KvEventBatch],
+) -> AsyncIterator[common_pb2.KvEventBatch]:
+    async with stream:
+        try:
+            async for batch in stream:
+                yield batch
+        except WorkerCallError as exc:
+            if exc.code is grpc.StatusCode.UNIMPLEMENTED:
+                raise KvEventsUnsupported(str(exc)) from None
+            if exc.code in _EVENTS_LOST:
+                raise KvEventsLost(str(exc)) from None
+            raise
 
 
 def loads_by_rank(response: pb.GetLoadsResponse) -> list[int]:

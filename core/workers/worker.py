@@ -9,12 +9,16 @@ from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from turnout.deadlines import Deadline
+from turnout.wire.proto.common_pb2 import EngineLoad
 from turnout.workers.adapters import Adapter
 from turnout.workers.breaker import CircuitBreaker, CircuitState
 from turnout.workers.connection import WorkerConnection
 from turnout.workers.dp import DpRank, dp_size_from_labels
 from turnout.workers.health import HealthState, HealthTracker
 from turnout.workers.ids import default_worker_id
+from turnout.workers.kv_events import KvSubscriber
+from turnout.workers.kv_index import KvIndex
 from turnout.workers.roles import (
     DEFAULT_BOOTSTRAP_PORT,
     Role,
@@ -88,6 +92,7 @@ class Worker:
         self.removed = False
         #: Requests from this router that have not finished.
         self.in_flight = 0
+        self._clock = clock
         self._external_load = 0
         self.requests_total = 0
         self.failures_total = 0
@@ -103,6 +108,12 @@ class Worker:
         #: The LoRA adapters it reported, by name; None: it did not say (the model's configured
         #: adapters are taken to be loaded).
         self.adapters: dict[str, Adapter] | None = None
+        #: Its KV-event subscription, once started (see :mod:`turnout.workers.kv_events`).
+        self.kv: KvSubscriber | None = None
+        #: Why it is out of rotation on what its event stream says (wedged, stale), or None.
+        self.vetoed: str | None = None
+        #: The waits of requests for its first response: cut short when it is vetoed.
+        self.first_waits: dict[Deadline, None] = {}
 
     @property
     def id(self) -> str:
@@ -151,7 +162,7 @@ class Worker:
         health = self.health.state
         if health is HealthState.HEALTHY and self.model_id is not None:
             return WorkerState.READY
-        if health is HealthState.UNHEALTHY:
+        if health is HealthState.UNHEALTHY or self.vetoed is not None:
             return WorkerState.UNHEALTHY
         return WorkerState.PENDING
 
@@ -160,7 +171,12 @@ class Worker:
         """Whether the worker may take a new request now."""
         # Called per request for every worker of the model: plain attribute reads only on the
         # common path (properties and enum look-ups cost ~10x more on CPython 3.11).
-        if self.draining or self.model_id is None or self.health._state is not _HEALTHY:
+        if (
+            self.draining
+            or self.model_id is None
+            or self.health._state is not _HEALTHY
+            or self.vetoed is not None
+        ):
             return False
         breaker = self.breaker
         if breaker._state is _CLOSED:
@@ -199,6 +215,48 @@ class Worker:
         else:
             self._external_load = max(0, sum(reported) - self.in_flight)
 
+    def take_pushed_load(self, rank: int, count: int) -> None:
+        """Take the running plus waiting count that DP rank ``rank`` pushed on the event
+        stream (as :meth:`set_reported_load` does for a polled one)."""
+        ranks = self.ranks
+        if ranks:
+            if 0 <= rank < len(ranks):
+                ranks[rank].set_reported_load(count)
+                self._external_load = sum(r.load - r.in_flight for r in ranks)
+        elif rank == 0:
+            self._external_load = max(0, count - self.in_flight)
+
+    @property
+    def pushes_load(self) -> bool:
+        """Whether its load arrives on its event stream (then it is not polled)."""
+        kv = self.kv
+        return kv is not None and kv.streaming and kv.engines[0].load is not None
+
+    @property
+    def kv_index(self) -> KvIndex | None:
+        """The blocks its engine reports cached; None when it streams no KV events."""
+        kv = self.kv
+        return kv.engines[0].index if kv is not None and kv.streaming else None
+
+    @property
+    def engine_load(self) -> EngineLoad | None:
+        """The last load record its engine pushed; None when it pushes none."""
+        kv = self.kv
+        return kv.engines[0].load if kv is not None and kv.streaming else None
+
+    def veto(self, reason: str | None) -> bool:
+        """Take it out of rotation for ``reason`` (None: put it back); requests waiting for
+        its first response stop waiting (they are retried elsewhere). Returns True when the
+        verdict changed."""
+        was, self.vetoed = self.vetoed, reason
+        if reason is None or was is not None:
+            return (was is None) != (reason is None)
+        self.last_error = f"out of rotation: {reason}"
+        waits, self.first_waits = self.first_waits, {}
+        for wait in waits:
+            wait.cut()
+        return True
+
     def pin(self, request: Any) -> None:
         """Leave the DP rank of ``request`` to the worker (``ClearField``: also for messages
         whose rank field has no presence, as ``EmbedRequest``'s)."""
@@ -218,6 +276,10 @@ class Worker:
 
     def acquire(self) -> None:
         """Count a request as in flight."""
+        kv = self.kv
+        if kv is not None and kv.unanswered_since is None:
+            # The request moves the worker's load record: its stream owes a record now.
+            kv.unanswered_since = self._clock()
         self.in_flight += 1
         self.requests_total += 1
         self._idle.clear()
@@ -254,4 +316,6 @@ class Worker:
             "dp_size": self.dp_size,
             "dp_ranks": [rank.info() for rank in self.ranks],
             "adapters": None if self.adapters is None else sorted(self.adapters),
+            "vetoed": self.vetoed,
+            "kv_events": self.kv is not None and self.kv.streaming,
         }

@@ -14,9 +14,10 @@ C = TypeVar("C", bound=Candidate)
 class LeastLoaded:
     """Pick the candidate with the lowest load; ties go round robin.
 
-    A fixed tie-break (e.g. "first in the list") sends every request to the same worker while
-    all loads are equal, which is exactly the case of an idle fleet or of fast-finishing
-    requests; rotating the starting point spreads them instead.
+    Equal loads are told apart by the token work the engines pushed (:func:`token_work`), when
+    they push it. A fixed tie-break (e.g. "first in the list") sends every request to the same
+    worker while all loads are equal, which is exactly the case of an idle fleet or of
+    fast-finishing requests; rotating the starting point spreads them instead.
     """
 
     __slots__ = ("_turn",)
@@ -34,9 +35,19 @@ class LeastLoaded:
         for i in range(start + 1, start + n):
             cand = candidates[i % n] if i >= n else candidates[i]
             load = cand.load
-            if load < best_load:
+            if load < best_load or (load == best_load and token_work(cand) < token_work(best)):
                 best, best_load = cand, load
         return best
+
+
+def token_work(candidate: Candidate) -> tuple[int, float]:
+    """What breaks a tie of equal loads: the prompt tokens queued on the candidate's engine
+    that miss its cache, then its KV-cache use, as its engine pushed them (zeros when it
+    pushes no load)."""
+    load = getattr(candidate, "engine_load", None)
+    if load is None:
+        return (0, 0.0)
+    return (load.waiting_uncached_tokens, load.token_usage)
 
 
 def hash64(data: bytes) -> int:

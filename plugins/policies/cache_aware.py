@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from turnout.plugins.policies._common import LeastLoaded, check_non_negative, check_positive
 from turnout.plugins.policies._prefix_index import PrefixIndex
 from turnout.routing.affinity import AdapterAffinity, adapter_salt
+from turnout.routing.kv import cached_tokens
 from turnout.routing.types import Candidate, RoutingRequest
 
 
@@ -28,7 +29,10 @@ class CacheAwarePolicy:
     lately are preferred while at most ``adapter_slack`` more loaded
     (:class:`turnout.routing.AdapterAffinity`).
 
-    The prompt is then recorded under the chosen worker. The tree holds at most
+    When every candidate streams KV events (``SubscribeKvEvents``), the match is on what the
+    engines report they hold (:func:`turnout.routing.kv.cached_tokens`), exact and the same in
+    every serving process and replica, and the tree is not used; otherwise:
+    the prompt is then recorded under the chosen worker. The tree holds at most
     ``max_tree_size`` tokens' worth of ``block_size``-token blocks (text prompts count four
     characters per token) and evicts the least recently used prefixes first.
     ``eviction_interval_secs`` is accepted for configuration compatibility; the bound is
@@ -89,6 +93,9 @@ class CacheAwarePolicy:
 
     def select(self, request: RoutingRequest, candidates: Sequence[Candidate]) -> Candidate:
         """Return the worker with the best prefix match, or the least-loaded one."""
+        cached = cached_tokens(request, candidates)
+        if cached is not None:
+            return self._select_by_events(request, candidates, cached)
         index = self.index
         salt = adapter_salt(request.adapter)
         if request.token_ids:
@@ -127,3 +134,26 @@ class CacheAwarePolicy:
         if keys:
             index.insert(keys, self._bit(chosen.id), self._live)
         return chosen
+
+    def _select_by_events(
+        self, request: RoutingRequest, candidates: Sequence[Candidate], cached: list[int]
+    ) -> Candidate:
+        """Every candidate streams KV events: match on what the engines hold (``cached``
+        tokens per candidate), the same balance rules as with the tree."""
+        loads = [c.load for c in candidates]
+        min_load = min(loads)
+        cutoff = max(min_load + self.balance_abs_threshold, self.balance_rel_threshold * min_load)
+        best = 0
+        for tokens, load in zip(cached, loads, strict=True):
+            if load <= cutoff and tokens > best:
+                best = tokens
+        if best and best / len(request.token_ids) > self.cache_threshold:
+            holders = [
+                c
+                for c, tokens, load in zip(candidates, cached, loads, strict=True)
+                if tokens == best and load <= cutoff
+            ]
+            chosen = self._least.pick(holders)
+            self.affinity.record(request.adapter, chosen.id)
+            return chosen
+        return self.affinity.choose(request, candidates, self._least.pick, self.adapter_slack)

@@ -1,8 +1,10 @@
 """Load-based policies: ``power_of_two`` and ``least_load``.
 
 Load is :attr:`Candidate.load`: in-flight requests from this router plus the work the worker
-itself reports (polled ``GetLoads``) that did not come from us. A request with a LoRA adapter
-goes to a worker that served the adapter lately while that one is loaded at most
+itself reports that did not come from us (pushed on its KV-event stream, else polled
+``GetLoads``). Equal loads are told apart by the token work the engines push: queued prompt
+tokens that miss the cache (``waiting_uncached_tokens``), then KV-cache use. A request with a
+LoRA adapter goes to a worker that served the adapter lately while that one is loaded at most
 ``adapter_slack`` more than the alternative (:class:`turnout.routing.AdapterAffinity`).
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from turnout.plugins.policies._common import LeastLoaded, check_non_negative
+from turnout.plugins.policies._common import LeastLoaded, check_non_negative, token_work
 from turnout.routing.affinity import AdapterAffinity
 from turnout.routing.types import Candidate, RoutingRequest
 
@@ -49,7 +51,10 @@ class PowerOfTwoPolicy:
             if j >= i:
                 j += 1
             a, b = candidates[i], candidates[j]
-            return b if b.load < a.load else a
+            a_load, b_load = a.load, b.load
+            if a_load == b_load:
+                return b if token_work(b) < token_work(a) else a
+            return b if b_load < a_load else a
         self.affinity.record(request.adapter, chosen.id)
         return chosen
 

@@ -443,7 +443,7 @@ async def test_load_spreads_tasks_and_prompts_across_processes() -> None:
 
 def test_worker_counters_and_jitter_knob(monkeypatch: pytest.MonkeyPatch) -> None:
     from turnout.sim import SimWorker, get_counters
-    from turnout.sim import servicer as sim_servicer
+    from turnout.sim import emitter as sim_emitter
     from turnout.sim.ranks import Running
     from turnout.wire import WorkerClient
     from turnout.wire.sampling import build_generate_request, build_sampling_params
@@ -454,7 +454,7 @@ def test_worker_counters_and_jitter_knob(monkeypatch: pytest.MonkeyPatch) -> Non
         pauses.append(seconds)
 
     monkeypatch.setattr(Running, "sleep", pause)
-    monkeypatch.setattr(sim_servicer.random, "random", lambda: 0.5)
+    monkeypatch.setattr(sim_emitter.random, "random", lambda: 0.5)
 
     async def scenario() -> dict[str, int]:
         async with SimWorker(delay_ms=20, delay_jitter_ms=20) as sim:

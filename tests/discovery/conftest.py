@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Callable
 from types import SimpleNamespace
 from typing import Any
@@ -69,15 +68,6 @@ def plugins() -> Plugins:
 def provider(channel: str = "a") -> QueueProvider:
     """The newest provider created for ``channel``."""
     return next(p for p in reversed(QueueProvider.instances) if p.channel == channel)
-
-
-async def eventually(check: Callable[[], bool], within: float = 20.0) -> None:
-    """Wait until ``check()`` holds (generous bound: the machine may be loaded)."""
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.01)
 
 
 @pytest.fixture

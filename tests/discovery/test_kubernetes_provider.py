@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
+from tests.support import eventually
 from turnout.discovery import Added, DiscoveredWorker, Draining, Removed, Role, Snapshot
 from turnout.discovery.types import WorkerChange
 from turnout.plugins.discovery.kubernetes import KubernetesProvider
 
-from .conftest import eventually
 from .k8s_api import ScriptedApiServer
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import eventually
 from turnout.config import DiscoveryConfig
 from turnout.discovery import (
     Added,
@@ -26,7 +27,7 @@ from turnout.sim import SimWorker
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import WorkerSpec
 
-from .conftest import eventually, provider
+from .conftest import provider
 
 QUEUE = [{"provider": "queue"}]
 

@@ -36,13 +36,6 @@ def turnout_register_discovery(register):
 """
 
 
-@pytest.fixture
-def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delenv("TURNOUT_PLUGINS", raising=False)
-    return tmp_path
-
-
 def test_builtins_come_through_turnouts_own_entry_points() -> None:
     registry = turnout.load_plugins().discovery
     assert registry.names() == sorted(row[0] for row in BUILTIN_DISCOVERY)

@@ -26,8 +26,9 @@ from turnout.plugin_choice import choose_plugins
 from turnout.plugins.harmony import HarmonyChatFormat
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
-from ..server.outputs import TOKENIZER
-from .test_harmony import ANSWER, OUTPUT, offline
+from ..generation.outputs import TOKENIZER
+from .samples import ANSWER, CALL
+from .test_harmony import offline
 
 PLUGINS = turnout.load_plugins()
 
@@ -127,7 +128,7 @@ def _chunks(tokens: list[int], cuts: list[int]) -> list[list[int]]:
 def test_any_chunking_folds_to_the_one_shot_answer(
     harmony: HarmonyChatFormat, cuts: list[int], answer: bool
 ) -> None:
-    tokens = list(harmony.encoding.encode(ANSWER if answer else OUTPUT, allowed_special="all"))
+    tokens = list(harmony.encoding.encode(ANSWER if answer else CALL, allowed_special="all"))
     whole = _fold(_processor(harmony.reader()), [tokens])
     assert _fold(_processor(harmony.reader()), _chunks(tokens, cuts)) == whole
     if answer:
@@ -140,7 +141,7 @@ def test_any_chunking_folds_to_the_one_shot_answer(
 
 
 def test_without_tools_a_call_is_content(harmony: HarmonyChatFormat) -> None:
-    tokens = list(harmony.encoding.encode(OUTPUT, allowed_special="all"))
+    tokens = list(harmony.encoding.encode(CALL, allowed_special="all"))
     folded = _fold(_processor(harmony.reader(), calls=False), [tokens])
     assert folded["calls"] == {}
     assert folded["content"] == '{"city": "Zürich"}'

@@ -28,27 +28,7 @@ from turnout.plugins.harmony import (
 )
 from turnout.tokenizer import ChatTemplateError
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-OUTPUT = (
-    "<|channel|>analysis<|message|>The user wants the weather; call the tool.<|end|>"
-    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
-    '<|message|>{"city": "Zürich"}<|call|>'
-)
-ANSWER = (
-    "<|channel|>analysis<|message|>21 degrees, sunny.<|end|>"
-    "<|start|>assistant<|channel|>final<|message|>It is 21 °C and sunny in Zürich. ☀️<|return|>"
-)
+from .samples import ANSWER, CALL, WEATHER
 
 
 def offline(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -184,7 +164,7 @@ def test_earlier_reasoning_is_dropped_and_bad_input_refused(encoding: Any) -> No
 
 
 def test_parses_reasoning_a_tool_call_and_a_final_answer(encoding: Any) -> None:
-    call = parse_output(encoding, tokens(encoding, OUTPUT))
+    call = parse_output(encoding, tokens(encoding, CALL))
     assert call.reasoning == "The user wants the weather; call the tool."
     assert call.content == ""
     assert call.calls == [HarmonyCall("get_weather", '{"city": "Zürich"}')]
@@ -192,11 +172,11 @@ def test_parses_reasoning_a_tool_call_and_a_final_answer(encoding: Any) -> None:
     answer = parse_output(encoding, tokens(encoding, ANSWER))
     assert answer == HarmonyOutput("21 degrees, sunny.", "It is 21 °C and sunny in Zürich. ☀️", [])
     # the stop tokens a worker is given for this model end those outputs
-    assert tokens(encoding, OUTPUT)[-1] in encoding.stop_tokens_for_assistant_actions()
+    assert tokens(encoding, CALL)[-1] in encoding.stop_tokens_for_assistant_actions()
 
 
 def test_cut_off_and_malformed_outputs_keep_their_text(encoding: Any) -> None:
-    cut = parse_output(encoding, tokens(encoding, OUTPUT)[:-6])
+    cut = parse_output(encoding, tokens(encoding, CALL)[:-6])
     assert [c.name for c in cut.calls] == ["get_weather"]
     assert cut.calls[0].arguments.startswith('{"city')
     plain = parse_output(encoding, tokens(encoding, "no harmony header at all"))
@@ -223,7 +203,7 @@ SECOND_CALL = (
 
 
 def test_two_calls_in_one_output_stay_two(encoding: Any) -> None:
-    both = parse_output(encoding, tokens(encoding, OUTPUT + SECOND_CALL))
+    both = parse_output(encoding, tokens(encoding, CALL + SECOND_CALL))
     assert both.calls == [
         HarmonyCall("get_weather", '{"city": "Zürich"}'),
         HarmonyCall("get_weather", '{"city": "Bern"}'),
@@ -237,7 +217,7 @@ def test_a_streamed_call_names_its_function_once(encoding: Any) -> None:
     stream = HarmonyStream(encoding)
     pieces = [
         delta
-        for token in tokens(encoding, OUTPUT + SECOND_CALL)
+        for token in tokens(encoding, CALL + SECOND_CALL)
         for delta in stream.feed([token])
         if delta.kind == "call"
     ]
@@ -248,10 +228,10 @@ def test_a_streamed_call_names_its_function_once(encoding: Any) -> None:
 
 
 OUTPUTS = [
-    OUTPUT,
+    CALL,
     ANSWER,
-    OUTPUT + ANSWER,
-    OUTPUT + SECOND_CALL,
+    CALL + ANSWER,
+    CALL + SECOND_CALL,
     "<|channel|>final<|message|>x<|end|><|end|>émoji 😀",
 ]
 

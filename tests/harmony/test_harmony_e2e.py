@@ -19,28 +19,8 @@ from turnout.sim.model import Script
 
 from ..server.harness import MODEL, Router, run_router
 from .gpt_oss_model import write_gpt_oss_model
+from .samples import ANSWER, CALL, WEATHER
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather in a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-CALL = (
-    "<|channel|>analysis<|message|>The user wants the weather; call the tool.<|end|>"
-    "<|start|>assistant<|channel|>commentary to=functions.get_weather <|constrain|>json"
-    '<|message|>{"city": "Zürich"}<|call|>'
-)
-ANSWER = (
-    "<|channel|>analysis<|message|>21 degrees, sunny.<|end|>"
-    "<|start|>assistant<|channel|>final<|message|>It is 21 °C and sunny in Zürich. ☀️<|return|>"
-)
 SCRIPT = Script.from_data(
     {
         "rules": [

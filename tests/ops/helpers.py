@@ -67,11 +67,6 @@ def fresh_window(window_s: float, need_s: float = 6.0) -> None:
         time.sleep(left + 0.05)
 
 
-def sse_events(body: str) -> list[str]:
-    """The ``data:`` payloads of an SSE body, in order."""
-    return [line[len("data: ") :] for line in body.splitlines() if line.startswith("data: ")]
-
-
 class Serve:
     """``python -m turnout serve`` with a config file (``server`` settings merged in), on a
     free port, logging to ``self.log``; ``fd_limit`` lowers its file-descriptor limit.

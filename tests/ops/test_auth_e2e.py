@@ -11,6 +11,7 @@ import httpx
 import pytest
 
 from tests.server.harness import Router, run_router
+from tests.support import bearer
 from turnout.config import load_config
 from turnout.errors import ConfigError
 from turnout.server.auth import Access, KeyRing, access_of
@@ -31,10 +32,6 @@ def router() -> Iterator[Router]:
     }
     with run_router(config=config, sims=1) as running:
         yield running
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
 
 
 def assert_401(response: httpx.Response) -> None:

@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from tests.server.harness import Router, run_router
+from tests.support import eventually, sse_events
 
-from .helpers import chat, scrape, sse_events, value
+from .helpers import chat, scrape, value
 
 CHAT = "/v1/chat/completions"
 #: Simulated pacing: each request below takes about tokens × 40 ms.
@@ -83,14 +84,6 @@ def long_chat(tokens: int, stream: bool = True) -> dict[str, object]:
     return chat(text, stream=stream, max_tokens=tokens)
 
 
-async def wait_for(check: object, limit_s: float = 5.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.02)
-
-
 def queue_depth(router: Router) -> float:
     return value(scrape(router.base_url), "turnout_admission_queue_depth")
 
@@ -117,7 +110,7 @@ async def test_queue_full_is_429_and_queue_timeout_is_503(
     running = asyncio.create_task(first_chunk_then(client, router, started, 60))
     await asyncio.wait_for(started.wait(), 10)
     queued = asyncio.create_task(client.post(f"{router.base_url}{CHAT}", json=chat()))
-    await wait_for(lambda: queue_depth(router) == 1)
+    await eventually(lambda: queue_depth(router) == 1)
 
     full = await client.post(f"{router.base_url}{CHAT}", json=chat())
     assert full.status_code == 429
@@ -148,11 +141,11 @@ async def test_client_leaving_the_queue_frees_its_place(
 
     async with httpx.AsyncClient(timeout=20) as impatient:
         waiting = asyncio.create_task(impatient.post(f"{router.base_url}{CHAT}", json=chat()))
-        await wait_for(lambda: queue_depth(router) == 1)
+        await eventually(lambda: queue_depth(router) == 1)
         waiting.cancel()  # the client goes away while queued
         with pytest.raises(asyncio.CancelledError):
             await waiting
-    await wait_for(lambda: queue_depth(router) == 0, 0.9)  # well before its queue timeout
+    await eventually(lambda: queue_depth(router) == 0, 0.9)  # well before its queue timeout
     assert (await running)[-1] == "[DONE]"
     # The abandoned request never reached a worker, and the permit is free again.
     assert len(sim.requests) == requests_seen
@@ -183,7 +176,7 @@ async def test_client_leaving_mid_stream_releases_the_permit_and_aborts(
             if line.startswith("data: "):
                 break
     # 200 tokens would take 8 s; the worker is told to stop as soon as the client left.
-    await wait_for(
+    await eventually(
         lambda: outcome_of(sim.records.outcomes, "leaves-mid-stream") in ("abort", "cancelled")
     )
     sim.knobs.update({"delay_ms": 0.0})
@@ -228,7 +221,7 @@ async def test_request_timeout_is_504_and_aborts_the_worker(
     assert time.monotonic() - started < 3
     assert response.status_code == 504
     assert response.json()["error"]["code"] == "request_timeout"
-    await wait_for(lambda: outcome_of(sim.records.outcomes, "too-slow") in ("abort", "cancelled"))
+    await eventually(lambda: outcome_of(sim.records.outcomes, "too-slow") in ("abort", "cancelled"))
     samples = scrape(slow_router.base_url)
     labels = {"route": CHAT, "model": "turnout-demo", "status": "504"}
     assert value(samples, "turnout_requests_total", **labels) >= 1
@@ -250,6 +243,6 @@ async def test_streamed_request_timeout_ends_with_an_error_event(
     error = json.loads(events[-2])["error"]
     assert error["code"] == "request_timeout"
     assert len(events) > 3  # some tokens arrived before the deadline
-    await wait_for(
+    await eventually(
         lambda: outcome_of(sim.records.outcomes, "too-slow-stream") in ("abort", "cancelled")
     )

@@ -11,9 +11,10 @@ import httpx
 import pytest
 
 from tests.server.harness import MODEL, Router, free_port, run_router
+from tests.support import sse_events
 from turnout.observability.logs import JsonFormatter, RequestIdFilter
 
-from .helpers import chat, parse_metrics, scrape, sse_events, total, value
+from .helpers import chat, parse_metrics, scrape, total, value
 
 CHAT = "/v1/chat/completions"
 

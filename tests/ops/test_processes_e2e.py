@@ -12,7 +12,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -20,6 +19,7 @@ import httpx
 
 from bench import procfs
 from tests.server.harness import free_port
+from tests.support import bearer, wait_for
 from turnout.demo_model import path as demo_path
 from turnout.sim import SimProcess, get_counters
 
@@ -30,10 +30,6 @@ KEYS = ["kept-key", "revoked-by-route", "revoked-by-sighup"]
 ADMIN = {"authorization": "Bearer admin-key"}
 
 
-def bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
-
-
 def models_status(server: Serve, key: str) -> int:
     """``GET /v1/models`` with ``key`` on a new connection (any serving process may take it)."""
     return httpx.get(f"{server.base_url}/v1/models", headers=bearer(key), timeout=10).status_code
@@ -42,13 +38,6 @@ def models_status(server: Serve, key: str) -> int:
 def children(server: Serve) -> list[int]:
     """The serving processes: every process under the supervisor."""
     return [pid for pid in procfs.tree_pids(server.proc.pid) if pid != server.proc.pid]
-
-
-def wait_for(check: Callable[[], bool], what: str, limit_s: float) -> None:
-    deadline = time.monotonic() + limit_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def alive(pid: int) -> bool:
@@ -196,7 +185,7 @@ def test_a_serving_process_that_dies_is_replaced(serve: StartServe) -> None:
     wait_for(
         lambda: first not in children(server) and len(children(server)) == 2,
         "a replacement",
-        30,
+        60,  # a new process imports and builds its app: slow on a loaded machine
     )
     assert second in children(server)
     wait_for(lambda: models_status(server, KEYS[0]) == 200, "readiness", 10)

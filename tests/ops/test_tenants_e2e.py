@@ -9,7 +9,6 @@ import asyncio
 import copy
 import hashlib
 import logging
-import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
@@ -17,6 +16,7 @@ import httpx
 import pytest
 
 from tests.server.harness import MODEL, Router, free_port, run_router
+from tests.support import bearer, eventually
 from turnout.demo_model import path as demo_path
 
 from .helpers import chat, fresh_window, scrape, value
@@ -64,10 +64,6 @@ TENANTS: dict[str, Any] = {
     "outage": {"keys": [KEYS["outage"]], "tokens_per_minute": per_minute(300)},
     "emb_outage": {"keys": [KEYS["emb_outage"]], "tokens_per_minute": per_minute(50)},
 }
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
 
 
 @pytest.fixture(scope="module")
@@ -122,14 +118,13 @@ async def eventually_ok(
     client: httpx.AsyncClient, key: str, body: dict[str, Any], path: str = CHAT
 ) -> None:
     """The request succeeds within a few seconds (budgets are given back in the background)."""
-    deadline = time.monotonic() + 5
-    while True:
+
+    async def served() -> bool:
         answer = await client.post(path, json=body, headers=bearer(key))
-        if answer.status_code == 200:
-            return
-        assert answer.status_code == 429, answer.text
-        assert time.monotonic() < deadline, answer.text
-        await asyncio.sleep(0.05)
+        assert answer.status_code in (200, 429), answer.text
+        return answer.status_code == 200
+
+    await eventually(served, within=5, what=f"a 200 for {key}", every=0.05)
 
 
 # -- identification and models -----------------------------------------------------------------

@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from tests.server.harness import MODEL, Router, run_router
+from tests.support import bearer
 from turnout.sim import SimProcess
 
 from .helpers import Serve, chat, fresh_window, scrape, value
@@ -27,10 +28,6 @@ from .redis_server import RedisServer, closed_port_url, silent_server
 CHAT = "/v1/chat/completions"
 KEY = "tenant-key"
 PLAIN = "plain-key"
-
-
-def bearer(key: str) -> dict[str, str]:
-    return {"authorization": f"Bearer {key}"}
 
 
 def limits(storage: str, **extra: Any) -> dict[str, Any]:

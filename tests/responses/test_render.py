@@ -11,7 +11,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.server.outputs import EOS, arguments, output_ids, processor, prose
+from tests.generation.outputs import EOS, arguments, output_ids, processor, prose
 from turnout.generation.events import ChoiceDelta, ChoiceEnd, Event, ToolCallPiece, Usage
 from turnout.responses.render import ResponsesRenderer
 

@@ -7,20 +7,15 @@ Knobs are plain attributes changed at run time. ``stop()``/``start()`` keep the 
 from __future__ import annotations
 
 import asyncio
-import socket
 from typing import Any
 
 import grpc
 import grpc.aio
 
+from turnout.testing.router import free_port
 from turnout.wire import pb
+from turnout.wire.proto import common_pb2
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class TestWorker(pb_grpc.SglangSchedulerServicer):
@@ -49,6 +44,20 @@ class TestWorker(pb_grpc.SglangSchedulerServicer):
         self.health_checks = 0
         self.aborted: list[str] = []
         self.active = 0
+        #: KV-event batches to stream to subscribers (None: SubscribeKvEvents is UNIMPLEMENTED).
+        #: A status code queued ends the stream with it.
+        self.kv_batches: asyncio.Queue[common_pb2.KvEventBatch | grpc.StatusCode] | None = None
+        #: Refuse a non-zero ``start_sequence_number`` with OUT_OF_RANGE (nothing kept to resume).
+        self.refuse_resume = False
+        #: Load-only heartbeats every this many seconds while no batch is queued (0: none),
+        #: carrying ``heartbeat_load``.
+        self.heartbeat_s = 0.0
+        self.heartbeat_load = common_pb2.EngineLoad()
+        #: When set (loop time), heartbeats report the engine silent since then.
+        self.silent_since: float | None = None
+        #: The ``start_sequence_number`` of each subscription.
+        self.kv_starts: list[int] = []
+        self.kv_subscribers = 0
         self._server: grpc.aio.Server | None = None
 
     async def start(self) -> TestWorker:
@@ -126,6 +135,36 @@ class TestWorker(pb_grpc.SglangSchedulerServicer):
         return pb.GetLoadsResponse(
             loads=[pb.SchedulerLoad(num_running_reqs=self.reported_load, num_waiting_reqs=0)]
         )
+
+    async def SubscribeKvEvents(self, request: Any, context: Any) -> Any:
+        """Streams the queued ``kv_batches``, and heartbeats while none is queued."""
+        batches = self.kv_batches
+        if batches is None:
+            await context.abort(grpc.StatusCode.UNIMPLEMENTED, "no KV events")
+            return
+        self.kv_starts.append(request.start_sequence_number)
+        if self.refuse_resume and request.start_sequence_number:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, "nothing to resume from")
+            return
+        self.kv_subscribers += 1
+        try:
+            while True:
+                try:
+                    async with asyncio.timeout(self.heartbeat_s or None):
+                        batch = await batches.get()
+                except TimeoutError:
+                    load = common_pb2.EngineLoad()
+                    load.CopyFrom(self.heartbeat_load)
+                    load.load_only = True
+                    if self.silent_since is not None:
+                        silent = asyncio.get_running_loop().time() - self.silent_since
+                        load.engine_silence_ms = int(silent * 1000)
+                    batch = common_pb2.KvEventBatch(load=load)
+                if isinstance(batch, grpc.StatusCode):
+                    await context.abort(batch, "scripted end")
+                yield batch
+        finally:
+            self.kv_subscribers -= 1
 
     async def Abort(self, request: Any, context: Any) -> Any:
         self.aborted.append(request.request_id)

@@ -9,6 +9,7 @@ from collections import Counter
 import grpc
 import pytest
 
+from tests.support import eventually
 from turnout.plugins.policies.load import LeastLoadPolicy
 from turnout.plugins.policies.simple import RoundRobinPolicy
 from turnout.routing.dispatch import Dispatcher
@@ -22,16 +23,6 @@ from turnout.workers.worker import WorkerState
 from ._worker import TestWorker, make_request
 
 ROUTING = RoutingRequest(model="m", token_ids=(1, 2, 3))
-
-
-async def eventually(predicate, within: float) -> bool:
-    """Poll ``predicate`` until true or ``within`` seconds passed."""
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.02)
-    return True
 
 
 async def run_one(dispatcher: Dispatcher, model: str = "m", rid: str = "r") -> tuple[str, int]:
@@ -51,7 +42,7 @@ async def test_round_robin_over_real_workers(workers, registry_for) -> None:
     assert all(count == 4 for _, count in results)  # 3 chunks + complete
     assert Counter(w for w, _ in results) == {w.id: 10 for w in registry.all()}
     # A worker counts an answer after its last message went out: wait for the counters.
-    assert await eventually(lambda: [w.served for w in fleet] == [10, 10, 10], within=2.0)
+    await eventually(lambda: [w.served for w in fleet] == [10, 10, 10], within=2.0)
     assert all(w.in_flight == 0 for w in registry.all())
     assert registry.models() == ["m"]
     assert registry.has_ready_worker("m")
@@ -100,7 +91,7 @@ async def test_failure_before_first_response_is_retried_elsewhere(workers, regis
         async with session:
             assert len([r async for r in session]) == 4
         assert session.worker.id != bad_id
-    assert await eventually(lambda: good.served == 4, within=2.0)
+    await eventually(lambda: good.served == 4, within=2.0)
     assert bad.generates >= 1
     assert registry.get(bad_id).failures_total == bad.generates
 
@@ -197,7 +188,7 @@ async def test_stopped_worker_mid_traffic_then_restarted(workers, registry_for) 
     failed = [o for o in outcomes if o[2] is None]
     assert all(wid == victim_id and start <= stopped_at[0] for start, wid, _ in failed)
     worker = registry.get(victim_id)
-    assert await eventually(lambda: worker.state is WorkerState.UNHEALTHY, 3)
+    await eventually(lambda: worker.state is WorkerState.UNHEALTHY, 3)
     assert not worker.routable
     await victim.start()  # same port
     assert await registry.wait_ready(victim_id, 3.0)
@@ -260,7 +251,7 @@ async def test_busy_worker_with_slow_probe_stays_ready(workers, registry_for) ->
         assert (await run_one(dispatcher, rid=f"busy{i}"))[1] == 41
         assert worker.state is WorkerState.READY
     # Without traffic the failing probes do take it out.
-    assert await eventually(lambda: worker.state is WorkerState.UNHEALTHY, 4)
+    await eventually(lambda: worker.state is WorkerState.UNHEALTHY, 4)
 
 
 async def test_reported_load_steers_least_load(workers, registry_for) -> None:
@@ -432,8 +423,8 @@ async def test_hung_worker_times_out_is_aborted_and_retried(workers, registry_fo
     assert worker.breaker.consecutive_failures == tries  # timeouts count against the breaker
     assert "no response to Generate within 0.3s" in (worker.last_error or "")
     # The worker was told to stop each request it sat on.
-    assert await eventually(lambda: len(set(hung.aborted)) == tries, within=2.0)
-    assert await eventually(lambda: hung.active == 0, within=2.0)
+    await eventually(lambda: len(set(hung.aborted)) == tries, within=2.0)
+    await eventually(lambda: hung.active == 0, within=2.0)
     assert all(w.in_flight == 0 for w in registry.all())
 
 
@@ -504,7 +495,7 @@ async def test_cancelled_wait_is_not_booked_as_a_success(workers, registry_for) 
     assert session.done
     assert worker.in_flight == 0
     assert worker.breaker.consecutive_failures == 2  # not reset by a "success"
-    assert await eventually(lambda: fleet[0].aborted == ["quiet"], within=2.0)
+    await eventually(lambda: fleet[0].aborted == ["quiet"], within=2.0)
 
 
 async def test_worker_answering_unhealthy_leaves_rotation_despite_traffic(
@@ -529,7 +520,7 @@ async def test_worker_answering_unhealthy_leaves_rotation_despite_traffic(
         await asyncio.sleep(0.3)
         served = sick.served
         sick.healthy = False  # still serves every request, but says it is unhealthy
-        assert await eventually(lambda: worker.state is WorkerState.UNHEALTHY, within=5.0)
+        await eventually(lambda: worker.state is WorkerState.UNHEALTHY, within=5.0)
         assert sick.served > served  # it was serving traffic all along
         assert not worker.routable
         assert "healthy=false" in (worker.last_error or "")

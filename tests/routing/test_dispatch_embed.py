@@ -11,6 +11,7 @@ from collections import Counter
 import grpc
 import pytest
 
+from tests.support import eventually
 from turnout.plugins.policies.simple import RoundRobinPolicy
 from turnout.routing.dispatch import Answered, Dispatcher
 from turnout.routing.types import RoutingRequest
@@ -20,7 +21,6 @@ from turnout.workers.errors import NoWorkerAvailable, WorkerRequestError
 from turnout.workers.settings import RetrySettings, WireSettings
 
 from ._worker import TestWorker
-from .test_dispatch import eventually
 
 ROUTING = RoutingRequest(model="m", token_ids=(1, 2, 3))
 
@@ -123,8 +123,8 @@ async def test_a_silent_worker_times_out_is_aborted_and_retried(workers, registr
     assert worker.failures_total == hung.embeds
     assert "no response to Embed within 0.3s" in (worker.last_error or "")
     # The worker is told to stop what it sat on, and its call is cancelled.
-    assert await eventually(lambda: len(set(hung.aborted)) == hung.embeds, within=3.0)
-    assert await eventually(lambda: hung.active == 0, within=3.0)
+    await eventually(lambda: len(set(hung.aborted)) == hung.embeds, within=3.0)
+    await eventually(lambda: hung.active == 0, within=3.0)
     assert all(w.in_flight == 0 for w in registry.all())
 
 
@@ -135,14 +135,14 @@ async def test_in_flight_while_running_and_cancel_aborts(workers, registry_for) 
     dispatcher = Dispatcher(registry, default_policy=RoundRobinPolicy)
     call = asyncio.ensure_future(dispatcher.embed("m", ROUTING, embed_request("gone"), timeout=30))
     (worker,) = registry.all()
-    assert await eventually(lambda: slow.active == 1, within=3.0)
+    await eventually(lambda: slow.active == 1, within=3.0)
     assert worker.in_flight == 1
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
     assert worker.in_flight == 0
-    assert await eventually(lambda: slow.aborted == ["gone"], within=3.0)
-    assert await eventually(lambda: slow.active == 0, within=3.0)
+    await eventually(lambda: slow.aborted == ["gone"], within=3.0)
+    await eventually(lambda: slow.active == 0, within=3.0)
     # A cancelled call says nothing about the worker.
     assert worker.failures_total == 0
     assert worker.breaker.consecutive_failures == 0

@@ -363,3 +363,31 @@ async def test_regular_sessions_stay_regular(fleet_of) -> None:
         assert not sim.requests[0].HasField("disaggregated_params")
     finally:
         await sim.stop()
+
+
+async def test_a_pair_waiting_on_a_worker_that_leaves_rotation_moves(fleet_of) -> None:
+    """A hung decode worker is vetoed (as its event stream would have it: wedged or stopped)
+    while a pair waits on it: the wait ends at once and the pair is retried without it."""
+    fleet = await fleet_of(1, 2)
+    bad = fleet.decodes[0]
+    bad.knobs.update({"hang": True})
+    bad_id = bad.url.removeprefix("grpc://")
+    dispatcher = Dispatcher(
+        fleet.registry,
+        default_policy=RoundRobinPolicy,
+        role_policy=lambda model, r: Prefers(bad_id) if r is Role.DECODE else RoundRobinPolicy(),
+    )
+    req = request("veto", request_id="v1", max_new_tokens=4)
+    opening = asyncio.ensure_future(dispatcher.open_stream(MODEL, routing("veto"), req, 30))
+    for _ in range(250):
+        if bad.requests:
+            break
+        await asyncio.sleep(0.02)
+    worker = fleet.registry.get(bad_id)
+    assert worker.veto("its engine has produced nothing for 3.0s")
+    session = await asyncio.wait_for(opening, 5)
+    assert session.worker.id != bad_id
+    await read_all(session)
+    assert "out of rotation" in (worker.last_error or "")
+    worker.veto(None)
+    assert await fleet.all_ended()

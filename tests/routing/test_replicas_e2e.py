@@ -28,6 +28,7 @@ import yaml
 from bench import procfs
 from tests.ops.helpers import Serve
 from tests.server.harness import MODEL
+from tests.support import wait_for
 from turnout.sim import SimProcess
 
 pytestmark = pytest.mark.slow
@@ -124,13 +125,6 @@ def worker_states(router: Serve) -> dict[str, str]:
     reply = httpx.get(f"{router.base_url}/workers", timeout=10)
     assert reply.status_code == 200, reply.text
     return {w["url"]: w["state"] for w in reply.json()["workers"]}
-
-
-def wait_for(check: Callable[[], bool], what: str, limit_s: float = 60.0) -> None:
-    deadline = time.monotonic() + limit_s
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def write_workers(path: Path, urls: list[str]) -> None:

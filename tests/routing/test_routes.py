@@ -14,9 +14,10 @@ from turnout.plugins.policies.simple import RoundRobinPolicy
 from turnout.routing.dispatch import Dispatcher
 from turnout.routing.types import RoutingRequest
 from turnout.server.worker_routes import admin_key_guard, workers_router
+from turnout.testing.router import free_port
 from turnout.workers.registry import WorkerRegistry
 
-from ._worker import free_port, make_request
+from ._worker import make_request
 from .conftest import fast_settings
 
 AUTH = {"Authorization": "Bearer s3cret"}

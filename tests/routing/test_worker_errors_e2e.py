@@ -12,8 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.ops.helpers import scrape, sse_events, value
+from tests.ops.helpers import scrape, value
 from tests.server.harness import MODEL, Router, run_router
+from tests.support import sse_events
 from turnout.observability.logs import ACCESS_LOGGER, RequestIdFilter
 
 CHAT = "/v1/chat/completions"

@@ -8,12 +8,10 @@ import json
 import httpx
 import openai
 
+from tests.support import sse_events
+
 from .conftest import MODEL
 from .harness import Router
-
-
-def sse_events(response: httpx.Response) -> list[str]:
-    return [line[len("data: ") :] for line in response.iter_lines() if line.startswith("data: ")]
 
 
 def test_completion_text_prompt_with_echo(client: openai.OpenAI) -> None:
@@ -72,7 +70,7 @@ def test_generate_streaming_accumulates_text(router: Router) -> None:
     with httpx.stream(
         "POST", f"{router.base_url}/generate", json={"text": "streaming native", "stream": True}
     ) as response:
-        events = sse_events(response)
+        events = sse_events(response.read().decode())
     assert events[-1] == "[DONE]"
     chunks = [json.loads(e) for e in events[:-1]]
     assert chunks[-1]["text"] == "streaming native"

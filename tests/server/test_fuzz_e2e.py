@@ -30,6 +30,7 @@ ROUTES: dict[str, str | None] = {
     "/v1/chat/completions": "ChatCompletionRequest",
     "/v1/completions": "CompletionRequest",
     "/v1/responses": "ResponsesRequest",
+    "/v1/conversations": "CreateConversation",
     "/generate": "GenerateRequestBody",
     "/v1/embeddings": "EmbeddingRequest",
     "/v1/tokenize": "TokenizeRequest",
@@ -412,3 +413,26 @@ def test_no_response_id_answers_5xx(
     response = httpx.request(method, url, timeout=30)
     check(response, url.encode())
     assert 400 <= response.status_code < 500
+
+
+@settings(max_examples=40, deadline=None, database=None)
+@given(
+    conversation_id=st.text(min_size=1, max_size=20),
+    method=st.sampled_from(["GET", "POST", "DELETE"]),
+    tail=st.sampled_from(["", "/items", "/items/msg_1", "/items?limit=0&include[]=x"]),
+    body=junk | st.fixed_dictionaries({"items": junk}) | st.fixed_dictionaries({"metadata": junk}),
+    kept=st.booleans(),
+)
+def test_no_conversation_id_answers_5xx(
+    router: Router, *, conversation_id: str, method: str, tail: str, body: Any, kept: bool
+) -> None:
+    """Any method on a conversation (of any id, or one that is kept), its items and one item,
+    with any JSON: a 4xx, or a 200 for what is valid."""
+    if kept:
+        created = httpx.post(f"{router.base_url}/v1/conversations", json={}, timeout=30)
+        conversation_id = created.json()["id"]
+    quoted = urllib.parse.quote(conversation_id, safe="")
+    url = f"{router.base_url}/v1/conversations/{quoted}{tail}"
+    response = httpx.request(method, url, json=body if method == "POST" else None, timeout=30)
+    check(response, url.encode())
+    assert response.status_code < 500

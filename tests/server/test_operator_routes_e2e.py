@@ -4,6 +4,7 @@ unload; cache flush and profiler reach every worker; the admin key guards them a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -171,3 +172,29 @@ def test_operator_routes_need_the_admin_key(router: Router, path: str) -> None:
         answer = _post(router, path, {}, headers=headers)
         assert answer.status_code == 401, answer.text
         assert answer.json()["error"]["code"] == "invalid_api_key"
+
+
+def test_another_replica_routes_a_loaded_adapter_at_once(router: Router) -> None:
+    """A second router over the same workers (a replica, or another serving process) learns of
+    an adapter loaded through the first when a request names it, not at its next probe."""
+    replica_config = {
+        "workers": [{"url": sim.url, "model": MODEL} for sim in router.sims],
+        "health": {"interval_s": 60, "pending_interval_s": 0.1, "timeout_s": 2},
+    }
+    with run_router(replica_config, sims=0) as replica:
+        client = openai.OpenAI(base_url=f"{replica.base_url}/v1", api_key="x", max_retries=0)
+        with pytest.raises(openai.NotFoundError):
+            _chat(client, f"{MODEL}:shared")
+        time.sleep(0.3)  # past the refresh rate limit (the miss above just asked the workers)
+        loaded = _post(
+            router,
+            "/admin/load_lora_adapter",
+            {"model": MODEL, "lora_name": "shared", "lora_path": "/adapters/shared"},
+        )
+        assert loaded.status_code == 200, loaded.text
+        try:
+            request_id = _chat(client, f"{MODEL}:shared")
+            lora_id = loaded.json()["lora_id"]
+            assert [s.records.lora_ids.get(request_id) for s in router.sims].count(lora_id) == 1
+        finally:
+            _post(router, "/admin/unload_lora_adapter", {"model": MODEL, "lora_name": "shared"})

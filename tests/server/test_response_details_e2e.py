@@ -233,6 +233,7 @@ def test_a_bad_stop_regex_is_a_400(router: Router, path: str, body: dict[str, An
         ("/v1/completions", {"model": MODEL, "prompt": "x", "best_of": 3}, "best_of"),
         ("/generate", {"text": ["x", "y"], "lora_path": ["a", "b"]}, "lora_path"),
         ("/generate", {"text": "x", "image_data": "http://x/y.png"}, "image_data"),
+        ("/generate", {"text": "x", "input_embeds": [[0.5]]}, "input_embeds"),
         ("/generate", {"text": "x", "token_ids_logprob": [1]}, "token_ids_logprob"),
         ("/generate", {"text": "x", "sampling_params": {"user": "u"}}, "sampling_params.user"),
     ],
@@ -287,6 +288,28 @@ def test_generate_returns_top_logprobs_with_text(router: Router) -> None:
     tokens = meta["output_token_logprobs"]
     assert all(isinstance(entry[2], str) for entry in tokens)
     assert [len(top) for top in meta["output_top_logprobs"]] == [2] * len(tokens)
+
+
+def test_generate_returns_the_logprobs_of_the_token_ids_asked_for(router: Router) -> None:
+    """SGLang's ``token_ids_logprob``: per output position, the logprobs of those ids
+    (``output_token_ids_logprobs``), from the worker's ``token_ids_logprobs``."""
+    body = {
+        "text": "native api", "return_logprob": True, "token_ids_logprob": [5, 9],
+        "return_text_in_logprobs": True, "stream": False,
+    }  # fmt: skip
+    meta = post(router, "/generate", body).json()["meta_info"]
+    tokens = meta["output_token_logprobs"]
+    rows = meta["output_token_ids_logprobs"]
+    assert len(rows) == len(tokens) > 0
+    for row, (sampled_value, sampled_id, _text) in zip(rows, tokens, strict=True):
+        assert [entry[1] for entry in row] == [5, 9]
+        assert all(isinstance(entry[2], str) for entry in row)
+        for value, token_id, _ in row:
+            assert value == sampled_value if token_id == sampled_id else value < sampled_value
+    assert "output_top_logprobs" not in meta
+    streamed = post(router, "/generate", {**body, "stream": True})
+    assert streamed.status_code == 200
+    assert '"output_token_ids_logprobs"' in streamed.text
 
 
 # -- the default model -------------------------------------------------------------------------

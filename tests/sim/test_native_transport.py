@@ -11,7 +11,7 @@ import struct
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import httpx
 import openai
 import pytest
 
+from tests.support import eventually
 from turnout import demo_model
 from turnout.sim import SimProcess, SimWorker, get_records, set_knobs
 from turnout.wire import WorkerCallError, WorkerClient, pb
@@ -43,14 +44,6 @@ async def native() -> AsyncIterator[SimWorker]:
 async def stub_for(sim: SimWorker) -> AsyncIterator[pb_grpc.SglangSchedulerStub]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{sim.port}") as channel:
         yield pb_grpc.SglangSchedulerStub(channel)  # type: ignore[no-untyped-call]
-
-
-async def eventually(check: Callable[[], bool], within_s: float = 5.0) -> None:
-    for _ in range(int(within_s / 0.01)):
-        if check():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("condition not reached in time")
 
 
 # -- grpcio's client ----------------------------------------------------------------------------

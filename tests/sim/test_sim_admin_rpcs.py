@@ -268,3 +268,43 @@ async def test_subscribe_kv_events_consumer_cancelled_while_waiting(
         with pytest.raises(asyncio.CancelledError):
             await task
         await asyncio.wait_for(cancelled.wait(), 5)
+
+
+# -- Generate's token_ids_logprobs ---------------------------------------------------------------
+
+
+def _wanted_request(stream: bool) -> pb.GenerateRequest:
+    return build_generate_request(
+        request_id=f"wanted-{stream}",
+        input_ids=[1, 2, 3],
+        sampling_params=build_sampling_params(max_new_tokens=3),
+        stream=stream,
+        return_logprob=True,
+        top_logprobs_num=2,
+        token_ids_logprob=[5, 9],
+    )
+
+
+async def test_generate_answers_the_logprobs_of_the_ids_asked_for(client: WorkerClient) -> None:
+    [answer] = await _complete(client, _wanted_request(stream=False))
+    complete = answer.complete
+    logprobs = complete.output_logprobs
+    rows = logprobs.token_ids_logprobs
+    assert len(rows) == len(complete.output_ids) == 3
+    for row, sampled, value, top in zip(
+        rows, complete.output_ids, logprobs.token_logprobs, logprobs.top_logprobs, strict=True
+    ):
+        assert list(row.token_ids) == [5, 9]
+        for wanted, wanted_value in zip(row.token_ids, row.values, strict=True):
+            if wanted == sampled:
+                assert wanted_value == pytest.approx(value)
+            elif wanted in top.token_ids:  # consistent with the top logprobs
+                assert wanted_value == pytest.approx(top.values[list(top.token_ids).index(wanted)])
+            else:
+                assert wanted_value < value
+    assert complete.spec_accepted_tokens == complete.spec_draft_tokens == 0  # no speculation
+    # Streamed: each chunk carries the rows of its new tokens.
+    streamed = await _complete(client, _wanted_request(stream=True))
+    chunks = [r.chunk for r in streamed if r.HasField("chunk")]
+    chunk_rows = [row for c in chunks for row in c.output_logprobs.token_ids_logprobs]
+    assert [list(r.values) for r in chunk_rows] == [list(r.values) for r in rows]

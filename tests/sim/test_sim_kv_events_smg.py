@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from bench.services import find_smg, start_smg
+from tests.support import eventually
 from turnout.sim import SimWorker
 from turnout.wire import WorkerClient, build_generate_request, build_sampling_params
 
@@ -42,14 +43,6 @@ def _complete(url: str, prompt: str) -> dict[str, Any]:
     with urllib.request.urlopen(request, timeout=30) as answer:
         result: dict[str, Any] = json.loads(answer.read())
         return result
-
-
-async def _wait_for(condition: Any, what: str, within_s: float = 20.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within_s
-    while not condition():
-        if asyncio.get_running_loop().time() > deadline:
-            pytest.fail(f"not within {within_s}s: {what}")
-        await asyncio.sleep(0.1)
 
 
 async def _warm(sim: SimWorker, prompt: str) -> list[int]:
@@ -93,9 +86,10 @@ async def test_smg_routes_prefix_groups_to_the_sims_whose_events_announced_them(
             start_smg, [first.url, second.url], tmp_path, policy="cache_aware", command=command
         )
         try:
-            await _wait_for(
-                lambda: first.records.kv_subscriptions and second.records.kv_subscriptions,
-                "smg subscribes to both sims' KV events",
+            await eventually(
+                lambda: bool(first.records.kv_subscriptions and second.records.kv_subscriptions),
+                what="smg subscribes to both sims' KV events",
+                every=0.1,
             )
             if not warm_before_smg:
                 await warm_up()

@@ -56,6 +56,18 @@ def test_stream_equals_one_shot_decode(kind: str, text: str, cuts: list[int], sk
     assert "".join(deltas) == tok.decode(ids, skip_special_tokens=skip)
 
 
+def test_a_skipped_special_token_does_not_end_a_run_of_byte_tokens() -> None:
+    """``<0x00>`` then ``<0x80>`` with a skipped ``<unk>`` between them are one byte run to
+    the one-shot decode (not valid UTF-8: both bytes show as U+FFFD), in any chunking."""
+    tok = _tokenizer("sentencepiece_bpe")
+    ids = [0, 400, 0, 528]
+    assert [tok.id_to_token(i) for i in ids] == ["<unk>", "<0x00>", "<unk>", "<0x80>"]
+    full = tok.decode(ids, skip_special_tokens=True)
+    for cuts in ([], [1], [2], [3], [1, 2, 3]):
+        deltas = stream(IncrementalDetokenizer(tok, skip_special_tokens=True), ids, cuts)
+        assert "".join(deltas) == full, cuts
+
+
 @pytest.mark.parametrize("kind", KINDS)
 @settings(max_examples=80, deadline=None)
 @given(data=st.data())

@@ -215,3 +215,18 @@ def dumps(value: Any, compact: bool = False) -> str:
     if compact:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
     return json.dumps(value, ensure_ascii=False)
+
+
+def raw_value(value: Any) -> str:
+    """An argument value as XML-style formats write it: strings bare, anything else as JSON."""
+    return value if isinstance(value, str) else dumps(value)
+
+
+def typed_tool(name: str, **properties: str) -> dict[str, Any]:
+    """An OpenAI tool definition for ``name`` whose parameters have the given JSON types (the
+    XML-style parsers convert values by them), e.g. ``typed_tool("f", city="string")``."""
+    typed = {key: {"type": kind} for key, kind in properties.items()}
+    return {
+        "type": "function",
+        "function": {"name": name, "parameters": {"type": "object", "properties": typed}},
+    }

@@ -13,19 +13,12 @@ from .harness import (
     assert_cut_off_consistent,
     assert_stream_matches_complete,
     check_rendered,
+    typed_tool,
 )
 
 P = "deepseek_v32"
 BLOCK = "function_calls"
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {"properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
-        },
-    }
-]
+TOOLS: list[dict[str, Any]] = [typed_tool("get_weather", city="string", days="integer")]
 
 
 def render_dsml(calls: list[Call], block: str) -> str:

@@ -15,29 +15,15 @@ from .harness import (
     assert_cut_off_consistent,
     assert_stream_matches_complete,
     check_rendered,
+    raw_value,
     tools_for,
+    typed_tool,
 )
 
 P = "glm45"
 TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "properties": {
-                    "city": {"type": "string"},
-                    "days": {"type": "integer"},
-                    "path": {"type": "string"},
-                }
-            },
-        },
-    }
+    typed_tool("get_weather", city="string", days="integer", path="string")
 ]
-
-
-def _raw(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def render(calls: list[Call]) -> str:
@@ -45,7 +31,8 @@ def render(calls: list[Call]) -> str:
     blocks = []
     for name, args in calls:
         pairs = "".join(
-            f"<arg_key>{k}</arg_key>\n<arg_value>{_raw(v)}</arg_value>\n" for k, v in args.items()
+            f"<arg_key>{k}</arg_key>\n<arg_value>{raw_value(v)}</arg_value>\n"
+            for k, v in args.items()
         )
         blocks.append(f"<tool_call>{name}\n{pairs}</tool_call>")
     return "\n".join(blocks)
@@ -124,15 +111,7 @@ def test_split_tags_never_leak() -> None:
         assert result.normal_text == "ab"
 
 
-TODO_TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "todo_write",
-            "parameters": {"properties": {"todos": {"type": "array"}, "note": {"type": "string"}}},
-        },
-    }
-]
+TODO_TOOLS: list[dict[str, Any]] = [typed_tool("todo_write", todos="array", note="string")]
 TODOS = [
     {"id": "1", "task": "Check file at C:\\Users\\test.txt", "status": "pending"},
     {"id": "2", "task": "Print \\n to see newline", "status": "in_progress"},

@@ -5,22 +5,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .harness import Call, assert_calls, assert_stream_matches_complete, check_rendered
+from .harness import (
+    Call,
+    assert_calls,
+    assert_stream_matches_complete,
+    check_rendered,
+    raw_value,
+    typed_tool,
+)
 
 P = "glm47"
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "search",
-            "parameters": {"properties": {"q": {"type": "string"}, "k": {"type": "integer"}}},
-        },
-    }
-]
-
-
-def _raw(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+TOOLS: list[dict[str, Any]] = [typed_tool("search", q="string", k="integer")]
 
 
 def render(calls: list[Call]) -> str:
@@ -28,7 +23,7 @@ def render(calls: list[Call]) -> str:
     return "".join(
         f"<tool_call>{name}"
         + "".join(
-            f"<arg_key>{k}</arg_key><arg_value>{_raw(v)}</arg_value>" for k, v in args.items()
+            f"<arg_key>{k}</arg_key><arg_value>{raw_value(v)}</arg_value>" for k, v in args.items()
         )
         + "</tool_call>"
         for name, args in calls

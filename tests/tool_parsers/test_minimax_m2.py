@@ -3,40 +3,33 @@
 from __future__ import annotations
 
 import json
+from html import escape
 from typing import Any
 
-from .harness import Call, assert_calls, assert_stream_matches_complete, check_rendered
+from .harness import (
+    Call,
+    assert_calls,
+    assert_stream_matches_complete,
+    check_rendered,
+    raw_value,
+    typed_tool,
+)
 
 P = "minimax_m2"
 TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "properties": {
-                    "city": {"type": "string"},
-                    "days": {"type": "integer"},
-                    "tags": {"type": "array"},
-                }
-            },
-        },
-    },
-    {"type": "function", "function": {"name": "ping", "parameters": {"properties": {}}}},
+    typed_tool("get_weather", city="string", days="integer", tags="array"),
+    typed_tool("ping"),
 ]
 
 
-def _raw(value: Any) -> str:
-    """A value as MiniMax writes it: strings raw, the rest as JSON, XML entities escaped."""
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
-
-
 def render(calls: list[Call]) -> str:
-    """MiniMax-M2 output for ``calls`` (several invokes in one block)."""
+    """MiniMax-M2 output for ``calls`` (several invokes in one block; values XML-escaped)."""
     invokes = "".join(
         f'<invoke name="{name}">\n'
-        + "".join(f'<parameter name="{k}">{_raw(v)}</parameter>\n' for k, v in args.items())
+        + "".join(
+            f'<parameter name="{k}">{escape(raw_value(v), quote=False)}</parameter>\n'
+            for k, v in args.items()
+        )
         + "</invoke>\n"
         for name, args in calls
     )

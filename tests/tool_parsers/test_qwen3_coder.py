@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
@@ -15,53 +14,30 @@ from .harness import (
     assert_cut_off_consistent,
     assert_stream_matches_complete,
     check_rendered,
+    raw_value,
     split,
     stream,
     timed_stream,
+    typed_tool,
 )
 
 P = "qwen3_coder"
-
-
-def _raw(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
 
 
 def render(calls: list[Call]) -> str:
     """Qwen3-Coder output for ``calls`` (one ``<tool_call>`` block per call, ``\\n`` between)."""
     blocks = []
     for name, args in calls:
-        params = "".join(f"<parameter={k}>\n{_raw(v)}\n</parameter>\n" for k, v in args.items())
+        params = "".join(
+            f"<parameter={k}>\n{raw_value(v)}\n</parameter>\n" for k, v in args.items()
+        )
         blocks.append(f"<tool_call>\n<function={name}>\n{params}</function>\n</tool_call>")
     return "\n".join(blocks)
 
 
 TOOLS = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {
-                "type": "object",
-                "properties": {
-                    "city": {"type": "string"},
-                    "days": {"type": "integer"},
-                    "units": {"type": "string"},
-                    "opts": {"type": "object"},
-                },
-            },
-        },
-    },
-    {
-        "type": "function",
-        "function": {
-            "name": "write_file",
-            "parameters": {
-                "type": "object",
-                "properties": {"path": {"type": "string"}, "content": {"type": "string"}},
-            },
-        },
-    },
+    typed_tool("get_weather", city="string", days="integer", units="string", opts="object"),
+    typed_tool("write_file", path="string", content="string"),
 ]
 
 

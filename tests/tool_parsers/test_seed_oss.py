@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from turnout.tool_calls.types import ToolCall
@@ -13,30 +12,22 @@ from .harness import (
     assert_cut_off_consistent,
     assert_stream_matches_complete,
     check_rendered,
+    raw_value,
     tools_for,
+    typed_tool,
 )
 
 P = "seed_oss"
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {"properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
-        },
-    }
-]
-
-
-def _raw(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+TOOLS: list[dict[str, Any]] = [typed_tool("get_weather", city="string", days="integer")]
 
 
 def render(calls: list[Call]) -> str:
     """Seed-OSS output for ``calls`` (one block per call; values on their own lines)."""
     blocks = []
     for name, args in calls:
-        params = "".join(f"<parameter={k}>\n{_raw(v)}\n</parameter>\n" for k, v in args.items())
+        params = "".join(
+            f"<parameter={k}>\n{raw_value(v)}\n</parameter>\n" for k, v in args.items()
+        )
         blocks.append(
             f"<seed:tool_call>\n<function={name}>\n{params}</function>\n</seed:tool_call>"
         )

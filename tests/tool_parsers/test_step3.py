@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from turnout.tool_calls.types import ToolCall
@@ -13,22 +12,12 @@ from .harness import (
     assert_cut_off_consistent,
     assert_stream_matches_complete,
     check_rendered,
+    raw_value,
+    typed_tool,
 )
 
 P = "step3"
-TOOLS: list[dict[str, Any]] = [
-    {
-        "type": "function",
-        "function": {
-            "name": "get_weather",
-            "parameters": {"properties": {"city": {"type": "string"}, "days": {"type": "integer"}}},
-        },
-    }
-]
-
-
-def _raw(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+TOOLS: list[dict[str, Any]] = [typed_tool("get_weather", city="string", days="integer")]
 
 
 def render(calls: list[Call]) -> str:
@@ -36,7 +25,7 @@ def render(calls: list[Call]) -> str:
     parts = ["<｜tool_calls_begin｜>\n"]
     for name, args in calls:
         params = "".join(
-            f'<steptml:parameter name="{k}">{_raw(v)}</steptml:parameter>\n'
+            f'<steptml:parameter name="{k}">{raw_value(v)}</steptml:parameter>\n'
             for k, v in args.items()
         )
         parts.append(

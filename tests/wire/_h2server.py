@@ -19,6 +19,8 @@ import h2.connection
 import h2.events
 import h2.exceptions
 
+from tests.support import eventually as wait_until  # re-exported: the h2 tests import it from here
+
 __all__ = [
     "CONTINUATION",
     "DATA",
@@ -99,16 +101,6 @@ def parse_grpc(body: bytes) -> list[bytes]:
         messages.append(body[pos + 5 : pos + 5 + size])
         pos += 5 + size
     return messages
-
-
-async def wait_until(predicate: Callable[[], bool], within: float = 3.0) -> None:
-    """Poll ``predicate`` until it holds; AssertionError after ``within`` seconds."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + within
-    while not predicate():
-        if loop.time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
 
 
 class Request:

@@ -48,8 +48,10 @@ def scripted_worker(generate: Handler) -> Iterator[str]:
         async def handler(request: Request) -> None:
             if request.method == "Generate":
                 await generate(request)
-            else:
+            elif request.method in answers:
                 request.reply(answers[request.method])
+            else:  # e.g. SubscribeKvEvents: a worker without the call
+                request.reply(status=12, message=f"{request.method} is not served")
 
         async with ScriptedServer(handler, answer_aborts=False) as server:
             box.append(server)

@@ -3,24 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from tests.support import eventually
 from turnout.sim import SimWorker
 from turnout.wire import WorkerCallError, WorkerClient, pb
 
 from ._helpers import fold, request
 
 LONG = " ".join(["word"] * 200)
-
-
-async def _eventually(check: Callable[[], bool], within: float = 3.0) -> None:
-    deadline = asyncio.get_running_loop().time() + within
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
 
 
 def _spy_on_aborts(client: WorkerClient, monkeypatch: pytest.MonkeyPatch) -> list[str]:
@@ -50,7 +43,7 @@ async def _assert_abort_sent_at_once(asked: list[str], rid: str) -> None:
 
 
 async def _assert_stopped_early(sim: SimWorker, rid: str) -> None:
-    await _eventually(lambda: rid in sim.aborted and sim.running == 0, within=10)
+    await eventually(lambda: rid in sim.aborted and sim.running == 0, within=10)
     # Stopped before the end of its ~200-token answer.
     assert sim.records.outcomes[rid] in {"cancelled", "abort"}
 
@@ -115,7 +108,7 @@ async def test_cancel_from_another_task_ends_iteration(
     asyncio.get_running_loop().call_later(0.03, stream.cancel)
     rest = [r async for r in stream]  # ends quietly, no CancelledError for this task
     assert len(rest) < 100
-    await _eventually(lambda: "other" in sim.aborted)
+    await eventually(lambda: "other" in sim.aborted)
 
 
 async def test_finished_stream_sends_no_abort(sim: SimWorker, client: WorkerClient) -> None:
@@ -155,7 +148,7 @@ async def test_deadline_exceeded_aborts_on_the_worker(sim: SimWorker, client: Wo
         await anext(stream)
     assert info.value.http_status == 504
     assert info.value.worker_fault
-    await _eventually(lambda: "slow" in sim.aborted)
+    await eventually(lambda: "slow" in sim.aborted)
 
 
 async def test_dropped_stream_is_aborted_when_collected(

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import pytest
 
+from tests.support import eventually
 from turnout.sim import SimWorker
 from turnout.wire import ClientSettings, WorkerClient
 from turnout.wire.loop_load import IDLE_PERIODS, SAMPLE_PERIOD_S, LoopLoad, loop_load
@@ -44,11 +45,10 @@ def hogged_loop() -> Iterator[None]:
 
 
 async def wait_until(load: LoopLoad, busy: bool, within_s: float = 10.0) -> None:
-    for _ in range(int(within_s / SAMPLE_PERIOD_S)):
-        if load.is_busy() is busy:
-            return
-        await asyncio.sleep(SAMPLE_PERIOD_S)
-    raise AssertionError(f"the loop did not become {'busy' if busy else 'quiet'}")
+    state = "busy" if busy else "quiet"
+    await eventually(
+        lambda: load.is_busy() is busy, within_s, f"the loop {state}", every=SAMPLE_PERIOD_S
+    )
 
 
 @pytest.fixture

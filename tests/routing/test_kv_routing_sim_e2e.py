@@ -1,0 +1,193 @@
+"""Routing on KV events against ``turnout sim`` workers over real sockets: the registry's index
+follows the simulated engines' caches (stores, evictions, flushes), ``cache_aware`` sends a
+prefix to the worker that holds it and the engine reports the hit; a hung and a stopped
+(SIGSTOP) worker leave rotation within seconds at the default settings, the real router over
+HTTP in front."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.server.harness import MODEL, run_router
+from turnout.plugins.policies.cache_aware import CacheAwarePolicy
+from turnout.routing.dispatch import Dispatcher
+from turnout.routing.kv import cached_tokens
+from turnout.routing.types import RoutingRequest
+from turnout.sim import SimProcess, SimWorker
+from turnout.wire import WorkerClient
+from turnout.workers.registry import WorkerRegistry
+from turnout.workers.settings import HealthSettings, WorkerSpec
+
+from ._load import closed_loop
+from ._worker import make_request
+from .conftest import fast_settings
+
+BLOCK = 16
+#: What a retried request may add to the bound: one normal answer from a healthy worker, with
+#: room for a busy test machine.
+RETRY_ALLOWANCE_S = 4.0
+BODY = {
+    "model": MODEL,
+    "messages": [{"role": "user", "content": "a short answer please"}],
+    "max_tokens": 8,
+}
+
+
+async def eventually(predicate: Callable[[], object], within: float) -> bool:
+    deadline = time.monotonic() + within
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        await asyncio.sleep(0.02)
+    return True
+
+
+def prompt(seed: int, blocks: int = 4) -> tuple[int, ...]:
+    return tuple(1000 + seed * 100 + i for i in range(blocks * BLOCK))
+
+
+async def run(dispatcher: Dispatcher, tokens: tuple[int, ...], rid: str) -> tuple[str, int]:
+    """The worker that served ``tokens`` and the cached tokens it reported."""
+    routing = RoutingRequest(model=MODEL, token_ids=tokens)
+    session = await dispatcher.open_stream(MODEL, routing, make_request(rid, tokens), timeout=10)
+    cached = 0
+    async with session:
+        async for response in session:
+            if response.HasField("complete"):
+                cached = response.complete.cached_tokens
+    return session.worker.id, cached
+
+
+@pytest.fixture
+async def sims() -> AsyncIterator[Callable[..., Any]]:
+    started: list[SimWorker] = []
+
+    async def make(n: int, **knobs: Any) -> tuple[list[SimWorker], WorkerRegistry]:
+        for _ in range(n):
+            started.append(
+                await SimWorker(port=0, served_model_name=MODEL, block_size=BLOCK, **knobs).start()
+            )
+        specs = [WorkerSpec(url=s.url) for s in started]
+        registry = WorkerRegistry(fast_settings(specs))
+        await registry.start()
+        registries.append(registry)
+        for worker in registry.all():
+            assert await registry.wait_ready(worker.id, 10)
+        assert await eventually(lambda: all(w.kv_index is not None for w in registry.all()), 5)
+        return started, registry
+
+    registries: list[WorkerRegistry] = []
+    yield make
+    for registry in registries:
+        await registry.stop()
+    for sim in started:
+        await sim.stop()
+
+
+async def test_cache_aware_follows_the_sims_caches(sims: Callable[..., Any]) -> None:
+    _, registry = await sims(3)
+    dispatcher = Dispatcher(registry, default_policy=CacheAwarePolicy)
+    first, cached = await run(dispatcher, prompt(1), "a")
+    assert cached == 0
+    holder = registry.get(first)
+    assert holder is not None
+    routing = RoutingRequest(model=MODEL, token_ids=(*prompt(1), 7, 8, 9))
+    assert await eventually(lambda: cached_tokens(routing, [holder]) == [4 * BLOCK], 5)
+    # Every follow-up of the prefix goes where the engine holds it, and hits there.
+    for i in range(4):
+        served, cached = await run(dispatcher, (*prompt(1), 7, 8, 9, i), f"b{i}")
+        assert served == first
+        assert cached >= 4 * BLOCK - 1  # the last prompt token of a block may be recomputed
+
+
+async def test_the_index_follows_evictions_and_flushes(sims: Callable[..., Any]) -> None:
+    fleet, registry = await sims(1, kv_cache_tokens=6 * BLOCK)
+    (worker,) = registry.all()
+    dispatcher = Dispatcher(registry, default_policy=CacheAwarePolicy)
+    one = RoutingRequest(model=MODEL, token_ids=prompt(1))
+    two = RoutingRequest(model=MODEL, token_ids=prompt(2))
+    await run(dispatcher, prompt(1), "one")
+    assert await eventually(lambda: cached_tokens(one, [worker]) == [4 * BLOCK], 5)
+    await run(dispatcher, prompt(2), "two")  # room for six blocks: the first prompt goes
+    assert await eventually(lambda: cached_tokens(two, [worker]) == [4 * BLOCK], 5)
+    one_left = cached_tokens(one, [worker])
+    assert one_left is not None
+    assert one_left[0] < 4 * BLOCK
+    async with WorkerClient(fleet[0].url) as client:
+        await client.flush_cache()
+    assert await eventually(lambda: worker.kv_index is not None and not len(worker.kv_index), 5)
+
+
+def worker_info(base_url: str, url: str) -> dict[str, Any]:
+    workers = httpx.get(f"{base_url}/workers", timeout=5).json()["workers"]
+    return next(w for w in workers if w["url"] == url)
+
+
+def _defaults_config(**extra: Any) -> dict[str, Any]:
+    """The shipped defaults for wedges, staleness and the first-response timeout (120 s)."""
+    return {
+        "server": {"request_timeout_s": 60},
+        "defaults": {"policy": "round_robin"},
+        **extra,
+    }
+
+
+def test_a_hung_sim_is_out_within_seconds_at_defaults() -> None:
+    defaults = HealthSettings()
+    with run_router(_defaults_config(), sims=3) as router:
+        hung = router.sims[0]
+        hung.knobs.update({"hang": True})
+        result = asyncio.run(
+            closed_loop(
+                f"{router.base_url}/v1/chat/completions",
+                BODY,
+                clients=8,
+                duration_s=8.0,
+                timeout_s=60.0,
+            )
+        )
+        print(f"one of 3 sims hung, defaults: {result.summary()}")
+        assert not result.failures, result.summary()
+        assert result.completions > 50, result.summary()
+        assert result.worst_wait_s < defaults.wedge_after_s + RETRY_ALLOWANCE_S, result.summary()
+        hung.knobs.update({"hang": False})
+
+
+def test_a_stopped_sim_process_is_out_within_seconds_at_defaults() -> None:
+    defaults = HealthSettings()
+    with (
+        SimProcess("--served-model-name", MODEL, "--delay-ms", "2") as good,
+        SimProcess("--served-model-name", MODEL, "--delay-ms", "2") as stopped,
+    ):
+        workers = [{"url": sim.url, "model": MODEL} for sim in (good, stopped)]
+        with run_router(_defaults_config(workers=workers), sims=0) as router:
+            router.wait_until(lambda: worker_info(router.base_url, stopped.url)["kv_events"])
+            assert stopped.proc is not None
+            pid = stopped.proc.pid
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                result = asyncio.run(
+                    closed_loop(
+                        f"{router.base_url}/v1/chat/completions",
+                        BODY,
+                        clients=8,
+                        duration_s=8.0,
+                        timeout_s=60.0,
+                    )
+                )
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            print(f"one of 2 sims stopped, defaults: {result.summary()}")
+            assert not result.failures, result.summary()
+            limit = defaults.stale_after_s + RETRY_ALLOWANCE_S
+            assert result.worst_wait_s < limit, result.summary()
+            # It speaks again: back in rotation.
+            router.wait_until(lambda: worker_info(router.base_url, stopped.url)["state"] == "ready")
