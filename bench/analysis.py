@@ -19,6 +19,7 @@ __all__ = [
     "Record",
     "added_delay",
     "affinity",
+    "cache_use",
     "gaps_in_window",
     "memory_per_stream",
     "rank_balance",
@@ -243,4 +244,34 @@ def rank_balance(ranks: Sequence[dict[str, Any]]) -> dict[str, Any]:
         else None,
         "queue_wait_s_total": round(sum(waits), 3),
         "queue_wait_s_worst_rank": round(max(waits, default=0.0), 3),
+    }
+
+
+def cache_use(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The prefix cache between two ``get_counters`` snapshots of every worker: prompt tokens
+    admitted, those served from the cache, the hit rate (cached / prompt tokens, all ranks),
+    per worker the requests and prompt tokens, and how unevenly the workers were loaded
+    (max / mean of their requests and of their prompt tokens)."""
+    workers: list[dict[str, int]] = []
+    for a, b in zip(before, after, strict=True):
+        entry = {"requests": 0, "prompt_tokens": 0, "cached_tokens": 0}
+        for x, y in zip(a["ranks"], b["ranks"], strict=True):
+            for key in entry:
+                entry[key] += int(y[key] - x[key])
+        workers.append(entry)
+    prompt = sum(w["prompt_tokens"] for w in workers)
+    cached = sum(w["cached_tokens"] for w in workers)
+
+    def max_over_mean(key: str) -> float | None:
+        values = [w[key] for w in workers]
+        mean = sum(values) / len(values) if values else 0
+        return round(max(values) / mean, 3) if mean else None
+
+    return {
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "hit_rate": round(cached / prompt, 4) if prompt else None,
+        "workers": workers,
+        "requests_max_over_mean": max_over_mean("requests"),
+        "prompt_max_over_mean": max_over_mean("prompt_tokens"),
     }

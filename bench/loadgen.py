@@ -25,6 +25,7 @@ import asyncio
 import itertools
 import json
 import os
+import random
 import sys
 import time
 import uuid
@@ -36,10 +37,12 @@ from bench.analysis import Record, summarize, write_gaps
 from bench.httpclient import HttpConnection, HttpError
 from bench.scenarios import DEFAULT_SCENARIOS, SCENARIOS, max_tokens_for
 from bench.workload import (
+    ConversationPool,
     GapLog,
     Outcome,
     PromptPool,
     make_body,
+    make_conversation_body,
     read_json_answer,
     read_sse_answer,
 )
@@ -92,6 +95,34 @@ def _http_sender(
                     parsed=parsed,
                     tagged=scenario.env == "routing",
                 )
+            except HttpError as exc:
+                return Outcome(error=str(exc))
+
+        return send
+
+    return new_sender
+
+
+def _conversation_sender(
+    target: str, pool: ConversationPool, model: str, max_tokens: int, *, gaps: GapLog
+) -> Callable[[], Sender]:
+    """Streamed chats of ``pool``'s conversations (bodies built per request: they grow).
+    ``target`` may list several router replicas (comma separated): the clients are dealt to
+    them in turn, each keeping its connection (and so its conversations) on one."""
+    addresses = [urlsplit(url) for url in target.split(",")]
+    dealt = itertools.count()
+
+    def new_sender() -> Sender:
+        parts = addresses[next(dealt) % len(addresses)]
+        conn = HttpConnection(parts.hostname or "127.0.0.1", parts.port or 80)
+
+        async def send(i: int, name: str) -> Outcome:
+            body = make_conversation_body(model, pool.messages(i), max_tokens)
+            try:
+                response = await conn.request("POST", SCENARIOS[name].path, body)
+                if response.status == 200:
+                    return await read_sse_answer(response.iter_body(), gaps=gaps)
+                return read_json_answer(response.status, await response.read())
             except HttpError as exc:
                 return Outcome(error=str(exc))
 
@@ -177,11 +208,14 @@ async def run_load(
     offset: int = 0,
     total: int | None = None,
     group_of: Callable[[int], int | None] = lambda i: None,
+    think_s: float = 0.0,
 ) -> list[Record]:
     """Drive the target until ``window`` (perf_counter start, end) is over; returns the records.
 
     Task ``k`` of this process is task ``offset + k`` of ``total`` (all processes): it sends
     prompts ``offset + k + n * total`` and starts ``ramp * (offset + k) / total`` seconds late.
+    With ``think_s``, a task pauses a random 0 to ``think_s`` seconds (fixed per prompt index)
+    before each request, outside its latency, so the tasks do not stay in lock step.
     """
     total = total or concurrency
     window_start, window_end = window
@@ -200,6 +234,8 @@ async def run_load(
                 return
             i = task + n * total  # distinct prompts across tasks
             scenario = scenarios[i % len(scenarios)] if mixed else scenarios[0]
+            if think_s > 0:
+                await asyncio.sleep(think_s * random.Random(i).random())
             start = time.perf_counter()
             try:
                 async with asyncio.timeout(request_timeout):
@@ -261,6 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt-tokens", type=int, default=300)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--groups", type=int, default=0, help="prompt groups sharing a prefix")
+    parser.add_argument("--conversations", type=int, default=0, help="kv_cache: conversations")
+    parser.add_argument("--turns", type=int, default=8, help="kv_cache: turns per conversation")
+    parser.add_argument("--system-tokens", type=int, default=512, help="kv_cache: system prompt")
+    parser.add_argument("--turn-tokens", type=int, default=48, help="kv_cache: a user message")
+    parser.add_argument(
+        "--think-ms", type=float, default=0.0, help="random pause before each request, up to"
+    )
     parser.add_argument("--model", default="turnout-demo")
     parser.add_argument("--request-timeout", type=float, default=60.0)
     parser.add_argument("--progress-every", type=float, default=0.0, help="seconds; 0: quiet")
@@ -282,9 +325,26 @@ def _read_window(args: argparse.Namespace) -> tuple[float, float]:
 
 async def _amain(args: argparse.Namespace) -> dict[str, Any]:
     scenarios = list(DEFAULT_SCENARIOS) if args.scenario == "mix" else [args.scenario]
-    pool = PromptPool(args.prompt_tokens, groups=args.groups)
     gaps = GapLog()
-    if args.target.startswith("direct:"):
+    conversations: ConversationPool | None = None
+    if args.conversations:
+        conversations = ConversationPool(
+            args.conversations,
+            groups=args.groups,
+            turns=args.turns,
+            system_tokens=args.system_tokens,
+            turn_tokens=args.turn_tokens,
+        )
+    pool = PromptPool(
+        args.prompt_tokens,
+        size=1 if conversations else 256,
+        groups=0 if conversations else args.groups,
+    )
+    if conversations is not None:
+        new_sender = _conversation_sender(
+            args.target, conversations, args.model, args.max_tokens, gaps=gaps
+        )
+    elif args.target.startswith("direct:"):
         urls = args.target[len("direct:") :].split(",")
         new_sender = _direct_sender(urls, pool, args.max_tokens, gaps, args.task_offset)
     else:
@@ -303,7 +363,8 @@ async def _amain(args: argparse.Namespace) -> dict[str, Any]:
         ramp=args.ramp,
         offset=args.task_offset,
         total=args.total_concurrency or args.concurrency,
-        group_of=pool.group,
+        group_of=conversations.group if conversations else pool.group,
+        think_s=args.think_ms / 1000,
     )
     write_gaps(args.out + ".itl", gaps)
     summary = summarize(records, *window, gaps=gaps)
@@ -321,9 +382,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.scenario != "mix" and args.scenario not in SCENARIOS:
         print(f"loadgen: unknown scenario {args.scenario!r}", file=sys.stderr)
         return 2
-    if args.concurrency < 1 or args.duration <= 0 or args.warmup < 0 or args.ramp < 0:
+    if (
+        args.concurrency < 1
+        or args.duration <= 0
+        or args.warmup < 0
+        or args.ramp < 0
+        or args.think_ms < 0
+    ):
         print(
-            "loadgen: need --concurrency >= 1, --duration > 0, --warmup >= 0, --ramp >= 0",
+            "loadgen: need --concurrency >= 1, --duration > 0, --warmup >= 0, --ramp >= 0, "
+            "--think-ms >= 0",
             file=sys.stderr,
         )
         return 2

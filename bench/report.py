@@ -165,6 +165,17 @@ _ROUTING_COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("conns/proc", ("routing", "connections_per_process"), "{}"),
     ("errors", ("errors",), "{}"),
 )
+_KV_COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
+    ("hit rate", ("kv_cache", "hit_rate"), "{:.3f}"),
+    ("ttft p50", ("ttft_ms", "p50"), "{:.0f}"),
+    ("ttft p99", ("ttft_ms", "p99"), "{:.0f}"),
+    ("req/s", ("requests_per_s",), "{:.1f}"),
+    ("tok/s", ("output_tokens_per_s",), "{:.0f}"),
+    ("req mx/avg", ("kv_cache", "requests_max_over_mean"), "{:.3f}"),
+    ("prm mx/avg", ("kv_cache", "prompt_max_over_mean"), "{:.3f}"),
+    ("cpu ms/req", ("router_cpu", "ms_per_request"), "{:.3f}"),
+    ("errors", ("errors",), "{}"),
+)
 _DP_COLUMNS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     ("req/s", ("requests_per_s",), "{:.1f}"),
     ("p50 ms", ("latency_ms", "p50"), "{:.0f}"),
@@ -288,6 +299,14 @@ def render_results(result: dict[str, Any]) -> str:
         for scenario, target, data in ranked:
             cells = " ".join(f"{r['generated_tokens']:>7}" for r in data["ranks"])
             lines.append(f"  {scenario:<{_NAME}}{target:<{_TARGET}}{cells}")
+    cached = [row for row in rows if row[2].get("kv_cache")]
+    if cached:
+        lines += [
+            "",
+            "prefix cache: hit rate (cached / prompt tokens at the sims), TTFT ms, worker "
+            "imbalance (max / mean of requests and prompt tokens per worker)",
+        ]
+        lines += _table(cached, _KV_COLUMNS)
     routed = [row for row in rows if row[2].get("routing")]
     if routed:
         lines += ["", "routing quality: share of a prefix group's requests on its usual worker"]
@@ -296,7 +315,7 @@ def render_results(result: dict[str, Any]) -> str:
     for name, table in (result.get("ratios") or {}).items():
         if table and (
             name in ("turnout/smg", "turnout/turnout-summed", "turnout-pd/turnout")
-            or name.startswith(("turnout-p", "turnout-traced/"))
+            or name.startswith(("turnout-p", "turnout-traced/", "turnout-cache"))
         ):
             if name in spreads:
                 title = f"{name} over {rounds} rounds, each round's pair back to back "

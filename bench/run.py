@@ -2,6 +2,7 @@
 
     python bench/run.py --duration 20 --concurrency 32        # compare (default)
     python bench/run.py --scenarios paced_stream,parse_chat,parse_chat_stream,processes
+    python bench/run.py --scenarios kv_cache                  # prefix-cache hit rate, TTFT
     python bench/run.py --profile --duration 15               # where turnout's CPU goes
     python bench/run.py --soak --soak-duration 600            # RSS over time at concurrency 64
 
@@ -43,6 +44,7 @@ from bench.analysis import (  # noqa: E402
     Record,
     added_delay,
     affinity,
+    cache_use,
     memory_per_stream,
     rank_balance,
     rank_use,
@@ -189,6 +191,33 @@ def build_parser() -> argparse.ArgumentParser:
     dp.add_argument("--dp-delay-ms", type=float, default=2.0, help="the workers' delay per token")
     dp.add_argument("--dp-max-running", type=int, default=4, help="running requests per rank")
     dp.add_argument("--dp-policy", default="least_load", help="policy of both turnout runs")
+    kv = parser.add_argument_group("kv_cache (opt-in)")
+    kv.add_argument("--kv-cache-tokens", type=int, default=24000, help="prefix cache per sim")
+    kv.add_argument("--kv-block-size", type=int, default=16, help="tokens per cache block")
+    kv.add_argument(
+        "--kv-prefill-tokens-per-s", type=float, default=8000.0, help="sims' prefill speed"
+    )
+    kv.add_argument("--kv-delay-ms", type=float, default=0.0, help="sims' delay per token")
+    kv.add_argument("--kv-max-tokens", type=int, default=16, help="answer length")
+    kv.add_argument("--kv-groups", type=int, default=8, help="system prompts shared")
+    kv.add_argument(
+        "--kv-conversations",
+        type=int,
+        default=64,
+        help="conversations (a multiple of --concurrency: each client keeps its own)",
+    )
+    kv.add_argument(
+        "--kv-replicas", type=int, default=2, help="turnout cache_aware replicas (<= 1: none)"
+    )
+    kv.add_argument(
+        "--kv-think-ms",
+        type=float,
+        default=100.0,
+        help="clients pause a random 0 to MS before each turn (breaks their lock step)",
+    )
+    kv.add_argument("--kv-turns", type=int, default=8, help="turns before a conversation ends")
+    kv.add_argument("--kv-system-tokens", type=int, default=512, help="system prompt, ~tokens")
+    kv.add_argument("--kv-turn-tokens", type=int, default=48, help="a user message, ~tokens")
     parser.add_argument("--request-timeout", type=float, default=60.0)
     parser.add_argument("--profile-top", type=int, default=15, help="hot spots to print")
     parser.add_argument("--profile-rate", type=int, default=200, help="py-spy samples/s")
@@ -226,6 +255,14 @@ def _check_args(args: argparse.Namespace) -> str | None:
         "dp_size",
         "dp_max_running",
         "rounds",
+        "kv_cache_tokens",
+        "kv_block_size",
+        "kv_max_tokens",
+        "kv_groups",
+        "kv_conversations",
+        "kv_turns",
+        "kv_system_tokens",
+        "kv_turn_tokens",
     )
     for name in positive:
         if getattr(args, name) <= 0:
@@ -237,6 +274,10 @@ def _check_args(args: argparse.Namespace) -> str | None:
             return f"--router-cpus: {exc}"
     if args.warmup < 0 or args.loadgen_processes < 0 or args.dp_delay_ms < 0:
         return "--warmup, --loadgen-processes and --dp-delay-ms must be >= 0"
+    if "kv_cache" in args.scenarios and args.kv_conversations % args.concurrency:
+        return "--kv-conversations must be a multiple of --concurrency"
+    if min(args.kv_prefill_tokens_per_s, args.kv_delay_ms, args.kv_think_ms) < 0:
+        return "--kv-prefill-tokens-per-s, --kv-delay-ms and --kv-think-ms must be >= 0"
     if not args.process_counts or min(args.process_counts) < 1:
         return "--process-counts must list serving process counts >= 1"
     if args.rounds > 1 and (args.profile or args.soak):
@@ -309,6 +350,9 @@ def run_loadgen(
                     *("--max-tokens", str(plan.max_tokens), "--groups", str(plan.groups)),
                     *("--model", MODEL, "--request-timeout", str(args.request_timeout)),
                     *("--progress-every", str(plan.progress_every if p == 0 else 0)),
+                    *("--conversations", str(plan.conversations), "--turns", str(plan.turns)),
+                    *("--system-tokens", str(plan.system_tokens)),
+                    *("--turn-tokens", str(plan.turn_tokens), "--think-ms", str(plan.think_ms)),
                     *("--out", str(outs[p])),
                 ]
                 with errs[p].open("w") as err:
@@ -347,7 +391,7 @@ def run_loadgen(
     summary["concurrency"] = plan.concurrency
     summary["loadgen_processes"] = len(procs)
     inside = [r for r in records if window[0] <= r.end <= window[1]]
-    summary["routing"] = affinity(inside) if plan.groups else None
+    summary["routing"] = affinity(inside) if plan.groups and not plan.conversations else None
     return summary
 
 
@@ -481,6 +525,13 @@ class _Window:
             return None
         return rank_use(first, last)
 
+    def cache_used(self) -> dict[str, Any] | None:
+        """Prompt and cached tokens inside the window: the hit rate, per worker."""
+        first, last = self.counters.get("window_start"), self.counters.get("window_end")
+        if not first or not last:
+            return None
+        return cache_use(first, last)
+
     def worker_tokens(self) -> int | None:
         first, last = self.counters.get("window_start"), self.counters.get("window_end")
         if not first or not last:
@@ -509,6 +560,7 @@ def measure(
     watched = {f"sim{i}": pid for i, pid in enumerate(sim_pids)}
     if router is not None:
         watched["router"] = router.pid
+        watched.update({f"replica{j}": r.pid for j, r in enumerate(router.replicas)})
     port = int(router.url.rsplit(":", 1)[1]) if router is not None else None
     window = _Window(watched, [sim.url for sim in sims], "router" if router else None, port)
     idle = procfs.sample_tree(router.pid).rss / 2**20 if router is not None else None
@@ -526,6 +578,8 @@ def measure(
     if summary["routing"] is not None:
         # Which serving process takes a connection is the kernel's choice: how they were spread.
         summary["routing"]["connections_per_process"] = window.connections
+    if SCENARIOS[scenario].env == "kv":
+        summary["kv_cache"] = window.cache_used()
     if SCENARIOS[scenario].env == "dp":
         ranks = window.ranks_used()
         summary["ranks"] = ranks
@@ -535,6 +589,9 @@ def measure(
     )
     if router is not None:
         cpu = window.cpu_s("router")
+        replicas_cpu = [window.cpu_s(f"replica{j}") for j in range(len(router.replicas))]
+        if cpu is not None and None not in replicas_cpu:
+            cpu = round(cpu + sum(c or 0.0 for c in replicas_cpu), 3)
         requests = summary["requests"]
         # long paced streams span windows: count the tokens the workers made inside this one
         long_streams = SCENARIOS[scenario].env == "paced" and worker_tokens
@@ -605,8 +662,12 @@ def _start_routers(
                     extra=(*spec.extra, *(pd_flags if spec.pd else ())),
                     name=log_name,
                     worker_dp_size=spec.worker_dp_size,
-                    config=tracing_config(spec.tracing_endpoint),
+                    config=_turnout_config(spec),
                 )
+                for r in range(1, spec.replicas):
+                    routers[spec.target].replicas.append(
+                        start_turnout(urls, log_dir, policy=spec.policy, name=f"{log_name}-{r}")
+                    )
             else:
                 command = find_smg()
                 if command is None:
@@ -621,13 +682,21 @@ def _start_routers(
                 )
             router = routers[spec.target]
             if cpus is not None:
-                pin_tree(router.pid, cpus.routers)
+                for pid in (router.pid, *(r.pid for r in router.replicas)):
+                    pin_tree(pid, cpus.routers)
             print(f"{spec.target} {router.version} ready at {router.url} ({env})", flush=True)
     except BaseException:
         for router in routers.values():
             router.stop()
         raise
     return routers
+
+
+def _turnout_config(spec: RouterSpec) -> dict[str, Any] | None:
+    config = tracing_config(spec.tracing_endpoint) or {}
+    if spec.kv_events is not None:
+        config["health"] = {"kv_events": spec.kv_events}
+    return config or None
 
 
 def tracing_config(endpoint: str | None) -> dict[str, Any] | None:
@@ -655,7 +724,8 @@ def compare_env(
     routers = _start_routers(
         router_specs(env, args, names), urls, log_dir, env, pd_flags, cpus=_cpu_plan(args)
     )
-    targets = ([] if args.no_direct else ["direct"]) + list(routers)
+    # kv: the routers are what is compared (direct would be a round robin without a router)
+    targets = ([] if args.no_direct or env == "kv" else ["direct"]) + list(routers)
     per_round: list[dict[str, dict[str, Any]]] = [{} for _ in range(args.rounds)]
     try:
         for scenario in scenarios:
@@ -666,8 +736,12 @@ def compare_env(
                 measured: dict[str, dict[str, Any]] = {}
                 for target in round_order(targets, index):
                     router = routers.get(target)
-                    url = router.url if router is not None else "direct:" + ",".join(urls)
+                    url = (
+                        ",".join(router.urls) if router is not None else "direct:" + ",".join(urls)
+                    )
                     spans_before = sink.spans if sink is not None else 0
+                    if env == "kv":
+                        flush_caches(urls)  # every target starts with cold caches
                     measured[target] = measure(
                         args,
                         target,
@@ -686,6 +760,20 @@ def compare_env(
         for router in routers.values():
             router.stop()
     return per_round, {target: r.version for target, r in routers.items()}
+
+
+def flush_caches(urls: list[str], idle_wait_s: float = 30.0) -> None:
+    """Empty the prefix cache of every worker (once the previous run's requests are done)."""
+    from turnout.wire import WorkerClient
+
+    async def flush() -> None:
+        for url in urls:
+            async with WorkerClient(url) as client:
+                answer = await client.flush_cache(idle_wait_s=idle_wait_s)
+            if not answer.success:
+                raise BenchError(f"flushing the cache of {url} failed: {answer.message}")
+
+    asyncio.run(flush())
 
 
 def _env_workers(env: str, sims: list[Any]) -> tuple[list[str], list[str]]:
@@ -750,6 +838,10 @@ def compare(
     pairs += [(TRACED, "turnout"), (TRACED, "smg")]
     pairs += [(f"turnout-p{n}", "turnout") for n in args.process_counts if n != 1]
     pairs += [("turnout", "turnout-summed"), ("turnout-pd", "turnout")]
+    pairs += [("turnout-cache", "smg-cache"), ("turnout-cache", "turnout-rr")]
+    pairs += [("turnout-cache", "turnout-cache-noev"), ("turnout-cache-noev", "smg-cache")]
+    pairs += [(f"turnout-cache-p{n}", "turnout-cache") for n in args.process_counts if n != 1]
+    pairs += [(f"turnout-cache-x{args.kv_replicas}", "turnout-cache")]
     figures = fold(per_round, pairs, args.concurrency)
     out: dict[str, Any] = {"results": figures.pop("results"), "versions": versions}
     if spans is not None:
@@ -959,6 +1051,8 @@ def _config(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
         keys += ["process_counts", "routing_policy", "prefix_groups"]
     if "dp" in envs:
         keys += ["dp_size", "dp_delay_ms", "dp_max_running", "dp_policy"]
+    if "kv" in envs:
+        keys += ["process_counts", *(k for k in vars(args) if k.startswith("kv_"))]
     config = {key: getattr(args, key) for key in keys}
     config["routers"] = names or ["turnout"]
     config["tracing"] = args.tracing

@@ -2,8 +2,9 @@
 which routers, and how the load is shaped.
 
 A scenario belongs to an *environment* (``plain``, ``paced``, ``parsers``, ``routing``, ``dp``,
-``pd``): the workers' flags and the routers' flags it needs. ``bench/run.py`` starts one set of
-workers and routers per environment and runs that environment's scenarios against them in turn.
+``pd``, ``kv``): the workers' flags and the routers' flags it needs. ``bench/run.py`` starts one
+set of workers and routers per environment and runs that environment's scenarios against them in
+turn.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 __all__ = [
     "DEFAULT_SCENARIOS",
@@ -43,7 +44,7 @@ class Scenario:
     name: str
     #: Request shape: ``chat``, ``chat_stream``, ``generate`` or ``generate_stream``.
     request: str
-    #: Environment: ``plain``, ``paced``, ``parsers``, ``routing``, ``dp`` or ``pd``.
+    #: Environment: ``plain``, ``paced``, ``parsers``, ``routing``, ``dp``, ``pd`` or ``kv``.
     env: str
     about: str
 
@@ -99,10 +100,17 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "workers with --dp-size ranks; 1 prompt in 8 asks for 8x the tokens; turnout routing "
             "per rank vs ranks summed",
         ),
+        Scenario(
+            "kv_cache",
+            "chat_stream",
+            "kv",
+            "multi-turn chats and agent loops sharing system prompts and histories on sims with "
+            "a prefix cache smaller than the working set and a prefill cost; hit rate, TTFT",
+        ),
     )
 }
 DEFAULT_SCENARIOS: Final = ("chat", "chat_stream", "generate")
-ENVS: Final = ("plain", "paced", "parsers", "routing", "dp", "pd")
+ENVS: Final = ("plain", "paced", "parsers", "routing", "dp", "pd", "kv")
 #: The ``pd`` environment's workers, by index: one regular, one prefill, one decode.
 PD_ROLES: Final = ("regular", "prefill", "decode")
 
@@ -215,6 +223,11 @@ def sim_args(env: str, args: argparse.Namespace, index: int, script_dir: Path) -
         flags += ["--max-running", str(args.dp_max_running)]
     elif env == "pd" and PD_ROLES[index] != "regular":
         flags += ["--role", PD_ROLES[index]]
+    elif env == "kv":
+        flags += ["--block-size", str(args.kv_block_size)]
+        flags += ["--kv-cache-tokens", str(args.kv_cache_tokens)]
+        flags += ["--prefill-tokens-per-s", f"{args.kv_prefill_tokens_per_s:g}"]
+        flags += ["--delay-ms", f"{args.kv_delay_ms:g}"]
     return flags
 
 
@@ -234,6 +247,12 @@ class RouterSpec:
     #: turnout only: trace every request (sampling ratio 1.0) and export the spans over
     #: OTLP/gRPC to this endpoint (None: tracing off).
     tracing_endpoint: str | None = None
+    #: turnout only: False turns its KV-event subscriptions off (``health.kv_events``), so that
+    #: ``cache_aware`` learns prefixes from its own requests (None: the default).
+    kv_events: bool | None = None
+    #: turnout only: this many independent routers side by side, each load-generator client
+    #: on one of them (a connection-level balancer in front of router replicas).
+    replicas: int = 1
 
 
 def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[RouterSpec]:
@@ -258,6 +277,9 @@ def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[R
                 specs.append(RouterSpec("turnout", kind, args.dp_policy))
                 specs.append(RouterSpec("turnout-summed", kind, args.dp_policy, worker_dp_size=1))
             continue
+        if env == "kv":
+            specs += _kv_specs(kind, args)
+            continue
         if env == "pd":
             # The same turnout on one regular worker and on a prefill-decode pair. smg is left
             # out: its PD mode over gRPC is untried on the sims.
@@ -279,6 +301,34 @@ def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[R
     return specs
 
 
+def turnout_has_kv_events() -> bool:
+    """True when this turnout can route on its workers' KV events (``health.kv_events``)."""
+    from turnout.workers.settings import HealthSettings
+
+    return "kv_events" in HealthSettings.__struct_fields__
+
+
+def _kv_specs(kind: str, args: argparse.Namespace) -> list[RouterSpec]:
+    """The ``kv`` environment's targets of ``kind``: round robin, then cache-aware (turnout
+    at each of ``args.process_counts`` and as ``args.kv_replicas`` replicas; smg's cache_aware
+    subscribes to the sims' KV events)."""
+    if kind != "turnout":
+        return [
+            RouterSpec("smg-rr", kind, "round_robin"),
+            RouterSpec("smg-cache", kind, "cache_aware"),
+        ]
+    specs = [RouterSpec("turnout-rr", kind, "round_robin")]
+    if turnout_has_kv_events():
+        specs.append(RouterSpec("turnout-cache-noev", kind, "cache_aware", kv_events=False))
+    for n in args.process_counts:
+        name = "turnout-cache" if n == 1 else f"turnout-cache-p{n}"
+        specs.append(RouterSpec(name, kind, "cache_aware", processes=n))
+    if args.kv_replicas > 1:
+        name = f"turnout-cache-x{args.kv_replicas}"
+        specs.append(RouterSpec(name, kind, "cache_aware", replicas=args.kv_replicas))
+    return specs
+
+
 @dataclass(frozen=True, slots=True)
 class LoadPlan:
     """How the load generators drive one scenario."""
@@ -294,6 +344,13 @@ class LoadPlan:
     groups: int
     #: Seconds between progress events (RSS samples); 0: none.
     progress_every: float
+    #: ``kv_cache``: conversations, turns per conversation, system and turn tokens (0: none).
+    conversations: int = 0
+    turns: int = 0
+    system_tokens: int = 0
+    turn_tokens: int = 0
+    #: Random pause before each request, up to this many ms (outside its latency).
+    think_ms: float = 0.0
 
 
 #: Open streams one load-generator process drives at most (when --loadgen-processes is auto).
@@ -316,6 +373,8 @@ def load_plan(scenario: Scenario, args: argparse.Namespace) -> LoadPlan:
         max_tokens = PARSER_MAX_TOKENS
     elif scenario.env == "routing":
         groups = args.prefix_groups
+    elif scenario.env == "kv":
+        groups, max_tokens = args.kv_groups, args.kv_max_tokens
     processes = args.loadgen_processes or max(1, math.ceil(concurrency / STREAMS_PER_LOADGEN))
     return LoadPlan(
         concurrency=concurrency,
@@ -325,7 +384,18 @@ def load_plan(scenario: Scenario, args: argparse.Namespace) -> LoadPlan:
         processes=min(processes, concurrency),
         groups=groups,
         progress_every=progress,
+        **(_kv_load(args) if scenario.env == "kv" else {}),
     )
+
+
+def _kv_load(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "think_ms": args.kv_think_ms,
+        "conversations": args.kv_conversations,
+        "turns": args.kv_turns,
+        "system_tokens": args.kv_system_tokens,
+        "turn_tokens": args.kv_turn_tokens,
+    }
 
 
 def by_env(names: list[str]) -> list[tuple[str, list[str]]]:

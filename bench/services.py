@@ -72,6 +72,13 @@ class Router:
     log_path: Path
     version: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    #: More routers of the same target (replicas side by side); stopped with this one.
+    replicas: list[Router] = field(default_factory=list)
+
+    @property
+    def urls(self) -> list[str]:
+        """This router's URL and its replicas'."""
+        return [self.url, *(replica.url for replica in self.replicas)]
 
     @property
     def pid(self) -> int:
@@ -87,8 +94,10 @@ class Router:
         return "\n".join(text.splitlines()[-lines:])
 
     def stop(self) -> None:
-        """Stop the router (bounded)."""
+        """Stop the router and its replicas (bounded)."""
         stop_process(self.proc, timeout=15.0)
+        for replica in self.replicas:
+            replica.stop()
 
 
 def _get_json(url: str, timeout: float = 2.0) -> Any:

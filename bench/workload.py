@@ -20,10 +20,12 @@ from typing import Any, Final
 from bench.scenarios import SCENARIOS, TOOLS, Scenario
 
 __all__ = [
+    "ConversationPool",
     "GapLog",
     "Outcome",
     "PromptPool",
     "make_body",
+    "make_conversation_body",
     "read_json_answer",
     "read_sse_answer",
 ]
@@ -135,6 +137,96 @@ class PromptPool:
             wrapped = f"{head}<|im_start|>user\n{self.texts[i]}<|im_end|>\n<|im_start|>assistant\n"
             self._ids[i] = list(self._tokenizer.encode(wrapped, add_special_tokens=False).ids)
         return self._ids[i]
+
+
+class ConversationPool:
+    """Multi-turn conversations and agent loops whose turns share system prompts and histories
+    (the ``kv_cache`` scenario; deterministic, no tokenizer).
+
+    Request ``i`` is turn ``t`` of conversation ``c = i % conversations``: the system prompt of
+    its group (``c % groups``, about ``system_tokens`` tokens), then the ``t`` earlier turns
+    (a user message and the assistant's reply each), then the new user message; so each turn's
+    prompt extends the previous turn's. Even conversations chat (user and assistant messages of
+    about ``turn_tokens``), odd ones are agent loops (a long observation, a short action). After
+    ``turns`` turns a conversation starts over with new content (its next *epoch*), so nothing
+    but the system prompt repeats. With ``conversations`` a multiple of a closed loop's clients,
+    client ``k`` (prompts ``k, k + c, …``) always sends the same conversations, one turn after
+    the other.
+    """
+
+    def __init__(
+        self,
+        conversations: int,
+        *,
+        groups: int,
+        turns: int,
+        system_tokens: int,
+        turn_tokens: int,
+        seed: int = 7,
+    ) -> None:
+        if min(conversations, groups, turns, system_tokens, turn_tokens) < 1:
+            raise ValueError("conversations, groups, turns and token counts must be >= 1")
+        self.conversations = conversations
+        self.groups = groups
+        self.turns = turns
+        self.turn_tokens = turn_tokens
+        self.seed = seed
+        rng = random.Random(seed)
+        self.systems = [_filler(rng, f"System {g}:", system_tokens) for g in range(groups)]
+
+    def locate(self, i: int) -> tuple[int, int, int]:
+        """(conversation, epoch, turn) of request ``i``."""
+        conversation = i % self.conversations
+        step = i // self.conversations
+        return conversation, step // self.turns, step % self.turns
+
+    def group(self, i: int) -> int:
+        """The system-prompt group of request ``i``."""
+        return (i % self.conversations) % self.groups
+
+    def is_agent(self, conversation: int) -> bool:
+        """True for an agent loop (odd conversations), False for a chat."""
+        return conversation % 2 == 1
+
+    def _turn(self, conversation: int, epoch: int, turn: int) -> tuple[str, str]:
+        rng = random.Random(f"{self.seed}/{conversation}/{epoch}/{turn}")
+        if self.is_agent(conversation):
+            user = _filler(rng, f"Observation {turn}:", self.turn_tokens * 3)
+            reply = _filler(rng, f"Action {turn}:", max(self.turn_tokens // 2, 1))
+        else:
+            user = _filler(rng, f"Question {turn}:", self.turn_tokens)
+            reply = _filler(rng, f"Answer {turn}:", self.turn_tokens)
+        return user, reply
+
+    def messages(self, i: int) -> list[dict[str, str]]:
+        """The chat messages of request ``i``."""
+        conversation, epoch, turn = self.locate(i)
+        out = [{"role": "system", "content": self.systems[self.group(i)]}]
+        for t in range(turn):
+            user, reply = self._turn(conversation, epoch, t)
+            out += [{"role": "user", "content": user}, {"role": "assistant", "content": reply}]
+        out.append({"role": "user", "content": self._turn(conversation, epoch, turn)[0]})
+        return out
+
+
+def _filler(rng: random.Random, head: str, tokens: int) -> str:
+    """``head`` and about ``tokens`` tokens of the bench vocabulary (a word is 1.75 tokens on
+    average in the demo model's vocabulary)."""
+    return " ".join([head, *rng.choices(_WORDS, k=max(tokens * 4 // 7, 1))])
+
+
+def make_conversation_body(model: str, messages: list[dict[str, str]], max_tokens: int) -> bytes:
+    """A streamed chat completion of ``messages`` with usage, output pinned (``kv_cache``)."""
+    body = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "ignore_eos": True,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    return json.dumps(body, separators=(",", ":")).encode()
 
 
 def make_body(
