@@ -118,7 +118,8 @@ def engine_load(
         sample=sample,
     )
     if rank.slots_used:  # requests admitted: how long the engine has been quiet, and its work
-        load.engine_silence_ms = int((time.monotonic() - rank.last_output) * 1000)
+        quiet = rank.slots_used > rank.delivering  # else every request waits on its reader
+        load.engine_silence_ms = int((time.monotonic() - rank.last_output) * 1000) if quiet else 0
         load.prefill_pending_tokens = rank.prefill_pending_tokens
     if telemetry:
         load.cache_hit_rate = rank.cache.hit_rate

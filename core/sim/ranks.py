@@ -117,6 +117,8 @@ class Rank:
         self.tokens_out = 0
         #: ``time.monotonic()`` of the last output, or of the admission that ended idleness.
         self.last_output = time.monotonic()
+        #: Running requests whose last message waits for the transport to take it.
+        self.delivering = 0
         #: Requests held back by a prefill-decode rendezvous (bootstrap or KV transfer).
         self.disagg_waiting = 0
         self.stats = RankStats()

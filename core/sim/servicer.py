@@ -237,7 +237,14 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
                         context=context,
                     )
                     async for response in stream.run():
-                        yield response
+                        # Waiting for the transport (a client that reads slowly) is not the
+                        # engine going quiet: a real engine keeps stepping and buffers.
+                        rank.delivering += 1
+                        try:
+                            yield response
+                        finally:
+                            rank.delivering -= 1
+                            rank.last_output = time.monotonic()
                     outcome = stream.outcome
                 finally:
                     await rank.release_slot()

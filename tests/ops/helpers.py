@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import resource
 import subprocess
 import sys
 import time
@@ -98,12 +97,12 @@ class Serve:
         self.log = tmp_path / "turnout.log"
         self._log_file = self.log.open("w")
         # Its own process group: close() kills every serving process, not only the first.
+        argv = [sys.executable, "-m", "turnout", "serve", "--config", str(self.path)]
         self.group = GroupProcess(
-            [sys.executable, "-m", "turnout", "serve", "--config", str(self.path)],
+            argv if fd_limit is None else _with_fd_limit(fd_limit, argv),
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env={"PYTHONUNBUFFERED": "1", **(env or {})},
-            preexec_fn=None if fd_limit is None else lambda: _limit_fds(fd_limit),
         )
         self.proc = self.group.proc
 
@@ -132,5 +131,15 @@ class Serve:
 StartServe = Callable[..., Serve]
 
 
-def _limit_fds(limit: int) -> None:
-    resource.setrlimit(resource.RLIMIT_NOFILE, (limit, limit))
+#: Sets the descriptor limit, then becomes the command (``python -c`` ARGS: limit, argv...).
+_LIMIT_THEN_EXEC = (
+    "import os, resource, sys; n = int(sys.argv[1]); "
+    "resource.setrlimit(resource.RLIMIT_NOFILE, (n, n)); os.execv(sys.argv[2], sys.argv[2:])"
+)
+
+
+def _with_fd_limit(limit: int, argv: list[str]) -> list[str]:
+    """``argv`` run under a lower file-descriptor limit. (Not a ``preexec_fn``: Python code
+    between fork and exec in a threaded test process runs other libraries' at-fork hooks,
+    and one of them crashed the child.)"""
+    return [sys.executable, "-c", _LIMIT_THEN_EXEC, str(limit), *argv]

@@ -60,11 +60,12 @@ def test_request_counters_latency_and_tokens_move(router: Router) -> None:
         value(before, "turnout_time_to_first_token_seconds_count", **model) + 2
     )
     # The streamed request comes in several chunks: inter-token latency is observed per chunk
-    # (the one-shot answer is asked of the worker in one message and has none).
-    assert value(after, "turnout_inter_token_latency_seconds_count", **model) >= (
-        value(before, "turnout_inter_token_latency_seconds_count", **model)
-        + (usage["completion_tokens"] - 1)
+    # (the one-shot answer is asked of the worker in one message and has none). How many
+    # chunks depends on timing (tokens ready together travel together), at most one a token.
+    gaps = value(after, "turnout_inter_token_latency_seconds_count", **model) - value(
+        before, "turnout_inter_token_latency_seconds_count", **model
     )
+    assert 1 <= gaps <= usage["completion_tokens"] - 1
     assert value(after, "turnout_prompt_tokens_total", **model) == (
         value(before, "turnout_prompt_tokens_total", **model) + 2 * usage["prompt_tokens"]
     )
