@@ -116,14 +116,14 @@ class Attempts:
 
     async def resume(self, failure: WorkerRequestError, others_left: Callable[[], bool]) -> None:
         """Go on after ``failure``: the attempt that failed after its worker had started
-        answering a request whose client has seen nothing yet (a one-shot answer), booked as
-        a failure before the first response is (its worker left out, the budget, the back-off).
-        Raises the error the client gets when no attempt follows."""
+        answering (a one-shot answer started over, or a stream moved to another worker), booked
+        as a failure before the first response is (its worker left out, the budget, the
+        back-off). Raises the error the client gets when no attempt follows."""
         self.number = failure.attempts
         worker_id = failure.worker_id or ""
         delay = self.failed([worker_id], failure.retryable, others_left)
         log.warning(
-            "worker %s failed attempt %d before the client saw any of its answer (%s): %s",
+            "worker %s failed attempt %d after it started answering (%s): %s",
             worker_id,
             self.number,
             "retrying on another worker" if delay is not None else "giving up",
