@@ -101,9 +101,10 @@ class DpRank:
 
     @property
     def engine_load(self) -> EngineLoad | None:
-        """The last load record this rank's engine pushed; None when it pushes none."""
+        """The last load record this rank's engine pushed; None when it pushes none (or the
+        router does not monitor loads)."""
         kv = self.worker.kv
-        if kv is None or not kv.streaming or self.dp_rank >= len(kv.engines):
+        if kv is None or not kv.streaming or not kv.count_load or self.dp_rank >= len(kv.engines):
             return None
         return kv.engines[self.dp_rank].load
 

@@ -114,10 +114,16 @@ class KvSubscriber:
         worker: Worker,
         source: KvEventSource,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        count_load: bool = True,
     ) -> None:
+        """``count_load``: the pushed running and waiting counts become the worker's reported
+        load (``load_monitor.enabled``; the records still serve wedge detection)."""
         self.worker = worker
         self._source = source
         self._clock = clock
+        #: Whether its load records count as the worker's load (for policies).
+        self.count_load = count_load
         #: Per DP rank (index = rank).
         self.engines: list[EngineState] = [EngineState() for _ in range(worker.dp_size)]
         #: When the stream last said anything (a batch or a heartbeat).
@@ -220,7 +226,8 @@ class KvSubscriber:
             engine.take_load(load, now)
             if load.load_only:
                 self.heartbeats = True
-            self.worker.take_pushed_load(rank, load.running_requests + load.waiting_requests)
+            if self.count_load:
+                self.worker.take_pushed_load(rank, load.running_requests + load.waiting_requests)
         if not batch.events:
             return
         seq = batch.sequence_number

@@ -534,7 +534,9 @@ class WorkerRegistry:
         if not hasattr(worker.connection, "kv_events"):
             return
         source = cast("KvEventSource", worker.connection)
-        worker.kv = KvSubscriber(worker, source, self._clock)
+        worker.kv = KvSubscriber(
+            worker, source, self._clock, count_load=self.settings.load_monitor.enabled
+        )
         worker.kv.start()
 
     async def _watch_engines(self) -> None:

@@ -81,8 +81,10 @@ class RetrySettings(_Section):
 
 
 class LoadMonitorSettings(_Section):
-    """Polling of ``GetLoads`` for load-aware policies."""
+    """The workers' own load for load-aware policies: polled with ``GetLoads``, or taken from
+    their KV-event stream when they push it."""
 
+    #: False: a worker's load is only this router's requests on it (neither polled nor pushed).
     enabled: bool = True
     interval_s: Positive = 10.0
 

@@ -240,9 +240,10 @@ class Worker:
 
     @property
     def engine_load(self) -> EngineLoad | None:
-        """The last load record its engine pushed; None when it pushes none."""
+        """The last load record its engine pushed; None when it pushes none (or the router
+        does not monitor loads: ``load_monitor.enabled``)."""
         kv = self.kv
-        return kv.engines[0].load if kv is not None and kv.streaming else None
+        return kv.engines[0].load if kv is not None and kv.streaming and kv.count_load else None
 
     def veto(self, reason: str | None) -> bool:
         """Take it out of rotation for ``reason`` (None: put it back); requests waiting for
