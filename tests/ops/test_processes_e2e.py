@@ -57,6 +57,8 @@ def accepts(port: int) -> bool:
 def start(serve: StartServe) -> Serve:
     server = serve({"processes": 2, "api_keys": KEYS, "admin_api_key": "admin-key"})
     wait_for(lambda: len(children(server)) >= 2, "two serving processes", 30)
+    # Both ready (a process that dies before it is ready stops the router, by design).
+    wait_for(lambda: server.log.read_text().count("turnout ready") >= 2, "both ready", 60)
     return server
 
 

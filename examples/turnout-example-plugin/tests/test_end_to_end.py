@@ -12,8 +12,13 @@ TOOLS = [{"type": "function", "function": {"name": "get_weather", "parameters": 
 
 @pytest.fixture
 def turnout_config() -> dict[str, Any]:
-    # A policy by name with its parameters (none here: the least loaded worker).
-    return {"defaults": {"policy": {"name": "pinned", "params": {}}}}
+    # A policy by name with its parameters (none here: the least loaded worker). Loads count
+    # only this router's requests (not what the workers report a moment late), so ties are
+    # exact and the test is deterministic.
+    return {
+        "defaults": {"policy": {"name": "pinned", "params": {}}},
+        "load_monitor": {"enabled": False},
+    }
 
 
 @pytest.fixture
