@@ -188,16 +188,10 @@ async def start_profile(
     start = common_pb.StartProfileRequest(
         activities=body.activities, profile_by_stage=body.profile_by_stage
     )
-    if body.output_dir is not None:
-        start.output_dir = body.output_dir
-    if body.start_step is not None:
-        start.start_step = body.start_step
-    if body.num_steps is not None:
-        start.num_steps = body.num_steps
-    if body.with_stack is not None:
-        start.with_stack = body.with_stack
-    if body.record_shapes is not None:
-        start.record_shapes = body.record_shapes
+    for name in ("output_dir", "start_step", "num_steps", "with_stack", "record_shapes"):
+        value = getattr(body, name)
+        if value is not None:  # optional fields: set only what the operator gave
+            setattr(start, name, value)
 
     async def begin(worker: Worker, client: WorkerClient) -> Answer:
         return await client.start_profile(start)

@@ -58,6 +58,7 @@ class IncrementalDetokenizer:
         "_ids",
         "_prefix_chars",
         "_read",
+        "_run_ids",
         "_skipped",
         "_tokenizer",
         "skip_special_tokens",
@@ -81,6 +82,8 @@ class IncrementalDetokenizer:
         self._skipped: frozenset[int] = frozenset()
         if self._byte_ids and skip_special_tokens:
             self._skipped = special_ids(tokenizer) if special is None else special
+        #: What a trailing run of byte tokens is made of (skipped specials vanish inside it).
+        self._run_ids = self._byte_ids | self._skipped if self._skipped else self._byte_ids
         self.skip_special_tokens = skip_special_tokens
         self.spaces_between_special_tokens = spaces_between_special_tokens
         self._ids: list[int] = []  # the current window only; earlier ids are dropped
@@ -121,7 +124,7 @@ class IncrementalDetokenizer:
     def _chars_before_byte_run(self) -> int:
         """Length of the window's text without its trailing run of byte tokens (and the
         skipped special tokens among them)."""
-        ids, run = self._ids, self._byte_ids | self._skipped if self._skipped else self._byte_ids
+        ids, run = self._ids, self._run_ids
         start = len(ids) - 1
         while start > self._read and ids[start - 1] in run:
             start -= 1
@@ -151,6 +154,7 @@ class IncrementalDetokenizer:
         twin._tokenizer = self._tokenizer
         twin._byte_ids = self._byte_ids
         twin._skipped = self._skipped
+        twin._run_ids = self._run_ids
         twin.skip_special_tokens = self.skip_special_tokens
         twin.spaces_between_special_tokens = self.spaces_between_special_tokens
         twin._ids = list(self._ids)
