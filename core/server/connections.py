@@ -70,6 +70,9 @@ CONNECTION_KEY = "turnout.connection"
 FD_RESERVE = 64
 #: At most one "connection limit reached" warning per this many seconds.
 _WARN_EVERY_S = 10.0
+#: On shutdown, how long a connection whose first request is still on its way (accepted just
+#: before the listener closed, or its head half read) waits for that request before closing.
+SHUTDOWN_REQUEST_WAIT_S = 1.0
 
 
 def fd_limit() -> int | None:
@@ -197,6 +200,10 @@ def _http_protocol() -> type[asyncio.Protocol]:
         head_count: HeadCount | None = None
         #: Why the request head was refused (then the connection closes).
         head_refused: HeadTooLarge | None = None
+        #: A request head is being read.
+        head_open = False
+        #: The server shuts down: the request on its way is this connection's last.
+        last_request = False
 
         def count_heads(self, limits: HeadLimits) -> None:
             """Hold each request head to ``limits`` (before the connection is made)."""
@@ -223,6 +230,7 @@ def _http_protocol() -> type[asyncio.Protocol]:
                 self.transport.close()
 
         def on_message_begin(self) -> None:
+            self.head_open = True
             if self.head_count is not None:
                 self.head_count.begin()
             super().on_message_begin()
@@ -238,6 +246,7 @@ def _http_protocol() -> type[asyncio.Protocol]:
             super().on_header(name, value)
 
         def on_headers_complete(self) -> None:
+            self.head_open = False
             if self.head_count is not None:
                 self.head_count.complete()
             scope = self.scope
@@ -257,6 +266,25 @@ def _http_protocol() -> type[asyncio.Protocol]:
                 and scope["method"] != "HEAD"
             ):
                 direct.bind(cycle)
+            if self.last_request and cycle is not None:
+                cycle.keep_alive = False
+
+        def shutdown(self) -> None:
+            """Close when idle, as uvicorn does, except a connection whose request is on its
+            way: a client that connected just before the listener closed gets an answer (a
+            503 while draining) rather than a connection closed under its request."""
+            cycle = self.cycle
+            waiting = cycle is None or (cycle.response_complete and self.head_open)
+            if waiting and not self.transport.is_closing():
+                self.last_request = True
+                self.loop.call_later(SHUTDOWN_REQUEST_WAIT_S, self._close_if_idle)
+                return
+            super().shutdown()
+
+        def _close_if_idle(self) -> None:
+            cycle = self.cycle
+            if cycle is None or (cycle.response_complete and not self.pipeline):
+                self.transport.close()
 
     return GuardedHttpTools
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import socket
 import threading
 import time
 
@@ -146,3 +147,30 @@ def test_requests_outliving_the_grace_period_get_a_json_503(serve: StartServe) -
     assert answer.status_code == 503, answer.text
     assert answer.headers["content-type"] == "application/json"
     assert answer.json()["error"]["code"] == "shutting_down"
+
+
+def test_a_connection_made_just_before_shutdown_gets_an_answer(serve: StartServe) -> None:
+    """A client that connected before the listener closed, but whose request arrives after
+    the shutdown began, is answered (503 while draining) rather than disconnected."""
+    server = serve({"shutdown_grace_s": 5})
+    stream = Streamer(server.base_url, 60, "keeps-it-up")  # the router drains for ~2 s
+    stream.start()
+    assert stream.first.wait(10)
+    url = httpx.URL(server.base_url)
+    with socket.create_connection((url.host, url.port), timeout=5) as early:
+        time.sleep(0.2)  # accepted by the server
+        server.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)  # the shutdown has begun
+        body = json.dumps(chat()).encode()
+        early.sendall(
+            b"POST " + CHAT.encode() + b" HTTP/1.1\r\nhost: x\r\ncontent-type: application/json"
+            b"\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+        )
+        answer = b""
+        while chunk := early.recv(65536):
+            answer += chunk
+    head = answer.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.startswith(b"http/1.1 503"), answer
+    assert b"connection: close" in head
+    stream.join(15)
+    assert stream.events[-1] == "[DONE]"
