@@ -247,10 +247,7 @@ class SimModel:
         """The text of each of the request's ``n`` choices, before EOS/limits are applied."""
         params = request.sampling_params
         n = max(params.n, 1)
-        prompt = self.decode(list(request.tokenized.input_ids))
-        users = _LAST_USER.findall(prompt)
-        last_user = users[-1] if users else prompt
-        scripted = self.script.replies_for(prompt, last_user)
+        prompt, last_user, scripted = self._scripted(request)
         if params.WhichOneof("constraint") == "json_schema":
             try:
                 schema = json.loads(params.json_schema)
@@ -266,13 +263,28 @@ class SimModel:
                 raise InvalidRequest(str(exc)) from None
             return [text] * n
         replies = scripted or (last_user,)
-        texts = []
-        for i in range(n):
-            text = replies[i % len(replies)]
-            if i >= len(replies):
-                text = f"{text} ({i + 1})"  # distinct choices, deterministically
-            texts.append(text)
-        return texts
+        return [_choice_text(replies, i) for i in range(n)]
+
+    def _scripted(self, request: pb.GenerateRequest) -> tuple[str, str, tuple[str, ...] | None]:
+        """The decoded prompt, its last user turn and the script's replies to it (None: no
+        rule and no default matched)."""
+        prompt = self.decode(list(request.tokenized.input_ids))
+        users = _LAST_USER.findall(prompt)
+        last_user = users[-1] if users else prompt
+        return prompt, last_user, self.script.replies_for(prompt, last_user)
+
+    def _resumed(self, input_ids: list[int], replies: tuple[str, ...], choice: int) -> list[int]:
+        """Choice ``choice``'s scripted answer, or its rest when the input already ends with
+        the start of one of the replies (a continuation of it from another worker)."""
+        best: list[int] | None = None
+        longest = 0
+        for reply in replies:
+            body = self.encode(reply)
+            for done in range(min(len(body), len(input_ids)), longest, -1):
+                if input_ids[-done:] == body[:done]:
+                    best, longest = body[done:], done
+                    break
+        return best if best is not None else self.encode(_choice_text(replies, choice))
 
     def check_vocabulary(self, input_ids: Iterable[int]) -> None:
         """Refuse token ids past the vocabulary, as SGLang does (Generate and Embed)."""
@@ -305,6 +317,18 @@ class SimModel:
             stops.update(self.files.eos_token_ids)
         eos = self.files.eos_token_ids[0] if self.files.eos_token_ids else None
         if context and params.WhichOneof("constraint") is None:
+            scripted = self._scripted(request)[2]
+            if scripted is not None:
+                return [
+                    self._limit(
+                        self._resumed(input_ids, scripted, index),
+                        limit,
+                        params.min_new_tokens,
+                        stops,
+                        None if params.ignore_eos else eos,
+                    )
+                    for index in range(max(params.n, 1))
+                ]
             return [
                 self._limit(self.continuation(input_ids, limit, index), limit, 0, stops, None)
                 for index in range(max(params.n, 1))
@@ -365,6 +389,13 @@ class SimModel:
 
 
 _NONE = object()
+
+
+def _choice_text(replies: tuple[str, ...], choice: int) -> str:
+    """Choice ``choice``'s reply: ``replies`` in turn, numbered past the first round so that
+    choices stay distinct."""
+    text = replies[choice % len(replies)]
+    return f"{text} ({choice + 1})" if choice >= len(replies) else text
 
 
 def _scripted_instance(replies: tuple[str, ...] | None, schema: Any) -> Any:

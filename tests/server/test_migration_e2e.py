@@ -16,16 +16,34 @@ from typing import Any
 
 import httpx
 import pytest
+import yaml
 
 from turnout.sim import SimProcess, get_counters
 
+from .conftest import TOOL_CALL, TOOLS
 from .harness import MODEL, Router, run_router
 
 
+#: Scripted answers (continued on another sim from wherever they were cut); any other prompt
+#: gets a context answer.
+SCRIPT = {
+    "rules": [
+        {"match": "plan ahead", "reply": "<think>A call is needed here.</think>\n\n" + TOOL_CALL},
+        {"match": "two ways", "reply": ["the first way to say it", "a second way of saying it"]},
+    ]
+}
+
+
 @pytest.fixture(scope="module")
-def router() -> Iterator[Router]:
-    config = {"defaults": {"policy": "round_robin"}}
-    with run_router(config=config, sims=3, sim_kwargs={"context_answers": True}) as running:
+def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
+    script = tmp_path_factory.mktemp("migration") / "script.yaml"
+    script.write_text(yaml.safe_dump(SCRIPT))
+    with run_router(
+        config={"defaults": {"policy": "round_robin"}},
+        sims=3,
+        sim_kwargs={"context_answers": True, "script": script},
+        model={"tool_parser": "qwen", "reasoning_parser": "qwen3"},
+    ) as running:
         yield running
 
 
@@ -155,6 +173,78 @@ def test_an_answer_of_several_choices_is_not_moved(router: Router) -> None:
         lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
     assert "error" in json.loads(lines[-2])
     counted(router, before, '{outcome="refused",reason="unavailable"}', 1)
+
+
+def streamed_message(router: Router, request: dict[str, Any]) -> dict[str, Any]:
+    """A streamed chat answer put together: per choice its reasoning, content, tool calls and
+    finish reason, and the usage (no error event)."""
+    request = {**request, "stream": True, "stream_options": {"include_usage": True}}
+    url = f"{router.base_url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=request, timeout=30) as response:
+        assert response.status_code == 200
+        lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "[DONE]"
+    chunks = [json.loads(line) for line in lines[:-1]]
+    assert not any("error" in c for c in chunks), chunks[-1]
+    choices: dict[int, dict[str, Any]] = {}
+    usage = None
+    for chunk in chunks:
+        usage = chunk.get("usage") or usage
+        for choice in chunk["choices"]:
+            got = choices.setdefault(
+                choice["index"], {"reasoning": "", "content": "", "calls": {}, "finish": []}
+            )
+            delta = choice["delta"]
+            got["reasoning"] += delta.get("reasoning_content") or ""
+            got["content"] += delta.get("content") or ""
+            for call in delta.get("tool_calls") or []:
+                known = got["calls"].setdefault(call["index"], {"name": "", "arguments": ""})
+                known["name"] += call.get("function", {}).get("name") or ""
+                known["arguments"] += call.get("function", {}).get("arguments") or ""
+            if choice.get("finish_reason"):
+                got["finish"].append(choice["finish_reason"])
+    return {"choices": choices, "usage": usage}
+
+
+@pytest.mark.parametrize("after", [4, 14])
+def test_reasoning_and_a_tool_call_read_on_across_a_move(router: Router, after: int) -> None:
+    """Cut in the reasoning (4 tokens) or in the tool call (14): the parsers' state is the
+    router's, so the answer is the one a single worker gives."""
+    request = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "plan ahead for the trip"}],
+        "tools": TOOLS,
+        "max_tokens": 100,
+    }
+    reference = streamed_message(router, request)
+    (choice,) = reference["choices"].values()
+    assert choice["reasoning"] == "A call is needed here."
+    assert choice["calls"][0]["name"] == "get_weather"
+    assert choice["finish"] == ["tool_calls"]
+    url = f"{router.base_url}/v1/chat/completions"
+    one_shot = without_call_ids(httpx.post(url, json=request, timeout=30).json())
+    before = migrations(router)
+    fail_everywhere_once(router, after)
+    router.sims[2].knobs.update({"fault_budget": 0})
+    assert streamed_message(router, request) == reference
+    fail_everywhere_once(router, after)
+    router.sims[2].knobs.update({"fault_budget": 0})
+    # A one-shot answer the worker does not stream starts over elsewhere (nothing was shown).
+    moved = httpx.post(url, json=request, timeout=30)
+    assert moved.status_code == 200, moved.text
+    assert without_call_ids(moved.json()) == one_shot
+    key = '{outcome="migrated",reason="unavailable"}'
+    router.wait_until(lambda: migrations(router).get(key, 0) > before.get(key, 0), timeout=10)
+
+
+def without_call_ids(answer: dict[str, Any]) -> dict[str, Any]:
+    """The choices and token counts of a one-shot answer, its tool calls' ids (random) and
+    cached tokens (each sim's cache) left out."""
+    for choice in answer["choices"]:
+        for call in choice["message"].get("tool_calls") or []:
+            del call["id"]
+    answer["usage"].pop("prompt_tokens_details", None)
+    return {"choices": answer["choices"], "usage": answer["usage"]}
 
 
 @pytest.mark.slow
