@@ -247,7 +247,7 @@ class SimModel:
         """The text of each of the request's ``n`` choices, before EOS/limits are applied."""
         params = request.sampling_params
         n = max(params.n, 1)
-        prompt, last_user, scripted = self._scripted(request)
+        _prompt, last_user, scripted = self._scripted(request)
         if params.WhichOneof("constraint") == "json_schema":
             try:
                 schema = json.loads(params.json_schema)

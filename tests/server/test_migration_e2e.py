@@ -23,7 +23,6 @@ from turnout.sim import SimProcess, get_counters
 from .conftest import TOOL_CALL, TOOLS
 from .harness import MODEL, Router, run_router
 
-
 #: Scripted answers (continued on another sim from wherever they were cut); any other prompt
 #: gets a context answer.
 SCRIPT = {
