@@ -4,6 +4,7 @@ processors into events (the one walk over the responses)."""
 from __future__ import annotations
 
 import time
+from array import array
 from typing import Protocol
 
 from turnout.errors import ApiError, bad_request
@@ -148,15 +149,19 @@ class SessionEvents:
         self._streamed = 0
         self._worker_completed = 0
         self.migration = migration
-        #: Where the generated ids are kept while the answer may move (None: nowhere).
+        #: Where each choice's generated ids are kept while the answer may move (None:
+        #: nowhere).
         self._generated = migration.generated if migration is not None else None
-        #: Tokens generated before the current session (its worker's counts leave them out);
-        #: -1 while the first session runs.
-        self._moved = -1
-        #: The worker's reasoning count of the current session (kept while the answer may
-        #: move), and the counts of the sessions before it (each worker counts its part).
-        self._reasoning_seen = 0
-        self._reasoning_base = 0
+        #: Per choice, tokens generated before the current session (its worker's counts leave
+        #: them out); None while the first session runs.
+        self._moved: array[int] | None = None
+        #: Per choice, the worker's reasoning count of the current session, and the counts of
+        #: the sessions before it (each worker counts its part); kept while the answer may move.
+        self._reasoning_seen: array[int] | None = None
+        self._reasoning_base: array[int] | None = None
+        if self._generated is not None:
+            self._reasoning_seen = array("q", bytes(8 * len(processors)))
+            self._reasoning_base = array("q", bytes(8 * len(processors)))
 
     def take(self, batch: list[pb.GenerateResponse]) -> list[Event]:
         """The events of ``batch`` (what ``session.next_batch()`` returned; may be none). An
@@ -184,14 +189,24 @@ class SessionEvents:
             self.ended = True
         return events
 
-    def continue_on(self, session: GenerateSession, generated: int) -> None:
-        """Read the rest of the answer from ``session``: another worker's continuation of the
-        ``generated`` tokens so far. The prompt's token counts stay the first worker's, and
-        the new worker's completion counts (of its part) count those tokens too."""
+    def open_choices(self) -> list[int]:
+        """The indices of the choices that have not ended."""
+        return [index for index, processor in enumerate(self._processors) if not processor.done]
+
+    def continue_on(
+        self, session: GenerateSession, generated: array[int], choices: list[int]
+    ) -> None:
+        """Read the rest of the answer from ``session``, where ``choices`` go on on other
+        workers (``generated[i]``: the tokens of choice i before its current session). The
+        prompt's token counts stay the first worker's, and the new workers' completion counts
+        (of their part) count the tokens before too."""
         self.session = session
         self._moved = generated
-        self._reasoning_base += self._reasoning_seen
-        self._reasoning_seen = 0
+        seen, base = self._reasoning_seen, self._reasoning_base
+        if seen is not None and base is not None:
+            for index in choices:
+                base[index] += seen[index]
+                seen[index] = 0
 
     async def aclose(self) -> None:
         """Book the stream's tokens on the meter (once) and close the session (idempotent)."""
@@ -237,7 +252,7 @@ class SessionEvents:
                     self._push(run.chunk, events)
                     run = None
                 done = response.complete
-                self._worker_completed += done.completion_tokens + max(self._moved, 0)
+                self._worker_completed += done.completion_tokens + _count(self._moved, done.index)
                 if not self._streamed:  # a one-message answer: its tokens come now
                     whole = whole or bool(done.output_ids)
                 if self._remaining:
@@ -265,13 +280,11 @@ class SessionEvents:
         # detokenizer extends its window with it) costs about 0.3 µs per token.
         token_ids = chunk.token_ids[:]
         self._streamed += len(token_ids)
-        if self._generated is not None:
-            self._generated.extend(token_ids)
         # Not max(): with two arguments it costs about 1k instructions, for every message.
         prompt_tokens, cached_tokens = chunk.prompt_tokens, chunk.cached_tokens
         if (
             prompt_tokens > self._prompt_tokens or cached_tokens > self._cached_tokens
-        ) and self._moved < 0:
+        ) and self._moved is None:
             self._prompt_tokens = max(self._prompt_tokens, prompt_tokens)
             self._cached_tokens = max(self._cached_tokens, cached_tokens)
         if self._prompt_logprobs is not None and chunk.HasField("input_logprobs"):
@@ -279,6 +292,9 @@ class SessionEvents:
         processors = self._processors
         index = chunk.index  # a bad one fails in _processor()
         processor = processors[index] if index < len(processors) else _processor(processors, index)
+        generated = self._generated
+        if generated is not None:
+            generated[index].extend(token_ids)
         if processor.done:
             return
         logprobs = (
@@ -286,9 +302,10 @@ class SessionEvents:
         )
         delta = processor.push(token_ids, logprobs)
         counted = chunk.reasoning_tokens
-        if self._generated is not None:  # the count goes on across moves
-            self._reasoning_seen = counted
-            counted += self._reasoning_base
+        seen, base = self._reasoning_seen, self._reasoning_base
+        if seen is not None and base is not None:  # the count goes on across moves
+            seen[index] = counted
+            counted += base[index]
         if delta is not None:
             delta.reasoning_tokens = processor.reasoning_tokens(counted)
             events.append(delta)
@@ -297,7 +314,7 @@ class SessionEvents:
             self._ended(tail, end, events)
 
     def _complete(self, done: pb.GenerateComplete, events: list[Event]) -> None:
-        if self._moved < 0:
+        if self._moved is None:
             self._prompt_tokens = max(self._prompt_tokens, done.prompt_tokens)
             self._cached_tokens = max(self._cached_tokens, done.cached_tokens)
         if self._prompt_logprobs is not None and done.HasField("input_logprobs"):
@@ -314,10 +331,13 @@ class SessionEvents:
         matched: str | int | None = getattr(done, which) if which else None
         reason = done.finish_reason or "stop"
         completion = done.completion_tokens or None
-        if completion is not None and self._moved > 0:
-            completion += self._moved
+        if completion is not None:
+            completion += _count(self._moved, done.index)
         tail, end = processor.finish(
-            reason, matched, completion, done.reasoning_tokens + self._reasoning_base
+            reason,
+            matched,
+            completion,
+            done.reasoning_tokens + _count(self._reasoning_base, done.index),
         )
         self._ended(tail, end, events)
 
@@ -336,6 +356,11 @@ class SessionEvents:
         self._completion[end.index] = end.completion_tokens
         self._reasoning[end.index] = end.reasoning_tokens
         self._remaining -= 1
+
+
+def _count(counts: array[int] | None, index: int) -> int:
+    """``counts[index]``, 0 without counts (or for a bad index, which is refused elsewhere)."""
+    return counts[index] if counts is not None and index < len(counts) else 0
 
 
 def _processor(processors: list[ChoiceProcessor], index: int) -> ChoiceProcessor:

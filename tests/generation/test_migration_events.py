@@ -54,11 +54,10 @@ async def read(source: SessionEvents, sessions: list[tuple[ScriptedSession, int]
     moved = 0
     for k, (current, fails_after) in enumerate(sessions):
         if k:
-            source.continue_on(current, moved)
+            source.continue_on(current, array("q", [moved]), [0])
         while not source.ended:
-            if source.migration.generated is not None and len(source.migration.generated) == (
-                fails_after
-            ):
+            generated = source.migration.generated
+            if generated is not None and len(generated[0]) == fails_after:
                 break
             events += source.take(await current.next_batch())
         moved = fails_after
@@ -76,7 +75,7 @@ def summary(events: list[Any]) -> tuple[str, str, Usage]:
 
 def source() -> SessionEvents:
     placeholder = ScriptedSession([])
-    migration: Any = SimpleNamespace(generated=array("I"))
+    migration: Any = SimpleNamespace(generated=[array("I")])
     return SessionEvents(placeholder, [processor()], migration=migration)
 
 

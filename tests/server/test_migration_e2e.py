@@ -164,14 +164,31 @@ def test_a_constrained_stream_is_not_moved_and_ends_with_the_error_event(router:
     counted(router, before, '{outcome="refused",reason="unavailable"}', 1)
 
 
-def test_an_answer_of_several_choices_is_not_moved(router: Router) -> None:
-    fail_everywhere_once(router, 3)
-    before = migrations(router)
+def test_an_answer_of_several_choices_goes_on_choice_by_choice(router: Router) -> None:
+    """Each choice of n=2 continues from its own context: the same two answers, one usage."""
+    request = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "say it two ways"}],
+        "max_tokens": 50,
+        "n": 2,
+        "logprobs": True,
+    }
+    reference = streamed_message(router, request)
+    texts = {choice["content"] for choice in reference["choices"].values()}
+    assert texts == {"the first way to say it", "a second way of saying it"}
     url = f"{router.base_url}/v1/chat/completions"
-    with httpx.stream("POST", url, json=body(True, n=2), timeout=30) as response:
-        lines = [line[6:] for line in response.iter_lines() if line.startswith("data: ")]
-    assert "error" in json.loads(lines[-2])
-    counted(router, before, '{outcome="refused",reason="unavailable"}', 1)
+    one_shot = httpx.post(url, json={**request, "stop": ["never said"]}, timeout=30).json()
+    before = migrations(router)
+    fail_everywhere_once(router, 3)
+    router.sims[2].knobs.update({"fault_budget": 0})
+    assert streamed_message(router, request) == reference
+    fail_everywhere_once(router, 3)
+    router.sims[2].knobs.update({"fault_budget": 0})
+    moved = httpx.post(url, json={**request, "stop": ["never said"]}, timeout=30)
+    assert moved.status_code == 200, moved.text
+    assert without_call_ids(moved.json()) == without_call_ids(one_shot)
+    key = '{outcome="migrated",reason="unavailable"}'
+    router.wait_until(lambda: migrations(router).get(key, 0) >= before.get(key, 0) + 2, timeout=10)
 
 
 def streamed_message(router: Router, request: dict[str, Any]) -> dict[str, Any]:
