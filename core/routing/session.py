@@ -59,6 +59,8 @@ class WorkerSession(ClosingSession):
     failure_note: ClassVar[str] = "after its first response"
 
     __slots__ = (
+        "__weakref__",
+        "_cut",
         "_done",
         "_health",
         "_pending",
@@ -67,6 +69,7 @@ class WorkerSession(ClosingSession):
         "_span",
         "_stream",
         "attempts",
+        "heard",
         "meter",
         "slot",
         "worker",
@@ -101,8 +104,14 @@ class WorkerSession(ClosingSession):
         #: the generation pipeline feeds it as it reads the responses.
         self.meter: Any = None
         self._health = self.worker.health
+        #: Why it was cut (its worker left rotation while it was silent), or None.
+        self._cut: str | None = None
+        #: A response arrived since the worker last looked (``Worker.cut_silent``).
+        self.heard = True
         if stream.finished:
             self._finish(None)
+        else:
+            self.worker.running.add(self)
 
     @property
     def done(self) -> bool:
@@ -157,13 +166,36 @@ class WorkerSession(ClosingSession):
                 # error would make a reference cycle of them.
                 del failure
         if not batch:
+            if self._cut is not None:
+                raise self._cut_failure() from None
             self._finish(None)
             return batch
+        self.heard = True
         self._health.traffic_ok()
         if self._stream.finished:
             # Every choice completed: the worker is done even if nobody reads the stream's end.
             self._finish(None)
         return batch
+
+    def cut(self, reason: str) -> None:
+        """End the stream as failed by its worker, which left rotation (``reason``) while the
+        stream was silent: the read in progress raises the failure (the answer moves on)."""
+        if not self._done and self._cut is None:
+            self._cut = reason
+            self._stream.cancel(f"worker out of rotation: {reason}")
+
+    def _cut_failure(self) -> WorkerRequestError:
+        reason = self._cut or "out of rotation"
+        failure = WorkerRequestError(
+            "the worker stopped answering",
+            status=503,
+            worker_fault=True,
+            retryable=True,
+            detail=f"{self.worker.url}: silent while out of rotation: {reason} (cut)",
+        )
+        self._finish(failure)
+        log.warning("worker %s failed %s: %s", self.worker.id, self.failure_note, failure.detail)
+        return failure.on(self.worker.id, self.attempts)
 
     async def aclose(self) -> None:
         """Stop: cancel the gRPC call (the worker aborts the request) and release the worker."""
@@ -176,6 +208,7 @@ class WorkerSession(ClosingSession):
             return
         self._done = True
         worker = self.worker
+        worker.running.discard(self)
         self.slot.release()
         if failure is not None:
             record_failure(worker, failure)
@@ -189,6 +222,7 @@ class WorkerSession(ClosingSession):
         # Safety net: a session dropped without aclose() must not stay "in flight" forever.
         if not self._done:
             self._done = True
+            self.worker.running.discard(self)
             self.slot.release()
             if self._span is not None:
                 end_attempt(self._span, None, cancelled=True)

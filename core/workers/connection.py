@@ -28,6 +28,23 @@ class ResponseStream(Protocol):
         """Cancel the call (the worker aborts the request)."""
         ...
 
+    def cancel(self, reason: str) -> None:
+        """Cancel the call now (a read in progress ends as at the stream's end); ``reason``
+        is what the worker's abort says."""
+        ...
+
+
+class Streaming(Protocol):
+    """An answer streaming from a worker, as the worker sees it (routing's session)."""
+
+    #: Set by each response received; the worker clears it (see ``Worker.cut_silent``).
+    heard: bool
+
+    def cut(self, reason: str) -> None:
+        """End it as failed by its worker (out of rotation for ``reason``): the answer goes
+        on elsewhere."""
+        ...
+
 
 class WorkerConnection(Protocol):
     """The calls the worker layer makes to one worker."""

@@ -558,6 +558,13 @@ class WorkerRegistry:
                         log.warning("worker %s out of rotation: %s", worker.id, reason)
                     else:
                         log.info("worker %s back in rotation: it speaks again", worker.id)
+                if reason is not None and worker.running:
+                    # Answers it streams that stay silent a whole interval go on elsewhere.
+                    cut = worker.cut_silent()
+                    if cut:
+                        log.warning(
+                            "worker %s: %d silent answers cut (out of rotation)", worker.id, cut
+                        )
 
 
 def _default_connect(url: str, wire: WireSettings) -> WorkerConnection:

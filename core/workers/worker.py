@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import enum
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
@@ -13,7 +14,7 @@ from turnout.deadlines import Deadline
 from turnout.wire.proto.common_pb2 import EngineLoad
 from turnout.workers.adapters import Adapter
 from turnout.workers.breaker import CircuitBreaker, CircuitState
-from turnout.workers.connection import WorkerConnection
+from turnout.workers.connection import Streaming, WorkerConnection
 from turnout.workers.dp import DpRank, dp_size_from_labels
 from turnout.workers.health import HealthState, HealthTracker
 from turnout.workers.ids import default_worker_id
@@ -114,6 +115,9 @@ class Worker:
         self.vetoed: str | None = None
         #: The waits of requests for its first response: cut short when it is vetoed.
         self.first_waits: dict[Deadline, None] = {}
+        #: Its answers being streamed: those that fall silent while it is vetoed are cut (they
+        #: go on elsewhere, see :meth:`cut_silent`).
+        self.running: weakref.WeakSet[Streaming] = weakref.WeakSet()
 
     @property
     def id(self) -> str:
@@ -257,6 +261,19 @@ class Worker:
         for wait in waits:
             wait.cut()
         return True
+
+    def cut_silent(self) -> int:
+        """Cut the answers it streams that received nothing since the last call (called
+        while it is vetoed: a wedged or stopped engine sends nothing, a working one does);
+        returns how many were cut."""
+        cut = 0
+        for stream in list(self.running):
+            if stream.heard:
+                stream.heard = False
+            else:
+                stream.cut(self.vetoed or "out of rotation")
+                cut += 1
+        return cut
 
     def pin(self, request: Any) -> None:
         """Leave the DP rank of ``request`` to the worker (``ClearField``: also for messages

@@ -7,10 +7,13 @@ HTTP in front."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -21,7 +24,7 @@ from turnout.plugins.policies.cache_aware import CacheAwarePolicy
 from turnout.routing.dispatch import Dispatcher
 from turnout.routing.kv import cached_tokens
 from turnout.routing.types import RoutingRequest
-from turnout.sim import SimProcess, SimWorker
+from turnout.sim import SimProcess, SimWorker, get_counters
 from turnout.wire import WorkerClient
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import HealthSettings, WorkerSpec
@@ -191,3 +194,61 @@ def test_a_stopped_sim_process_is_out_within_seconds_at_defaults() -> None:
             assert result.worst_wait_s < limit, result.summary()
             # It speaks again: back in rotation.
             router.wait_until(lambda: worker_info(router.base_url, stopped.url)["state"] == "ready")
+
+
+def _stream_text(url: str, body: dict[str, Any], started: threading.Event) -> tuple[str, list[str]]:
+    """The content and finish reasons of a streamed chat; ``started`` is set at its first
+    content; an error event fails."""
+    text, reasons = "", []
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=60) as response:
+        assert response.status_code == 200
+        for line in response.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            assert "error" not in chunk, chunk
+            for choice in chunk["choices"]:
+                text += choice["delta"].get("content") or ""
+                if choice.get("finish_reason"):
+                    reasons.append(choice["finish_reason"])
+            if text:
+                started.set()
+    return text, reasons
+
+
+def test_a_stream_on_a_stopped_sim_goes_on_elsewhere_at_defaults() -> None:
+    """SIGSTOP the worker mid-answer: once its event stream goes stale the silent stream is
+    cut and continued on the other worker, token for token, within the stale allowance."""
+    defaults = HealthSettings()
+    args = ("--served-model-name", MODEL, "--delay-ms", "20", "--context-answers")
+    with SimProcess(*args) as first, SimProcess(*args) as second:
+        workers = [{"url": sim.url, "model": MODEL} for sim in (first, second)]
+        with run_router(_defaults_config(workers=workers), sims=0) as router:
+            for sim in (first, second):
+                router.wait_until(
+                    lambda sim=sim: worker_info(router.base_url, sim.url)["kv_events"]
+                )
+            url = f"{router.base_url}/v1/chat/completions"
+            body = {**BODY, "max_tokens": 120, "ignore_eos": True}
+            reference = _stream_text(url, body, threading.Event())
+            assert reference[1] == ["length"]
+            with ThreadPoolExecutor(1) as pool:
+                started = threading.Event()
+                answer = pool.submit(_stream_text, url, body, started)
+                assert started.wait(10)
+                (serving,) = [
+                    sim
+                    for sim in (first, second)
+                    if asyncio.run(get_counters(sim.url))["running"] > 0
+                ]
+                assert serving.proc is not None
+                os.kill(serving.proc.pid, signal.SIGSTOP)
+                stopped_at = time.monotonic()
+                try:
+                    got = answer.result(timeout=60)
+                    waited = time.monotonic() - stopped_at
+                finally:
+                    os.kill(serving.proc.pid, signal.SIGCONT)
+            assert got == reference
+            # The rest of the answer (2.4 s of tokens at most) after the stale verdict.
+            assert waited < defaults.stale_after_s + RETRY_ALLOWANCE_S + 2.4, waited
