@@ -1,0 +1,469 @@
+"""Responses and conversations kept in PostgreSQL (asyncpg), shared by every router on the
+database with the same ``responses.key_prefix``.
+
+:class:`PostgresLink` is the database of a router's stores: a bounded connection pool opened
+on first use, the schema created and migrated then (:mod:`turnout.responses.postgres_schema`),
+every call under a breaker and the deadline ``responses.timeout_s`` (a database that fails or
+misses it: :class:`~turnout.responses.shared.StoreUnavailable`, a 503). Rows carry their
+expiry (the database's clock, shared by every router): expired ones are never read, and
+writes sweep them out now and then.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import logging
+import math
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
+
+import msgspec
+
+from turnout.config import ResponsesConfig
+from turnout.errors import StartupError
+from turnout.responses.breaker import Breaker
+from turnout.responses.conversations import ConversationHead, ConversationTooLarge
+from turnout.responses.items import Item
+from turnout.responses.postgres_schema import migrate
+from turnout.responses.shared import StoreUnavailable, guarded
+from turnout.responses.store import StoredResponse, fits, item_ids
+
+log = logging.getLogger("turnout.responses.store")
+
+T = TypeVar("T")
+
+#: Connections to PostgreSQL per serving process (a call holds one for its few statements).
+MAX_CONNECTIONS = 10
+#: Deadline of opening the pool and migrating the schema (a request waits for it only its own
+#: deadline; the migration goes on).
+OPEN_TIMEOUT_S = 30.0
+#: Expired rows are swept out at most this often per serving process, on a write.
+SWEEP_EVERY_S = 60.0
+#: Rows one sweep deletes per table at most (the rest wait for the next).
+SWEEP_BATCH = 1000
+
+
+class PostgresLink:
+    """The PostgreSQL database named by ``config.storage``
+    (``postgres://user:password@host:port/database`` or ``postgresql://…``)."""
+
+    def __init__(self, config: ResponsesConfig) -> None:
+        if importlib.util.find_spec("asyncpg") is None:
+            raise StartupError(
+                f"responses.storage is {config.storage}: install the PostgreSQL client with "
+                "pip install 'turnout[postgres]'"
+            )
+        self._dsn = config.storage
+        #: Fails calls at once while the database keeps failing or hanging.
+        self._breaker = Breaker("response store")
+        self.namespace = config.key_prefix
+        self.ttl_s = config.ttl_s
+        self.max_bytes = config.max_bytes
+        self.timeout_s = config.timeout_s
+        self._opening: asyncio.Task[Any] | None = None
+        self._last_sweep = -math.inf
+        self._sweeps: set[asyncio.Task[int]] = set()
+
+    async def call(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """``work`` on a pooled connection (an asyncpg ``Connection``), under the breaker and
+        the deadline."""
+        result: T = await guarded(self._breaker, self._run(work), self.timeout_s)
+        return result
+
+    async def transaction(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        """``work`` in one transaction (rolled back when it raises)."""
+
+        async def within(connection: Any) -> T:
+            async with connection.transaction():
+                return await work(connection)
+
+        return await self.call(within)
+
+    def wrote(self) -> None:
+        """Note a write: sweep expired rows out if the last sweep is long enough ago."""
+        now = time.monotonic()
+        if now - self._last_sweep < SWEEP_EVERY_S:
+            return
+        self._last_sweep = now
+        task = asyncio.create_task(self.sweep())
+        self._sweeps.add(task)
+        task.add_done_callback(self._sweeps.discard)
+
+    async def sweep(self) -> int:
+        """Delete expired rows (a batch per table, every namespace); how many. A failure is
+        logged by the breaker and ends the sweep."""
+
+        async def delete(connection: Any) -> int:
+            deleted = 0
+            for table in ("turnout_responses", "turnout_conversations"):
+                status: str = await connection.execute(
+                    f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
+                    f"SELECT ctid FROM {table} WHERE expires_at <= now() LIMIT {SWEEP_BATCH}))"
+                )
+                deleted += int(status.rsplit(" ", 1)[-1])
+            return deleted
+
+        with contextlib.suppress(StoreUnavailable):
+            return await self.call(delete)
+        return 0
+
+    async def aclose(self) -> None:
+        """Stop sweeping and close the connections (bounded)."""
+        for task in list(self._sweeps):
+            task.cancel()
+        opening, self._opening = self._opening, None
+        if opening is None:
+            return
+        if not opening.done():
+            opening.cancel()
+            return
+        if opening.cancelled() or opening.exception() is not None:
+            return
+        pool = opening.result()
+        try:
+            async with asyncio.timeout(self.timeout_s + 1.0):
+                await pool.close()
+        except Exception:
+            pool.terminate()
+
+    async def _run(self, work: Callable[[Any], Awaitable[T]]) -> T:
+        pool = await self._pool()
+        async with pool.acquire(timeout=self.timeout_s) as connection:
+            return await work(connection)
+
+    async def _pool(self) -> Any:
+        """The pool, opened (and the schema migrated) by the first call: later calls share
+        the opening and wait for it within their own deadline; a failed one is retried."""
+        opening = self._opening
+        if opening is None or (
+            opening.done() and (opening.cancelled() or opening.exception() is not None)
+        ):
+            opening = self._opening = asyncio.create_task(self._open())
+            opening.add_done_callback(_retrieved)
+        return await asyncio.shield(opening)
+
+    async def _open(self) -> Any:
+        import asyncpg
+
+        async with asyncio.timeout(OPEN_TIMEOUT_S):
+            pool = await asyncpg.create_pool(
+                self._dsn,
+                min_size=0,
+                max_size=MAX_CONNECTIONS,
+                timeout=self.timeout_s,  # of connecting
+                max_inactive_connection_lifetime=60.0,
+            )
+            try:
+                async with pool.acquire() as connection:
+                    applied = await migrate(connection)
+            except BaseException:
+                pool.terminate()
+                raise
+        if applied:
+            log.info("PostgreSQL store: schema migrated to version %d", applied[-1])
+        return pool
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark a failure of the pool's opening as seen (its waiters may all have given up)."""
+    if not task.cancelled():
+        task.exception()
+
+
+_encode = msgspec.json.Encoder().encode
+_decode_response = msgspec.json.Decoder(StoredResponse).decode
+_decode_head = msgspec.json.Decoder(ConversationHead).decode
+_decode_item = msgspec.json.Decoder(dict[str, Any]).decode
+
+_EXPIRY = "now() + make_interval(secs => {})"
+
+
+class PostgresResponseStore:
+    """Responses in ``turnout_responses`` (and which response holds each item in
+    ``turnout_response_items``), each forgotten ``ttl_s`` after it was stored; one larger
+    than ``max_bytes`` is not kept."""
+
+    def __init__(self, link: PostgresLink) -> None:
+        self._link = link
+
+    async def get(self, response_id: str) -> StoredResponse | None:
+        """The kept response, or None."""
+        data = await self._link.call(
+            lambda connection: connection.fetchval(
+                "SELECT data FROM turnout_responses"
+                " WHERE namespace = $1 AND id = $2 AND expires_at > now()",
+                self._link.namespace,
+                response_id,
+            )
+        )
+        return None if data is None else _decode_response(data)
+
+    async def put(self, stored: StoredResponse) -> None:
+        """Keep a response (one over ``max_bytes`` is not kept, logged)."""
+        data = _encode(stored)
+        if not fits(stored, data, self._link.max_bytes):
+            return
+        # Sorted: responses kept together lock their items in one order (no deadlock).
+        held = sorted(set(item_ids(stored)))
+        namespace = self._link.namespace
+
+        async def keep(connection: Any) -> None:
+            await connection.execute(
+                "INSERT INTO turnout_responses (namespace, id, data, expires_at)"
+                f" VALUES ($1, $2, $3, {_EXPIRY.format('$4')})"
+                " ON CONFLICT (namespace, id) DO UPDATE"
+                " SET data = excluded.data, expires_at = excluded.expires_at",
+                namespace,
+                stored.id,
+                data,
+                self._link.ttl_s,
+            )
+            if held:
+                await connection.execute(
+                    "INSERT INTO turnout_response_items (namespace, item_id, response_id)"
+                    " SELECT $1, unnest($2::text[]), $3"
+                    " ON CONFLICT (namespace, item_id) DO UPDATE"
+                    " SET response_id = excluded.response_id",
+                    namespace,
+                    held,
+                    stored.id,
+                )
+
+        await self._link.transaction(keep)
+        self._link.wrote()
+
+    async def holding(self, item_id: str) -> StoredResponse | None:
+        """The kept response that last kept the item, or None."""
+        data = await self._link.call(
+            lambda connection: connection.fetchval(
+                "SELECT r.data FROM turnout_response_items i JOIN turnout_responses r"
+                " ON r.namespace = i.namespace AND r.id = i.response_id"
+                " WHERE i.namespace = $1 AND i.item_id = $2 AND r.expires_at > now()",
+                self._link.namespace,
+                item_id,
+            )
+        )
+        return None if data is None else _decode_response(data)
+
+    async def delete(self, response_id: str) -> bool:
+        """Forget a response."""
+        live = await self._link.call(
+            lambda connection: connection.fetchval(
+                "DELETE FROM turnout_responses WHERE namespace = $1 AND id = $2"
+                " RETURNING expires_at > now()",
+                self._link.namespace,
+                response_id,
+            )
+        )
+        return bool(live)
+
+
+#: What :meth:`PostgresConversationStore.append` found (raised outside the store call, which
+#: would make any exception a 503).
+_MISSING, _TOO_LARGE, _ADDED = range(3)
+
+
+class PostgresConversationStore:
+    """Conversations in ``turnout_conversations`` (the conversation, its size and the next
+    item's position) and ``turnout_conversation_items``, forgotten ``ttl_s`` after the
+    conversation last changed; one may not grow past ``max_bytes``. Adding items locks the
+    conversation's row: appends that race all land, in some order."""
+
+    def __init__(self, link: PostgresLink) -> None:
+        self._link = link
+
+    async def create(self, head: ConversationHead, items: Sequence[Item]) -> None:
+        """Keep a new conversation."""
+        data = _encode(head)
+        encoded = [_encode(item) for item in items]
+        size = len(data) + sum(map(len, encoded))
+        if size > self._link.max_bytes:
+            raise ConversationTooLarge(head.id, self._link.max_bytes)
+        namespace = self._link.namespace
+
+        async def keep(connection: Any) -> None:
+            await connection.execute(
+                "INSERT INTO turnout_conversations"
+                " (namespace, id, head, size, next_seq, expires_at)"
+                f" VALUES ($1, $2, $3, $4, $5, {_EXPIRY.format('$6')})",
+                namespace,
+                head.id,
+                data,
+                size,
+                len(items),
+                self._link.ttl_s,
+            )
+            await _insert_items(
+                connection, namespace, head.id, first=0, items=items, encoded=encoded
+            )
+
+        await self._link.transaction(keep)
+        self._link.wrote()
+
+    async def head(self, conversation_id: str) -> ConversationHead | None:
+        """The conversation, or None."""
+        data = await self._link.call(
+            lambda connection: connection.fetchval(
+                "SELECT head FROM turnout_conversations"
+                " WHERE namespace = $1 AND id = $2 AND expires_at > now()",
+                self._link.namespace,
+                conversation_id,
+            )
+        )
+        return None if data is None else _decode_head(data)
+
+    async def items(self, conversation_id: str) -> list[Item] | None:
+        """The conversation's items (one round trip)."""
+        rows = await self._link.call(
+            lambda connection: connection.fetch(
+                "SELECT i.data FROM turnout_conversations c"
+                " LEFT JOIN turnout_conversation_items i"
+                " ON i.namespace = c.namespace AND i.conversation_id = c.id"
+                " WHERE c.namespace = $1 AND c.id = $2 AND c.expires_at > now()"
+                " ORDER BY i.seq",
+                self._link.namespace,
+                conversation_id,
+            )
+        )
+        if not rows:
+            return None
+        return [_decode_item(row[0]) for row in rows if row[0] is not None]
+
+    async def set_metadata(
+        self, conversation_id: str, metadata: dict[str, str]
+    ) -> ConversationHead | None:
+        """Replace the metadata."""
+        namespace = self._link.namespace
+
+        async def update(connection: Any) -> ConversationHead | None:
+            data = await connection.fetchval(
+                "SELECT head FROM turnout_conversations"
+                " WHERE namespace = $1 AND id = $2 AND expires_at > now() FOR UPDATE",
+                namespace,
+                conversation_id,
+            )
+            if data is None:
+                return None
+            head = msgspec.structs.replace(_decode_head(data), metadata=metadata)
+            updated = _encode(head)
+            await connection.execute(
+                "UPDATE turnout_conversations SET head = $3, size = size + $4,"
+                f" expires_at = {_EXPIRY.format('$5')} WHERE namespace = $1 AND id = $2",
+                namespace,
+                conversation_id,
+                updated,
+                len(updated) - len(data),
+                self._link.ttl_s,
+            )
+            return head
+
+        head = await self._link.transaction(update)
+        self._link.wrote()
+        return head
+
+    async def append(self, conversation_id: str, items: Sequence[Item]) -> bool:
+        """Add items at the end."""
+        encoded = [_encode(item) for item in items]
+        added = sum(map(len, encoded))
+        namespace = self._link.namespace
+
+        async def add(connection: Any) -> int:
+            row = await connection.fetchrow(
+                "SELECT size, next_seq FROM turnout_conversations"
+                " WHERE namespace = $1 AND id = $2 AND expires_at > now() FOR UPDATE",
+                namespace,
+                conversation_id,
+            )
+            if row is None:
+                return _MISSING
+            if row["size"] + added > self._link.max_bytes:
+                return _TOO_LARGE
+            await connection.execute(
+                "UPDATE turnout_conversations SET size = size + $3, next_seq = next_seq + $4,"
+                f" expires_at = {_EXPIRY.format('$5')} WHERE namespace = $1 AND id = $2",
+                namespace,
+                conversation_id,
+                added,
+                len(items),
+                self._link.ttl_s,
+            )
+            await _insert_items(
+                connection,
+                namespace,
+                conversation_id,
+                first=row["next_seq"],
+                items=items,
+                encoded=encoded,
+            )
+            return _ADDED
+
+        outcome = await self._link.transaction(add)
+        if outcome == _TOO_LARGE:
+            raise ConversationTooLarge(conversation_id, self._link.max_bytes)
+        self._link.wrote()
+        return outcome == _ADDED
+
+    async def delete_item(self, conversation_id: str, item_id: str) -> bool:
+        """Remove one item (the first with that id)."""
+        removed = await self._link.call(
+            lambda connection: connection.fetchval(
+                "WITH gone AS ("
+                " DELETE FROM turnout_conversation_items"
+                " WHERE namespace = $1 AND conversation_id = $2 AND seq = ("
+                "  SELECT i.seq FROM turnout_conversation_items i"
+                "  JOIN turnout_conversations c"
+                "  ON c.namespace = i.namespace AND c.id = i.conversation_id"
+                "  WHERE i.namespace = $1 AND i.conversation_id = $2 AND i.item_id = $3"
+                "  AND c.expires_at > now() ORDER BY i.seq LIMIT 1)"
+                " RETURNING length(data) AS size)"
+                " UPDATE turnout_conversations c SET size = c.size - gone.size,"
+                f" expires_at = {_EXPIRY.format('$4')}"
+                " FROM gone WHERE c.namespace = $1 AND c.id = $2 RETURNING true",
+                self._link.namespace,
+                conversation_id,
+                item_id,
+                self._link.ttl_s,
+            )
+        )
+        return bool(removed)
+
+    async def delete(self, conversation_id: str) -> bool:
+        """Forget a conversation (its items go with it)."""
+        live = await self._link.call(
+            lambda connection: connection.fetchval(
+                "DELETE FROM turnout_conversations WHERE namespace = $1 AND id = $2"
+                " RETURNING expires_at > now()",
+                self._link.namespace,
+                conversation_id,
+            )
+        )
+        return bool(live)
+
+
+async def _insert_items(
+    connection: Any,
+    namespace: str,
+    conversation_id: str,
+    *,
+    first: int,
+    items: Sequence[Item],
+    encoded: list[bytes],
+) -> None:
+    """Insert a conversation's items at positions ``first``, ``first + 1``, …"""
+    if not items:
+        return
+    ids = [item_id if isinstance(item_id := item.get("id"), str) else None for item in items]
+    await connection.execute(
+        "INSERT INTO turnout_conversation_items"
+        " (namespace, conversation_id, seq, item_id, data)"
+        " SELECT $1, $2, $3 + x.n - 1, x.item_id, x.data"
+        " FROM unnest($4::text[], $5::bytea[]) WITH ORDINALITY AS x(item_id, data, n)",
+        namespace,
+        conversation_id,
+        first,
+        ids,
+        encoded,
+    )
