@@ -96,27 +96,45 @@ class PostgresServer:
         assert done.returncode == 0, f"{command[0]} failed: {done.stdout}{done.stderr}"
 
     def start(self, limit_s: float = 60.0) -> None:
-        """Start the server and wait until it accepts connections."""
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [str(self._bin / "postgres"), "-D", str(self.data), "-p", str(self.port),
-                 "-k", str(self.directory), "-c", "listen_addresses=127.0.0.1",
-                 "-F", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                cwd=self.directory,
-                **self._as_server_user(),
-            )  # fmt: skip
-        deadline = time.monotonic() + limit_s
-        while not self.ready():
-            assert self.proc.poll() is None, f"postgres exited: {self.log.read_text()}"
-            assert time.monotonic() < deadline, f"postgres did not start: {self.log.read_text()}"
-            time.sleep(0.05)
+        """Start the server and wait until it accepts connections (a server that exits
+        while starting is started again, twice at most)."""
+        for attempt in range(3):
+            with self.log.open("ab") as log:
+                self.proc = subprocess.Popen(
+                    [str(self._bin / "postgres"), "-D", str(self.data), "-p", str(self.port),
+                     "-k", str(self.directory), "-c", "listen_addresses=127.0.0.1",
+                     "-F", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    cwd=self.directory,
+                    **self._as_server_user(),
+                )  # fmt: skip
+            deadline = time.monotonic() + limit_s
+            while not self.ready():
+                if self.proc.poll() is not None:
+                    break
+                assert time.monotonic() < deadline, (
+                    f"postgres did not start: {self.log.read_text()}"
+                )
+                time.sleep(0.05)
+            else:
+                return
+            assert attempt < 2, f"postgres exited ({self.proc.returncode}): {self.log.read_text()}"
+            time.sleep(0.5)
 
     def ready(self) -> bool:
         """True when the server accepts connections."""
         done = subprocess.run(
-            [str(self._bin / "pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)],
+            [
+                str(self._bin / "pg_isready"),
+                "-q",
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(self.port),
+                "-U",
+                "turnout",
+            ],
             check=False,
             timeout=10,
         )
