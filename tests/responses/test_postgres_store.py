@@ -18,6 +18,8 @@ import pytest
 from tests.ops.postgres_server import PostgresServer
 from tests.ops.redis_server import closed_port_url, silent_server
 from turnout.config import ResponsesConfig
+from turnout.config.loading import build_config
+from turnout.errors import ConfigError
 from turnout.responses.postgres import (
     PostgresConversationStore,
     PostgresLink,
@@ -193,3 +195,10 @@ async def test_a_database_stopped_under_a_store_fails_calls_then_is_used_again(
             assert any("reachable again" in r.getMessage() for r in caplog.records)
     finally:
         server.close()
+
+
+def test_the_config_takes_postgres_urls() -> None:
+    for url in ("postgres://u:p@db:5432/turnout", "postgresql://u@db/turnout"):
+        assert build_config({"responses": {"storage": url}}).responses.storage == url
+    with pytest.raises(ConfigError, match=r"responses\.storage"):
+        build_config({"responses": {"storage": "mysql://db/turnout"}})
