@@ -202,3 +202,27 @@ def test_the_config_takes_postgres_urls() -> None:
         assert build_config({"responses": {"storage": url}}).responses.storage == url
     with pytest.raises(ConfigError, match=r"responses\.storage"):
         build_config({"responses": {"storage": "mysql://db/turnout"}})
+
+
+async def test_a_query_that_hangs_fails_within_its_deadline(
+    postgres_server: PostgresServer,
+) -> None:
+    # Another session holds the table: the store's statements wait on its lock, mid-query.
+    async with open_storage(postgres_server.url, timeout_s=0.3) as storage:
+        await storage.responses.put(kept("resp_1"))
+        holder = await asyncpg.connect(postgres_server.url)
+        try:
+            locked = holder.transaction()
+            await locked.start()
+            await holder.execute("LOCK TABLE turnout_responses IN ACCESS EXCLUSIVE MODE")
+            for _ in range(2):
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailable):
+                    await storage.responses.get("resp_1")
+                assert time.monotonic() - started < 0.3 + 0.7
+            await locked.rollback()
+        finally:
+            await holder.close()
+        # The connections whose queries were cancelled are not handed out broken.
+        for _ in range(3):
+            assert await storage.responses.get("resp_1") == kept("resp_1")
