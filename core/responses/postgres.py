@@ -2,11 +2,12 @@
 database with the same ``responses.key_prefix``.
 
 :class:`PostgresLink` is the database of a router's stores: a bounded connection pool opened
-on first use, the schema created and migrated then (:mod:`turnout.responses.postgres_schema`),
-every call under a breaker and the deadline ``responses.timeout_s`` (a database that fails or
-misses it: :class:`~turnout.responses.shared.StoreUnavailable`, a 503). Rows carry their
-expiry (the database's clock, shared by every router): expired ones are never read, and
-writes sweep them out now and then.
+as the serving process starts (or on first use), the schema created and migrated then
+(:mod:`turnout.responses.postgres_schema`), every call under a breaker and the deadline
+``responses.timeout_s`` (a database that fails or misses it:
+:class:`~turnout.responses.shared.StoreUnavailable`, a 503). Rows carry their expiry (the
+database's clock, shared by every router): expired ones are never read, and writes sweep them
+out now and then.
 """
 
 from __future__ import annotations
@@ -134,16 +135,20 @@ class PostgresLink:
         async with pool.acquire(timeout=self.timeout_s) as connection:
             return await work(connection)
 
-    async def _pool(self) -> Any:
-        """The pool, opened (and the schema migrated) by the first call: later calls share
-        the opening and wait for it within their own deadline; a failed one is retried."""
+    def open(self) -> asyncio.Task[Any]:
+        """Open the pool and migrate the schema, unless done or under way (a failed opening
+        is tried again): the serving process's start, and each call until it succeeds."""
         opening = self._opening
         if opening is None or (
             opening.done() and (opening.cancelled() or opening.exception() is not None)
         ):
             opening = self._opening = asyncio.create_task(self._open())
             opening.add_done_callback(_retrieved)
-        return await asyncio.shield(opening)
+        return opening
+
+    async def _pool(self) -> Any:
+        """The pool: calls share its opening and wait for it within their own deadline."""
+        return await asyncio.shield(self.open())
 
     async def _open(self) -> Any:
         import asyncpg
@@ -180,6 +185,47 @@ _decode_item = msgspec.json.Decoder(dict[str, Any]).decode
 
 _EXPIRY = "now() + make_interval(secs => {})"
 
+#: Keeps a response (again: replaced) and makes it the holder of its items, in one statement:
+#: $1 namespace, $2 id, $3 JSON, $4 ttl_s, $5 item ids.
+_PUT = (
+    "WITH kept AS ("
+    " INSERT INTO turnout_responses (namespace, id, data, expires_at)"
+    f" VALUES ($1, $2, $3, {_EXPIRY.format('$4')})"
+    " ON CONFLICT (namespace, id) DO UPDATE"
+    " SET data = excluded.data, expires_at = excluded.expires_at RETURNING id)"
+    " INSERT INTO turnout_response_items (namespace, item_id, response_id)"
+    " SELECT $1, held.item_id, kept.id FROM kept, unnest($5::text[]) AS held(item_id)"
+    " ON CONFLICT (namespace, item_id) DO UPDATE SET response_id = excluded.response_id"
+)
+#: The items given as $7 (ids) and $8 (JSON), numbered from 1 (``n``).
+_GIVEN_ITEMS = "unnest($7::text[], $8::bytea[]) WITH ORDINALITY AS x(item_id, data, n)"
+#: Keeps a new conversation and its first items: $1 namespace, $2 id, $3 JSON, $4 size,
+#: $5 item count, $6 ttl_s, $7 $8 the items.
+_CREATE = (
+    "WITH made AS ("
+    " INSERT INTO turnout_conversations (namespace, id, head, size, next_seq, expires_at)"
+    f" VALUES ($1, $2, $3, $4, $5, {_EXPIRY.format('$6')}) RETURNING id)"
+    " INSERT INTO turnout_conversation_items (namespace, conversation_id, seq, item_id, data)"
+    f" SELECT $1, made.id, x.n - 1, x.item_id, x.data FROM made, {_GIVEN_ITEMS}"
+)
+#: Adds items to a live conversation if they fit, in one statement (concurrent ones wait for
+#: the conversation's row, then see its new size); 1 when added: $1 namespace, $2 id,
+#: $3 bytes added, $4 item count, $5 ttl_s, $6 max_bytes, $7 $8 the items.
+_APPEND = (
+    "WITH grown AS ("
+    " UPDATE turnout_conversations SET size = size + $3, next_seq = next_seq + $4,"
+    f" expires_at = {_EXPIRY.format('$5')}"
+    " WHERE namespace = $1 AND id = $2 AND expires_at > now() AND size + $3 <= $6"
+    " RETURNING next_seq - $4 AS first),"
+    " added AS ("
+    " INSERT INTO turnout_conversation_items (namespace, conversation_id, seq, item_id, data)"
+    f" SELECT $1, $2, grown.first + x.n - 1, x.item_id, x.data FROM grown, {_GIVEN_ITEMS})"
+    " SELECT count(*) FROM grown"
+)
+_LIVE_CONVERSATION = (
+    "SELECT true FROM turnout_conversations WHERE namespace = $1 AND id = $2 AND expires_at > now()"
+)
+
 
 class PostgresResponseStore:
     """Responses in ``turnout_responses`` (and which response holds each item in
@@ -208,31 +254,11 @@ class PostgresResponseStore:
             return
         # Sorted: responses kept together lock their items in one order (no deadlock).
         held = sorted(set(item_ids(stored)))
-        namespace = self._link.namespace
-
-        async def keep(connection: Any) -> None:
-            await connection.execute(
-                "INSERT INTO turnout_responses (namespace, id, data, expires_at)"
-                f" VALUES ($1, $2, $3, {_EXPIRY.format('$4')})"
-                " ON CONFLICT (namespace, id) DO UPDATE"
-                " SET data = excluded.data, expires_at = excluded.expires_at",
-                namespace,
-                stored.id,
-                data,
-                self._link.ttl_s,
+        await self._link.call(
+            lambda connection: connection.execute(
+                _PUT, self._link.namespace, stored.id, data, self._link.ttl_s, held
             )
-            if held:
-                await connection.execute(
-                    "INSERT INTO turnout_response_items (namespace, item_id, response_id)"
-                    " SELECT $1, unnest($2::text[]), $3"
-                    " ON CONFLICT (namespace, item_id) DO UPDATE"
-                    " SET response_id = excluded.response_id",
-                    namespace,
-                    held,
-                    stored.id,
-                )
-
-        await self._link.transaction(keep)
+        )
         self._link.wrote()
 
     async def holding(self, item_id: str) -> StoredResponse | None:
@@ -282,25 +308,19 @@ class PostgresConversationStore:
         size = len(data) + sum(map(len, encoded))
         if size > self._link.max_bytes:
             raise ConversationTooLarge(head.id, self._link.max_bytes)
-        namespace = self._link.namespace
-
-        async def keep(connection: Any) -> None:
-            await connection.execute(
-                "INSERT INTO turnout_conversations"
-                " (namespace, id, head, size, next_seq, expires_at)"
-                f" VALUES ($1, $2, $3, $4, $5, {_EXPIRY.format('$6')})",
-                namespace,
+        await self._link.call(
+            lambda connection: connection.execute(
+                _CREATE,
+                self._link.namespace,
                 head.id,
                 data,
                 size,
                 len(items),
                 self._link.ttl_s,
+                _ids(items),
+                encoded,
             )
-            await _insert_items(
-                connection, namespace, head.id, first=0, items=items, encoded=encoded
-            )
-
-        await self._link.transaction(keep)
+        )
         self._link.wrote()
 
     async def head(self, conversation_id: str) -> ConversationHead | None:
@@ -368,41 +388,21 @@ class PostgresConversationStore:
         """Add items at the end."""
         encoded = [_encode(item) for item in items]
         added = sum(map(len, encoded))
-        namespace = self._link.namespace
+        namespace, ttl_s, max_bytes = self._link.namespace, self._link.ttl_s, self._link.max_bytes
 
         async def add(connection: Any) -> int:
-            row = await connection.fetchrow(
-                "SELECT size, next_seq FROM turnout_conversations"
-                " WHERE namespace = $1 AND id = $2 AND expires_at > now() FOR UPDATE",
-                namespace,
-                conversation_id,
-            )
-            if row is None:
-                return _MISSING
-            if row["size"] + added > self._link.max_bytes:
-                return _TOO_LARGE
-            await connection.execute(
-                "UPDATE turnout_conversations SET size = size + $3, next_seq = next_seq + $4,"
-                f" expires_at = {_EXPIRY.format('$5')} WHERE namespace = $1 AND id = $2",
-                namespace,
-                conversation_id,
-                added,
-                len(items),
-                self._link.ttl_s,
-            )
-            await _insert_items(
-                connection,
-                namespace,
-                conversation_id,
-                first=row["next_seq"],
-                items=items,
-                encoded=encoded,
-            )
-            return _ADDED
+            added_now = await connection.fetchval(
+                _APPEND, namespace, conversation_id, added, len(items), ttl_s, max_bytes,
+                _ids(items), encoded,
+            )  # fmt: skip
+            if added_now:
+                return _ADDED
+            live = await connection.fetchval(_LIVE_CONVERSATION, namespace, conversation_id)
+            return _TOO_LARGE if live else _MISSING
 
-        outcome = await self._link.transaction(add)
+        outcome = await self._link.call(add)
         if outcome == _TOO_LARGE:
-            raise ConversationTooLarge(conversation_id, self._link.max_bytes)
+            raise ConversationTooLarge(conversation_id, max_bytes)
         self._link.wrote()
         return outcome == _ADDED
 
@@ -443,27 +443,6 @@ class PostgresConversationStore:
         return bool(live)
 
 
-async def _insert_items(
-    connection: Any,
-    namespace: str,
-    conversation_id: str,
-    *,
-    first: int,
-    items: Sequence[Item],
-    encoded: list[bytes],
-) -> None:
-    """Insert a conversation's items at positions ``first``, ``first + 1``, …"""
-    if not items:
-        return
-    ids = [item_id if isinstance(item_id := item.get("id"), str) else None for item in items]
-    await connection.execute(
-        "INSERT INTO turnout_conversation_items"
-        " (namespace, conversation_id, seq, item_id, data)"
-        " SELECT $1, $2, $3 + x.n - 1, x.item_id, x.data"
-        " FROM unnest($4::text[], $5::bytea[]) WITH ORDINALITY AS x(item_id, data, n)",
-        namespace,
-        conversation_id,
-        first,
-        ids,
-        encoded,
-    )
+def _ids(items: Sequence[Item]) -> list[str | None]:
+    """The items' ids (None for one without a string id)."""
+    return [item_id if isinstance(item_id := item.get("id"), str) else None for item in items]

@@ -35,10 +35,19 @@ class Storage:
         responses: ResponseStore,
         conversations: ConversationStore,
         close: Callable[[], Awaitable[None]] | None = None,
+        start: Callable[[], object] | None = None,
     ) -> None:
         self.responses = responses
         self.conversations = conversations
         self._close = close
+        self._start = start
+
+    def start(self) -> None:
+        """Begin connecting (in the serving process, its loop running): a backend that
+        prepares itself (PostgreSQL's schema) does it before the first request needs it.
+        Returns at once; a backend that cannot be reached now is tried again on use."""
+        if self._start is not None:
+            self._start()
 
     async def aclose(self) -> None:
         """Release the backend's connections (the app's end)."""
@@ -69,7 +78,10 @@ def make_storage(config: ResponsesConfig) -> Storage:
 
         postgres = PostgresLink(config)
         return Storage(
-            PostgresResponseStore(postgres), PostgresConversationStore(postgres), postgres.aclose
+            PostgresResponseStore(postgres),
+            PostgresConversationStore(postgres),
+            postgres.aclose,
+            postgres.open,
         )
     entries, size, ttl_s = config.max_entries, config.max_bytes, config.ttl_s
     return Storage(

@@ -224,6 +224,7 @@ def create_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        storage.start()
         if tracing is not None:
             tracing.start()
         registry = WorkerRegistry(config.workers_settings())

@@ -17,7 +17,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -78,49 +77,48 @@ class PostgresServer:
             self.close()
             raise
 
-    def _as_server_user(self) -> dict[str, Any]:
+    def _as_server_user(self, command: list[str]) -> list[str]:
+        """``command`` run as the server's user: through ``setpriv``, which executes it in its
+        place. (Not ``subprocess``'s ``user=``: that forks the whole test process, running the
+        fork handlers of gRPC's threads, which may crash the child before it executes.)"""
         if self._user is None:
-            return {}
-        return {"user": self._user.pw_uid, "group": self._user.pw_gid, "extra_groups": []}
+            return command
+        setpriv = shutil.which("setpriv")
+        assert setpriv is not None, "running as root needs setpriv (util-linux)"
+        return [setpriv, f"--reuid={self._user.pw_uid}", f"--regid={self._user.pw_gid}",
+                "--clear-groups", *command]  # fmt: skip
 
     def _run(self, command: list[str]) -> None:
         done = subprocess.run(
-            command,
+            self._as_server_user(command),
             capture_output=True,
             text=True,
             timeout=120,
             check=False,
             cwd=self.directory,
-            **self._as_server_user(),
         )
         assert done.returncode == 0, f"{command[0]} failed: {done.stdout}{done.stderr}"
 
     def start(self, limit_s: float = 60.0) -> None:
-        """Start the server and wait until it accepts connections (a server that exits
-        while starting is started again, twice at most)."""
-        for attempt in range(3):
-            with self.log.open("ab") as log:
-                self.proc = subprocess.Popen(
+        """Start the server and wait until it accepts connections."""
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(
+                self._as_server_user(
                     [str(self._bin / "postgres"), "-D", str(self.data), "-p", str(self.port),
                      "-k", str(self.directory), "-c", "listen_addresses=127.0.0.1",
-                     "-F", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=self.directory,
-                    **self._as_server_user(),
-                )  # fmt: skip
-            deadline = time.monotonic() + limit_s
-            while not self.ready():
-                if self.proc.poll() is not None:
-                    break
-                assert time.monotonic() < deadline, (
-                    f"postgres did not start: {self.log.read_text()}"
-                )
-                time.sleep(0.05)
-            else:
-                return
-            assert attempt < 2, f"postgres exited ({self.proc.returncode}): {self.log.read_text()}"
-            time.sleep(0.5)
+                     "-F", "-c", "full_page_writes=off", "-c", "synchronous_commit=off"]
+                ),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.directory,
+            )  # fmt: skip
+        deadline = time.monotonic() + limit_s
+        while not self.ready():
+            assert self.proc.poll() is None, (
+                f"postgres exited ({self.proc.returncode}): {self.log.read_text()}"
+            )
+            assert time.monotonic() < deadline, f"postgres did not start: {self.log.read_text()}"
+            time.sleep(0.05)
 
     def ready(self) -> bool:
         """True when the server accepts connections."""

@@ -39,7 +39,7 @@ def item(item_id: str, text: str = "x") -> dict[str, object]:
 @pytest.fixture
 async def store(storage_url: str) -> AsyncIterator[ConversationStore]:
     """Each backend's conversation store."""
-    async with open_storage(storage_url, max_bytes=2_000) as storage:
+    async with open_storage(storage_url, max_bytes=2_000, timeout_s=5) as storage:
         yield storage.conversations
 
 

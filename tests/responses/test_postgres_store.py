@@ -58,7 +58,7 @@ async def test_an_empty_database_is_migrated_once_by_routers_starting_together(
     postgres_server: PostgresServer,
 ) -> None:
     url = empty_database(postgres_server)
-    links = [link(url) for _ in range(4)]
+    links = [link(url, timeout_s=5) for _ in range(4)]
     try:
         stores = [PostgresResponseStore(one) for one in links]
         await asyncio.gather(*(store.put(kept(f"resp_{n}")) for n, store in enumerate(stores)))

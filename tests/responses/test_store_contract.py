@@ -25,7 +25,7 @@ def stored(response_id: str, *item_ids: str, tenant: str | None = None) -> Store
 
 @pytest.fixture
 async def storage(storage_url: str) -> AsyncIterator[Storage]:
-    async with open_storage(storage_url, max_bytes=20_000, ttl_s=60) as opened:
+    async with open_storage(storage_url, max_bytes=20_000, ttl_s=60, timeout_s=5) as opened:
         yield opened
 
 
@@ -75,7 +75,7 @@ async def test_responses_kept_at_once_all_land(storage: Storage) -> None:
 
 
 async def test_responses_and_conversations_expire_after_their_ttl(storage_url: str) -> None:
-    async with open_storage(storage_url, ttl_s=0.3) as storage:
+    async with open_storage(storage_url, ttl_s=0.3, timeout_s=5) as storage:
         await storage.responses.put(stored("resp_1", "in_1"))
         await storage.conversations.create(head("conv_1"), [item("i1")])
         assert await storage.responses.get("resp_1") is not None
