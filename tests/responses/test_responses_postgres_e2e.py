@@ -2,7 +2,8 @@
 HTTP: a conversation of three turns alternating between them, ``previous_response_id`` and
 ``item_reference`` across them, retrieval and deletion through either; the database stopped
 under a router is a 503 ``response_store_unavailable`` where something kept is needed (the
-answer still given otherwise), quickly, and it is used again once back."""
+answer still given otherwise), quickly, and it is used again once back; a router migrates an
+empty database as it starts."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ import pytest
 
 from tests.ops.postgres_server import PostgresServer
 from tests.server.harness import MODEL, run_router
+from turnout.responses.postgres_schema import MIGRATIONS
 
 from .test_conversations_e2e import texts
+from .test_postgres_store import empty_database, versions
 from .test_responses_redis_e2e import client, last_prompt, store_section
 
 
@@ -133,3 +136,17 @@ def test_a_stopped_database_is_a_quick_503_and_is_used_again_once_back() -> None
             assert api.conversations.retrieve(conversation.id).id == conversation.id
     finally:
         server.close()
+
+
+def test_a_router_migrates_an_empty_database_as_it_starts(
+    postgres_server: PostgresServer,
+) -> None:
+    url = empty_database(postgres_server)
+    with run_router(config={"responses": store_section(url)}, sims=1) as router:
+        # Before any request needs it (the first one does not wait for the migration).
+        deadline = time.monotonic() + 20
+        while postgres_server.psql_in(url, "SELECT to_regclass('turnout_schema_version')") == "":
+            assert time.monotonic() < deadline, "the router did not migrate the database"
+            time.sleep(0.1)
+        assert versions(postgres_server, url) == list(range(1, len(MIGRATIONS) + 1))
+        assert client(router).responses.create(model=MODEL, input="x").status == "completed"
