@@ -13,7 +13,6 @@ out now and then.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib.util
 import logging
 import math
@@ -29,7 +28,7 @@ from turnout.responses.breaker import Breaker
 from turnout.responses.conversations import ConversationHead, ConversationTooLarge
 from turnout.responses.items import Item
 from turnout.responses.postgres_schema import migrate
-from turnout.responses.shared import StoreUnavailable, guarded
+from turnout.responses.shared import guarded
 from turnout.responses.store import StoredResponse, fits, item_ids
 
 log = logging.getLogger("turnout.responses.store")
@@ -43,8 +42,10 @@ MAX_CONNECTIONS = 10
 OPEN_TIMEOUT_S = 30.0
 #: Expired rows are swept out at most this often per serving process, on a write.
 SWEEP_EVERY_S = 60.0
-#: Rows one sweep deletes per table at most (the rest wait for the next).
+#: Rows one statement of a sweep deletes (short statements: locks held briefly).
 SWEEP_BATCH = 1000
+#: Deadline of one sweep (the rest waits for the next).
+SWEEP_TIMEOUT_S = 30.0
 
 
 class PostgresLink:
@@ -94,22 +95,26 @@ class PostgresLink:
         task.add_done_callback(self._sweeps.discard)
 
     async def sweep(self) -> int:
-        """Delete expired rows (a batch per table, every namespace); how many. A failure is
-        logged by the breaker and ends the sweep."""
-
-        async def delete(connection: Any) -> int:
-            deleted = 0
-            for table in ("turnout_responses", "turnout_conversations"):
-                status: str = await connection.execute(
-                    f"DELETE FROM {table} WHERE ctid = ANY(ARRAY("
-                    f"SELECT ctid FROM {table} WHERE expires_at <= now() LIMIT {SWEEP_BATCH}))"
-                )
-                deleted += int(status.rsplit(" ", 1)[-1])
-            return deleted
-
-        with contextlib.suppress(StoreUnavailable):
-            return await self.call(delete)
-        return 0
+        """Delete expired rows (every namespace's) in batches until none is left or
+        ``SWEEP_TIMEOUT_S`` has passed; how many. Not under the breaker nor the deadline of
+        a call: a slow sweep fails no request. One that fails is logged, the next goes on."""
+        deleted = 0
+        try:
+            async with asyncio.timeout(SWEEP_TIMEOUT_S):
+                pool = await self._pool()
+                async with pool.acquire() as connection:
+                    for table in ("turnout_responses", "turnout_conversations"):
+                        batch = SWEEP_BATCH
+                        while batch == SWEEP_BATCH:
+                            status: str = await connection.execute(
+                                f"DELETE FROM {table} WHERE ctid = ANY(ARRAY(SELECT ctid"
+                                f" FROM {table} WHERE expires_at <= now() LIMIT {SWEEP_BATCH}))"
+                            )
+                            batch = int(status.rsplit(" ", 1)[-1])
+                            deleted += batch
+        except Exception as exc:
+            log.info("PostgreSQL store: sweeping expired rows out stopped (%r)", exc)
+        return deleted
 
     async def aclose(self) -> None:
         """Stop sweeping and close the connections (bounded)."""

@@ -20,6 +20,7 @@ from tests.ops.redis_server import closed_port_url, silent_server
 from turnout.config import ResponsesConfig
 from turnout.config.loading import build_config
 from turnout.errors import ConfigError
+from turnout.responses import postgres
 from turnout.responses.postgres import (
     PostgresConversationStore,
     PostgresLink,
@@ -107,7 +108,10 @@ async def test_a_schema_newer_than_turnout_is_refused(
     assert any("newer than this turnout" in r.getMessage() for r in caplog.records)
 
 
-async def test_writes_sweep_expired_rows_out(postgres_server: PostgresServer) -> None:
+async def test_writes_sweep_expired_rows_out(
+    postgres_server: PostgresServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres, "SWEEP_BATCH", 2)  # a sweep deletes batch after batch
     short = link(postgres_server.url, ttl_s=0.2)
     namespace = short.namespace
     try:
