@@ -54,8 +54,8 @@ class PostgresLink:
 
     def __init__(self, config: ResponsesConfig) -> None:
         if importlib.util.find_spec("asyncpg") is None:
-            raise StartupError(
-                f"responses.storage is {config.storage}: install the PostgreSQL client with "
+            raise StartupError(  # (not the URL: it may hold a password)
+                "responses.storage is a PostgreSQL URL: install the PostgreSQL client with "
                 "pip install 'turnout[postgres]'"
             )
         self._dsn = config.storage
