@@ -2,11 +2,13 @@
 migrated once however many routers start together, a restart that changes nothing, a schema
 newer than this turnout refused; expired rows swept out; routers apart by their key prefix;
 a database that is down, hung or stopped under a running store fails each call within its
-deadline (:class:`StoreUnavailable`), and is used again once back."""
+deadline (:class:`StoreUnavailable`), and is used again once back; the config's URLs, and a
+clear start-up error without asyncpg."""
 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import logging
 import time
 import uuid
@@ -19,7 +21,7 @@ from tests.ops.postgres_server import PostgresServer
 from tests.ops.redis_server import closed_port_url, silent_server
 from turnout.config import ResponsesConfig
 from turnout.config.loading import build_config
-from turnout.errors import ConfigError
+from turnout.errors import ConfigError, StartupError
 from turnout.responses import postgres
 from turnout.responses.postgres import (
     PostgresConversationStore,
@@ -28,6 +30,7 @@ from turnout.responses.postgres import (
 )
 from turnout.responses.postgres_schema import MIGRATIONS, migrate
 from turnout.responses.shared import StoreUnavailable
+from turnout.responses.storage import make_storage
 from turnout.responses.store import StoredResponse
 
 from .conftest import open_storage
@@ -230,3 +233,16 @@ async def test_a_query_that_hangs_fails_within_its_deadline(
         # The connections whose queries were cancelled are not handed out broken.
         for _ in range(3):
             assert await storage.responses.get("resp_1") == kept("resp_1")
+
+
+def test_without_asyncpg_the_router_does_not_start_and_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "asyncpg" else real(name, *a)
+    )
+    section = ResponsesConfig(storage="postgres://turnout:s3cret@db/turnout")
+    with pytest.raises(StartupError, match=r"turnout\[postgres\]") as raised:
+        make_storage(section)
+    assert "s3cret" not in str(raised.value)
