@@ -8,6 +8,7 @@ empty database as it starts."""
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import openai
@@ -55,6 +56,19 @@ def test_a_conversation_of_three_turns_across_two_routers(
         ]
         b.conversations.items.delete(listed[0].id, conversation_id=conversation.id)
         assert len(list(a.conversations.items.list(conversation.id))) == 6
+        # Responses finishing at the same time through both routers all land.
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(
+                pool.map(
+                    lambda n: (a, b)[n % 2].responses.create(
+                        model=MODEL, input=f"together {n}", conversation=conversation.id
+                    ),
+                    range(8),
+                )
+            )
+        kept_ids = {item.id for item in b.conversations.items.list(conversation.id, limit=100)}
+        assert {answer.output[0].id for answer in answers} <= kept_ids
+        assert len(kept_ids) == 6 + 16
         assert b.conversations.update(conversation.id, metadata={"who": "b"}).metadata == {
             "who": "b"
         }
