@@ -24,6 +24,12 @@ from turnout.responses.conversations import (
     MemoryConversationStore,
     RedisConversationStore,
 )
+from turnout.responses.postgres import (
+    PostgresConversationStore,
+    PostgresLink,
+    PostgresResponseStore,
+)
+from turnout.responses.redis_link import RedisLink
 from turnout.responses.store import MemoryResponseStore, RedisResponseStore, ResponseStore
 
 
@@ -65,17 +71,9 @@ def make_storage(config: ResponsesConfig) -> Storage:
     """The stores of the backend ``config.storage`` names, with its settings."""
     backend = scheme(config.storage)
     if backend == "redis":
-        from turnout.responses.redis_link import RedisLink
-
         redis = RedisLink(config)
         return Storage(RedisResponseStore(redis), RedisConversationStore(redis), redis.aclose)
     if backend == "postgres":
-        from turnout.responses.postgres import (
-            PostgresConversationStore,
-            PostgresLink,
-            PostgresResponseStore,
-        )
-
         postgres = PostgresLink(config)
         return Storage(
             PostgresResponseStore(postgres),
