@@ -13,6 +13,7 @@ import glob
 import os
 import pwd
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -48,6 +49,17 @@ def _server_user() -> pwd.struct_passwd | None:
         with contextlib.suppress(KeyError):
             return pwd.getpwnam(name)
     pytest.fail("running as root and neither user postgres nor nobody exists")
+
+
+def _with_children(pid: int) -> list[int]:
+    """A process and its children (the postmaster and its backends, one per connection)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # pid (comm) state ppid …: comm may hold spaces, so split after its ')'
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                children.append(int(stat.parent.name))
+    return [pid, *children]
 
 
 class PostgresServer:
@@ -156,12 +168,28 @@ class PostgresServer:
         assert done.returncode == 0, done.stderr
         return done.stdout.strip()
 
+    def pause(self) -> None:
+        """Freeze the server, every backend included: connections are accepted by the
+        kernel, nothing is answered."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, signal.SIGSTOP)  # first: it starts no backend after the list
+        for pid in _with_children(self.proc.pid):
+            os.kill(pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.proc is not None
+        for pid in _with_children(self.proc.pid):
+            os.kill(pid, signal.SIGCONT)
+
     def stop(self) -> None:
         """Stop the server (fast shutdown: connections are closed)."""
         proc, self.proc = self.proc, None
         if proc is None or proc.poll() is not None:
             return
-        proc.send_signal(2)  # SIGINT: fast shutdown
+        for pid in _with_children(proc.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)  # (paused: it could not shut down)
+        proc.send_signal(signal.SIGINT)  # fast shutdown
         try:
             proc.wait(30)
         except subprocess.TimeoutExpired:

@@ -246,3 +246,37 @@ def test_without_asyncpg_the_router_does_not_start_and_says_why(
     with pytest.raises(StartupError, match=r"turnout\[postgres\]") as raised:
         make_storage(section)
     assert "s3cret" not in str(raised.value)
+
+
+async def test_a_hung_database_costs_a_call_its_deadline_not_more(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Every process of the server frozen: pooled connections get no answer, and nor would
+    # the cancellation of their queries (a call must not wait for it past its deadline).
+    server = PostgresServer()
+    try:
+        async with open_storage(server.url, timeout_s=1.0) as storage:
+            await asyncio.gather(*(storage.responses.put(kept(f"resp_{n}")) for n in range(4)))
+            caplog.set_level(logging.WARNING, logger="turnout.responses.store")
+            server.pause()
+            waits = []
+            for _ in range(6):
+                started = time.monotonic()
+                with pytest.raises(StoreUnavailable):
+                    await storage.responses.get("resp_1")
+                waits.append(time.monotonic() - started)
+            # The first three wait their deadline; then the breaker fails calls at once.
+            assert all(0.9 <= wait < 1.5 for wait in waits[:3]), waits
+            assert all(wait < 0.1 for wait in waits[3:]), waits
+            server.resume()
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    assert await storage.responses.get("resp_1") == kept("resp_1")
+                    break
+                except StoreUnavailable:
+                    assert time.monotonic() < deadline, "the database was never used again"
+                    await asyncio.sleep(0.2)
+            assert any("reachable again" in r.getMessage() for r in caplog.records)
+    finally:
+        server.close()
