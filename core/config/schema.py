@@ -253,17 +253,22 @@ class ResponsesConfig(_Section):
     #: ``memory://``: each serving process keeps its own responses (a follow-up request must
     #: reach the same process and replica). ``redis://host:port/db`` / ``rediss://…``: every
     #: process and replica shares them (``pip install 'turnout[redis]'``).
-    storage: Annotated[str, msgspec.Meta(pattern=r"^(memory://$|redis://|rediss://)")] = "memory://"
-    #: Prefix of the Redis keys (``<prefix>:response:<id>``), so that routers can share a Redis.
+    #: ``postgres://user:password@host:port/database`` (or ``postgresql://``): likewise, in
+    #: tables turnout creates and migrates itself (``pip install 'turnout[postgres]'``).
+    storage: Annotated[
+        str, msgspec.Meta(pattern=r"^(memory://$|redis://|rediss://|postgres://|postgresql://)")
+    ] = "memory://"
+    #: Prefix of the Redis keys (``<prefix>:response:<id>``), and the namespace of the rows in
+    #: PostgreSQL: routers with the same one share what they keep.
     key_prefix: Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9._:-]{1,64}$")] = "turnout"
-    #: Deadline of one Redis call: a store slower than this counts as unreachable (503 for a
+    #: Deadline of one store call: a store slower than this counts as unreachable (503 for a
     #: request that needs a kept response; a response that cannot be kept is logged).
     timeout_s: Annotated[float, msgspec.Meta(gt=0, le=10)] = 0.5
     #: A stored response is forgotten this long after it was stored.
     ttl_s: Annotated[float, msgspec.Meta(gt=0)] = 24 * 3600.0
     #: In memory: at most this many responses and bytes (of JSON, input included); the least
-    #: recently used go first. A response larger than ``max_bytes`` is not stored (in Redis
-    #: too, where Redis's own ``maxmemory`` bounds the rest).
+    #: recently used go first. A response larger than ``max_bytes`` is not stored (in Redis and
+    #: PostgreSQL too, where Redis's ``maxmemory`` or the time to live bounds the rest).
     max_entries: Annotated[int, msgspec.Meta(ge=1)] = 10_000
     max_bytes: Annotated[int, msgspec.Meta(ge=1)] = 256 * 1024 * 1024
     #: The secret that seals reasoning for ``include: ["reasoning.encrypted_content"]`` (use

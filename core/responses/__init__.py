@@ -6,5 +6,7 @@
   :class:`~turnout.generation.flow.Endpoint`;
 - :mod:`~turnout.responses.render`: the typed stream events, and the response folded from them;
 - :mod:`~turnout.responses.store`: where responses are kept for ``previous_response_id`` and
-  ``GET /v1/responses/{id}``.
+  ``GET /v1/responses/{id}``; :mod:`~turnout.responses.conversations`: where conversations are;
+- :mod:`~turnout.responses.storage`: the backend of both (``responses.storage``): memory, Redis
+  (:mod:`~turnout.responses.redis_link`) or PostgreSQL (:mod:`~turnout.responses.postgres`).
 """

@@ -3,18 +3,17 @@
 
 A conversation is an id, its metadata, the tenant that made it, and its items in order: the
 items clients add, and the input and output items of each response made in it. Backends as
-the response store's (:mod:`turnout.responses.store`), with the same settings
+the response store's (:mod:`turnout.responses.storage`), with the same settings
 (``responses.*``): :class:`MemoryConversationStore` keeps them in the serving process,
 bounded in count and bytes (least recently used first out); :class:`RedisConversationStore`
-keeps them in Redis, shared by every serving process and replica. Each is forgotten ``ttl_s``
+(and :class:`~turnout.responses.postgres.PostgresConversationStore`) keep them in Redis
+(PostgreSQL), shared by every serving process and replica. Each is forgotten ``ttl_s``
 after it last changed. Adding items is one step of the store (no read-modify-write), so
 responses finishing together in one conversation all land in it.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import logging
 import re
@@ -25,12 +24,10 @@ from typing import Any, Protocol
 
 import msgspec
 
-from turnout.config import ResponsesConfig
 from turnout.errors import ApiError
-from turnout.redis_pool import redis_pool
-from turnout.responses.breaker import Breaker
 from turnout.responses.items import Item, new_id
-from turnout.responses.store import MAX_CONNECTIONS, current_owner, guarded
+from turnout.responses.redis_link import RedisLink
+from turnout.responses.store import current_owner
 
 log = logging.getLogger(__name__)
 
@@ -105,10 +102,6 @@ class ConversationStore(Protocol):
 
     async def delete(self, conversation_id: str) -> bool:
         """Forget a conversation; False when it was not kept."""
-        ...
-
-    async def aclose(self) -> None:
-        """Release connections (the app's end)."""
         ...
 
 
@@ -228,9 +221,6 @@ class MemoryConversationStore:
         """Forget a conversation."""
         return self._find(conversation_id) is not None and self._drop(conversation_id)
 
-    async def aclose(self) -> None:
-        """Nothing to release."""
-
     def _add(self, kept: _Kept, items: Sequence[Item]) -> None:
         # Kept as copies of their JSON: nothing the caller changes later reaches them.
         encoded = [_encode(item) for item in items]
@@ -319,23 +309,15 @@ class RedisConversationStore:
     ``max_bytes``. Every call has the deadline ``timeout_s``: a call that fails or misses it
     raises :class:`~turnout.responses.store.StoreUnavailable` (logged)."""
 
-    def __init__(
-        self, url: str, *, key_prefix: str, ttl_s: float, max_bytes: int, timeout_s: float
-    ) -> None:
-        self._breaker = Breaker("conversation store")
-        self._pool = redis_pool(
-            url, timeout_s=timeout_s, max_connections=MAX_CONNECTIONS, setting="responses.storage"
-        )
-        from redis.asyncio import Redis  # (installed: redis_pool checked)
-
-        self._redis = Redis(connection_pool=self._pool)
+    def __init__(self, link: RedisLink) -> None:
+        self._link = link
+        self._redis = link.redis
         self._append_script = self._redis.register_script(_APPEND)
         self._items_script = self._redis.register_script(_ITEMS)
         self._delete_item_script = self._redis.register_script(_DELETE_ITEM)
-        self._prefix = f"{key_prefix}:conversation:"
-        self._ttl_ms = max(1, round(ttl_s * 1000))
-        self._max_bytes = max_bytes
-        self._timeout_s = timeout_s
+        self._prefix = f"{link.key_prefix}:conversation:"
+        self._ttl_ms = link.ttl_ms
+        self._max_bytes = link.max_bytes
 
     def _keys(self, conversation_id: str) -> list[str]:
         key = self._prefix + conversation_id
@@ -406,26 +388,5 @@ class RedisConversationStore:
         removed, _ = await self._call(pipeline.execute())
         return bool(removed)
 
-    async def aclose(self) -> None:
-        """Close the connections (bounded)."""
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(self._timeout_s + 1.0):
-                await self._pool.aclose()
-
     async def _call(self, operation: Awaitable[Any]) -> Any:
-        return await guarded(self._breaker, operation, self._timeout_s)
-
-
-def make_conversation_store(config: ResponsesConfig) -> ConversationStore:
-    """The store the config names (the response store's backend and settings)."""
-    if config.storage == "memory://":
-        return MemoryConversationStore(
-            max_entries=config.max_entries, max_bytes=config.max_bytes, ttl_s=config.ttl_s
-        )
-    return RedisConversationStore(
-        config.storage,
-        key_prefix=config.key_prefix,
-        ttl_s=config.ttl_s,
-        max_bytes=config.max_bytes,
-        timeout_s=config.timeout_s,
-    )
+        return await self._link.call(operation)

@@ -9,16 +9,16 @@ responses of the chain are gone.
 
 :class:`MemoryResponseStore` keeps them in the serving process, bounded in count and bytes
 (least recently used first out) and forgotten after a time to live. :class:`RedisResponseStore`
-keeps them in Redis, shared by every serving process and replica, each under its time to live;
-every call has a deadline, and a store that fails or misses it answers 503 (reads) or is
-logged (writes: the answer stands, only a follow-up misses it). After a few failures in a row,
-calls fail at once until a retry finds Redis back (:class:`~turnout.responses.breaker.Breaker`).
+(and :class:`~turnout.responses.postgres.PostgresResponseStore`) keep them in Redis (PostgreSQL),
+shared by every serving process and replica, each under its time to live; every call has a
+deadline, and a store that fails or misses it answers 503 (reads) or is logged (writes: the
+answer stands, only a follow-up misses it). After a few failures in a row, calls fail at once
+until a retry finds the store back (:class:`~turnout.responses.breaker.Breaker`).
+:func:`~turnout.responses.storage.make_storage` makes the stores the config names.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import logging
 import time
@@ -28,11 +28,17 @@ from typing import Any, Protocol
 
 import msgspec
 
-from turnout.config import ResponsesConfig
-from turnout.errors import ApiError
-from turnout.redis_pool import redis_pool
-from turnout.responses.breaker import Breaker
+from turnout.responses.redis_link import RedisLink
+from turnout.responses.shared import StoreUnavailable
 from turnout.tenants.context import current_tenant
+
+__all__ = [
+    "MemoryResponseStore",
+    "RedisResponseStore",
+    "ResponseStore",
+    "StoreUnavailable",
+    "StoredResponse",
+]
 
 log = logging.getLogger(__name__)
 
@@ -86,7 +92,20 @@ async def find_item(store: ResponseStore, item_id: str) -> dict[str, Any] | None
     return next((item for item in stored.context() if item.get("id") == item_id), None)
 
 
-def _item_ids(stored: StoredResponse) -> list[str]:
+def fits(stored: StoredResponse, data: bytes, max_bytes: int) -> bool:
+    """Whether a response's JSON is small enough to keep (one larger is not kept, logged)."""
+    if len(data) <= max_bytes:
+        return True
+    log.warning(
+        "response %s is not stored: %d bytes is more than responses.max_bytes (%d)",
+        stored.id,
+        len(data),
+        max_bytes,
+    )
+    return False
+
+
+def item_ids(stored: StoredResponse) -> list[str]:
     """The ids of the items a kept response holds (its context)."""
     return [item["id"] for item in stored.context() if isinstance(item.get("id"), str)]
 
@@ -108,10 +127,6 @@ class ResponseStore(Protocol):
 
     async def delete(self, response_id: str) -> bool:
         """Forget a response; False when it was not kept."""
-        ...
-
-    async def aclose(self) -> None:
-        """Release connections (the app's end)."""
         ...
 
 
@@ -158,18 +173,12 @@ class MemoryResponseStore:
         """Keep a response, dropping the least recently used ones over the bounds; one larger
         than ``max_bytes`` alone is not kept (logged)."""
         data = _encode(stored)
-        if len(data) > self._max_bytes:
-            log.warning(
-                "response %s is not stored: %d bytes is more than responses.max_bytes (%d)",
-                stored.id,
-                len(data),
-                self._max_bytes,
-            )
+        if not fits(stored, data, self._max_bytes):
             return
         self._drop(stored.id)
         self._entries[stored.id] = (data, self._clock() + self._ttl_s)
         self._bytes += len(data)
-        held = self._held_items[stored.id] = _item_ids(stored)
+        held = self._held_items[stored.id] = item_ids(stored)
         self._item_holders.update((item_id, stored.id) for item_id in held)
         now = self._clock()
         while len(self._entries) > self._max_entries or self._bytes > self._max_bytes:
@@ -191,9 +200,6 @@ class MemoryResponseStore:
         found = self._drop(response_id)
         return found and not expired
 
-    async def aclose(self) -> None:
-        """Nothing to release."""
-
     def _drop(self, response_id: str) -> bool:
         entry = self._entries.pop(response_id, None)
         if entry is None:
@@ -205,43 +211,17 @@ class MemoryResponseStore:
         return True
 
 
-class StoreUnavailable(ApiError):
-    """503: the shared response store failed or did not answer in time."""
-
-    def __init__(self) -> None:
-        super().__init__(
-            503,
-            "the response store is unreachable right now; retry later",
-            code="response_store_unavailable",
-        )
-
-
-#: Connections to Redis (each call holds one for a single round trip).
-MAX_CONNECTIONS = 64
-
-
 class RedisResponseStore:
     """Responses kept in Redis under ``<key_prefix>:response:<id>`` (and the id of the response
     holding each item under ``<key_prefix>:item:<id>``), each expiring ``ttl_s`` after it was
     stored; one larger than ``max_bytes`` is not kept. Every call has the deadline
     ``timeout_s``: a call that fails or misses it raises :class:`StoreUnavailable` (logged)."""
 
-    def __init__(
-        self, url: str, *, key_prefix: str, ttl_s: float, max_bytes: int, timeout_s: float
-    ) -> None:
-        #: Fails calls at once while Redis keeps failing or hanging.
-        self._breaker = Breaker("response store")
-        self._pool = redis_pool(
-            url, timeout_s=timeout_s, max_connections=MAX_CONNECTIONS, setting="responses.storage"
-        )
-        from redis.asyncio import Redis  # (installed: redis_pool checked)
-
-        self._redis = Redis(connection_pool=self._pool)
-        self._prefix = f"{key_prefix}:response:"
-        self._item_prefix = f"{key_prefix}:item:"
-        self._ttl_ms = max(1, round(ttl_s * 1000))
-        self._max_bytes = max_bytes
-        self._timeout_s = timeout_s
+    def __init__(self, link: RedisLink) -> None:
+        self._link = link
+        self._redis = link.redis
+        self._prefix = f"{link.key_prefix}:response:"
+        self._item_prefix = f"{link.key_prefix}:item:"
 
     async def get(self, response_id: str) -> StoredResponse | None:
         """The kept response, or None."""
@@ -251,18 +231,12 @@ class RedisResponseStore:
     async def put(self, stored: StoredResponse) -> None:
         """Keep a response (one over ``max_bytes`` is not kept, logged)."""
         data = _encode(stored)
-        if len(data) > self._max_bytes:
-            log.warning(
-                "response %s is not stored: %d bytes is more than responses.max_bytes (%d)",
-                stored.id,
-                len(data),
-                self._max_bytes,
-            )
+        if not fits(stored, data, self._link.max_bytes):
             return
         pipeline = self._redis.pipeline(transaction=False)
-        pipeline.set(self._prefix + stored.id, data, px=self._ttl_ms)
-        for item_id in _item_ids(stored):
-            pipeline.set(self._item_prefix + item_id, stored.id, px=self._ttl_ms)
+        pipeline.set(self._prefix + stored.id, data, px=self._link.ttl_ms)
+        for item_id in item_ids(stored):
+            pipeline.set(self._item_prefix + item_id, stored.id, px=self._link.ttl_ms)
         await self._call(pipeline.execute())
 
     async def holding(self, item_id: str) -> StoredResponse | None:
@@ -275,54 +249,5 @@ class RedisResponseStore:
         removed = await self._call(self._redis.delete(self._prefix + response_id))
         return bool(removed)
 
-    async def aclose(self) -> None:
-        """Close the connections (bounded)."""
-        with contextlib.suppress(Exception):
-            async with asyncio.timeout(self._timeout_s + 1.0):
-                await self._pool.aclose()
-
     async def _call(self, operation: Awaitable[Any]) -> Any:
-        return await guarded(self._breaker, operation, self._timeout_s)
-
-
-async def guarded(breaker: Breaker, operation: Awaitable[Any], timeout_s: float) -> Any:
-    """The result of one call to a shared store, under ``breaker`` and the deadline
-    ``timeout_s``; :class:`StoreUnavailable` when it fails, misses the deadline or the
-    breaker is open."""
-    if not breaker.admit():
-        close = getattr(operation, "close", None)  # a coroutine that will never run
-        if close is not None:
-            close()
-        raise StoreUnavailable()
-    try:
-        async with asyncio.timeout(timeout_s):
-            result = await operation
-    except asyncio.CancelledError:
-        breaker.abandoned()
-        raise
-    except Exception as exc:
-        breaker.failed(_reason(exc, timeout_s))
-        raise StoreUnavailable() from exc
-    breaker.succeeded()
-    return result
-
-
-def _reason(exc: BaseException, timeout_s: float) -> str:
-    if isinstance(exc, TimeoutError):
-        return f"no answer within the deadline of {timeout_s:g}s"
-    return f"{type(exc).__name__}: {exc}"
-
-
-def make_store(config: ResponsesConfig) -> ResponseStore:
-    """The store the config names."""
-    if config.storage == "memory://":
-        return MemoryResponseStore(
-            max_entries=config.max_entries, max_bytes=config.max_bytes, ttl_s=config.ttl_s
-        )
-    return RedisResponseStore(
-        config.storage,
-        key_prefix=config.key_prefix,
-        ttl_s=config.ttl_s,
-        max_bytes=config.max_bytes,
-        timeout_s=config.timeout_s,
-    )
+        return await self._link.call(operation)

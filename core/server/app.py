@@ -26,10 +26,9 @@ from turnout.observability.metrics import CONTENT_TYPE
 from turnout.observability.tracing import start_tracing
 from turnout.plugin_choice import policies_for, role_policies_for, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
-from turnout.responses.conversations import make_conversation_store
 from turnout.responses.endpoint import ResponsesApi
 from turnout.responses.sealing import ReasoningSeal
-from turnout.responses.store import make_store
+from turnout.responses.storage import make_storage
 from turnout.routing.dispatch import Dispatcher
 from turnout.server.anthropic_routes import anthropic_routes
 from turnout.server.context import (
@@ -218,14 +217,14 @@ def create_app(
     server = config.server
     # None unless tracing is configured: then nothing of OpenTelemetry's SDK is loaded.
     tracing = start_tracing(config.tracing)
+    storage = make_storage(config.responses)
     responses = ResponsesApi(
-        make_store(config.responses),
-        make_conversation_store(config.responses),
-        ReasoningSeal(config.responses.reasoning_key),
+        storage.responses, storage.conversations, ReasoningSeal(config.responses.reasoning_key)
     )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
+        storage.start()
         if tracing is not None:
             tracing.start()
         registry = WorkerRegistry(config.workers_settings())
@@ -299,8 +298,7 @@ def create_app(
                 await ops.limiter.aclose()
             ops.metrics.workers.detach()
             ops.metrics.process_exit()
-            await responses.store.aclose()
-            await responses.conversations.aclose()
+            await storage.aclose()
             if tracing is not None:
                 await tracing.stop()
 

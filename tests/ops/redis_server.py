@@ -84,14 +84,15 @@ class RedisServer:
 
 
 @contextlib.contextmanager
-def silent_server() -> Iterator[str]:
-    """A ``redis://`` URL whose server completes connections and never answers a byte."""
+def silent_server(scheme: str = "redis") -> Iterator[str]:
+    """A ``redis://`` (or ``<scheme>://``) URL whose server completes connections and never
+    answers a byte."""
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
         listener.listen(64)  # never accepted: the kernel completes the handshakes
-        yield f"redis://127.0.0.1:{listener.getsockname()[1]}/0"
+        yield f"{scheme}://127.0.0.1:{listener.getsockname()[1]}/0"
 
 
-def closed_port_url() -> str:
-    """A ``redis://`` URL nobody listens on (connections are refused)."""
-    return f"redis://127.0.0.1:{free_port()}/0"
+def closed_port_url(scheme: str = "redis") -> str:
+    """A ``redis://`` (or ``<scheme>://``) URL nobody listens on (connections are refused)."""
+    return f"{scheme}://127.0.0.1:{free_port()}/0"

@@ -1,25 +1,23 @@
-"""The conversation stores, in memory and in a real Redis: what they keep, the bound on one
-conversation's size, appends that race all landing; in memory, the bounds in count and bytes
-(least recently used out first) and the time to live."""
+"""The conversation stores, in memory, in a real Redis and a real PostgreSQL: what they keep,
+the bound on one conversation's size, appends that race all landing; in memory, the bounds in
+count and bytes (least recently used out first) and the time to live."""
 
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 
 import msgspec
 import pytest
 
-from turnout.config import ResponsesConfig
 from turnout.responses.conversations import (
     ConversationHead,
     ConversationStore,
     ConversationTooLarge,
     MemoryConversationStore,
-    RedisConversationStore,
-    make_conversation_store,
 )
+
+from .conftest import open_storage
 
 
 class Clock:
@@ -38,22 +36,11 @@ def item(item_id: str, text: str = "x") -> dict[str, object]:
     return {"id": item_id, "type": "message", "role": "user", "content": text}
 
 
-@pytest.fixture(params=["memory", "redis"])
-async def store(request: pytest.FixtureRequest) -> AsyncIterator[ConversationStore]:
-    """Each backend (the Redis one in the module's real ``redis-server``)."""
-    storage = "memory://"
-    if request.param == "redis":
-        storage = request.getfixturevalue("redis_server").url
-    section = ResponsesConfig(
-        storage=storage, key_prefix=f"test-{uuid.uuid4().hex[:12]}", max_bytes=2_000
-    )
-    kept = make_conversation_store(section)
-    expected = MemoryConversationStore if request.param == "memory" else RedisConversationStore
-    assert isinstance(kept, expected)
-    try:
-        yield kept
-    finally:
-        await kept.aclose()
+@pytest.fixture
+async def store(storage_url: str) -> AsyncIterator[ConversationStore]:
+    """Each backend's conversation store."""
+    async with open_storage(storage_url, max_bytes=2_000, timeout_s=5) as storage:
+        yield storage.conversations
 
 
 async def test_a_conversation_is_kept_changed_and_forgotten(store: ConversationStore) -> None:

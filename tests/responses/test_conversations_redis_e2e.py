@@ -14,7 +14,8 @@ import openai
 from tests.ops.redis_server import RedisServer, closed_port_url, silent_server
 from tests.server.harness import MODEL, run_router
 from turnout.config import ResponsesConfig
-from turnout.responses.conversations import ConversationHead, make_conversation_store
+from turnout.responses.conversations import ConversationHead
+from turnout.responses.storage import make_storage
 
 from .test_conversations_e2e import texts
 from .test_responses_redis_e2e import client, last_prompt, store_section
@@ -91,14 +92,15 @@ def test_only_ids_turnout_gives_reach_the_store(redis_server: RedisServer) -> No
 
 async def test_thousands_of_items_are_added_at_once(redis_server: RedisServer) -> None:
     section = ResponsesConfig(**store_section(redis_server.url))
-    store = make_conversation_store(section)
+    storage = make_storage(section)
+    store = storage.conversations
     try:
         await store.create(ConversationHead("conv_many", 0, {}), [])
         many = [{"id": f"i{n}", "type": "message"} for n in range(10_000)]
         assert await store.append("conv_many", many)
         assert await store.items("conv_many") == many
     finally:
-        await store.aclose()
+        await storage.aclose()
 
 
 def test_an_unreachable_store_is_a_503_for_conversations() -> None:

@@ -15,7 +15,8 @@ import pytest
 from tests.ops.redis_server import RedisServer, closed_port_url, silent_server
 from tests.server.harness import MODEL, Router, run_router
 from turnout.config import ResponsesConfig
-from turnout.responses.store import RedisResponseStore, StoredResponse, make_store
+from turnout.responses.storage import make_storage
+from turnout.responses.store import RedisResponseStore, StoredResponse
 
 
 def store_section(storage: str, **extra: Any) -> dict[str, Any]:
@@ -114,8 +115,8 @@ def test_an_unreachable_store_is_a_503_where_needed_and_never_a_stall(
 
 
 async def test_the_redis_store_keeps_bytes_it_can_read_back(redis_server: RedisServer) -> None:
-    section = ResponsesConfig(**store_section(redis_server.url))
-    store = make_store(section)
+    storage = make_storage(ResponsesConfig(**store_section(redis_server.url)))
+    store = storage.responses
     assert isinstance(store, RedisResponseStore)
     try:
         kept = StoredResponse({"id": "resp_1", "output": [{"text": "é\u2028"}]}, [{"id": "i"}])
@@ -125,7 +126,7 @@ async def test_the_redis_store_keeps_bytes_it_can_read_back(redis_server: RedisS
         assert not await store.delete("resp_1")
         assert await store.get("resp_1") is None
     finally:
-        await store.aclose()
+        await storage.aclose()
 
 
 def test_a_response_over_max_bytes_is_answered_but_not_kept(redis_server: RedisServer) -> None:

@@ -17,7 +17,8 @@ import pytest
 from tests.ops.redis_server import RedisServer
 from tests.server.harness import MODEL, run_router
 from turnout.config import ResponsesConfig
-from turnout.responses.store import StoredResponse, StoreUnavailable, make_store
+from turnout.responses.storage import make_storage
+from turnout.responses.store import StoredResponse, StoreUnavailable
 
 TIMEOUT_S = 1.0
 
@@ -79,7 +80,8 @@ async def test_a_retry_cancelled_midway_lets_the_next_call_retry(tmp_path: Path)
     section = ResponsesConfig(
         storage=redis_server.url, key_prefix=f"test-{uuid.uuid4().hex[:12]}", timeout_s=0.3
     )
-    store = make_store(section)
+    storage = make_storage(section)
+    store = storage.responses
     kept = StoredResponse({"id": "resp_1", "output": []}, [])
     try:
         await store.put(kept)
@@ -96,5 +98,5 @@ async def test_a_retry_cancelled_midway_lets_the_next_call_retry(tmp_path: Path)
         redis_server.resume()
         assert await store.get("resp_1") == kept
     finally:
-        await store.aclose()
+        await storage.aclose()
         redis_server.stop()
