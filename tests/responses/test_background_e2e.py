@@ -157,6 +157,20 @@ def test_the_queue_is_bounded(router: Router, client: openai.OpenAI) -> None:
     assert poll_until_finished(client, again.id)[0].status == "completed"
 
 
+def test_a_worker_failure_ends_it_failed_with_the_error_and_its_event(
+    router: Router, client: openai.OpenAI
+) -> None:
+    router.sims[0].knobs.update({"fail_status": "INVALID_ARGUMENT", "fault_budget": 1})
+    submitted = client.responses.create(model=MODEL, input=SHORT, background=True)
+    failed = poll_until_finished(client, submitted.id)[0]
+    assert failed.status == "failed"
+    assert failed.error is not None
+    assert failed.error.message
+    events = stream_events(client, submitted.id)
+    assert events[-1]["type"] == "response.failed"
+    assert events[-1]["response"]["error"]["code"] == failed.error.code
+
+
 def stream_events(
     client: openai.OpenAI, response_id: str, starting_after: int | None = None, stop: int = 0
 ) -> list[dict[str, Any]]:
@@ -230,7 +244,7 @@ def test_a_tenant_budget_holds_for_its_background_responses() -> None:
     config = {
         "tenants": {
             "a": {"keys": [keys["a"]], "concurrent_requests": 1},
-            "b": {"keys": [keys["b"]]},
+            "b": {"keys": [keys["b"]], "tokens_per_minute": 200},
         }
     }
     with run_router(config=config, sims=1, sim_kwargs={"delay_ms": DELAY_MS}) as router:
@@ -262,6 +276,16 @@ def test_a_tenant_budget_holds_for_its_background_responses() -> None:
         wait_for(admitted, "the tenant's slot given back", within=20)
         after = a.responses.create(model=MODEL, input=SHORT, background=True)
         assert poll_until_finished(a, after.id)[0].status == "completed"
+        # Tokens are reserved when it reaches a worker: more than the tenant's window fails it.
+        greedy = b.responses.create(
+            model=MODEL, input=SHORT, background=True, max_output_tokens=1000
+        )
+        failed = poll_until_finished(b, greedy.id)[0]
+        assert failed.status == "failed"
+        assert failed.error is not None
+        assert failed.error.code == "request_too_large_for_limit"
+        fits = b.responses.create(model=MODEL, input=SHORT, background=True, max_output_tokens=60)
+        assert poll_until_finished(b, fits.id)[0].status == "completed"
 
 
 def test_shutdown_ends_running_background_responses_failed_and_aborted(
