@@ -274,7 +274,8 @@ class ResponsesConfig(_Section):
 
 class BackgroundConfig(_Section):
     """Background responses (``background: true`` on ``POST /v1/responses``): how many run and
-    wait at once in each serving process, and the stream events kept to resume them."""
+    wait at once in each serving process, and the stream events kept to resume them; restart
+    to change."""
 
     #: Background responses generating at once; more wait in the queue.
     max_running: Annotated[int, msgspec.Meta(ge=1)] = 16

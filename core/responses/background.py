@@ -110,11 +110,6 @@ class BackgroundResponses:
         self._bytes = 0
         self._closing = False
 
-    @property
-    def counts(self) -> tuple[int, int]:
-        """Background responses waiting and running now."""
-        return self._waiting, self._running
-
     def events(self, response_id: str) -> EventLog | None:
         """The kept events of a background response run here, or None."""
         job = self._jobs.get(response_id)
@@ -123,10 +118,6 @@ class BackgroundResponses:
         self._prune()
         found = self._ended_logs.get(response_id)
         return None if found is None else found[0]
-
-    def runs_here(self, response_id: str) -> bool:
-        """Whether the response waits or runs in this process."""
-        return response_id in self._jobs
 
     async def submit(
         self, request: ResponsesRequest, ctx: RequestContext, backend: Backend

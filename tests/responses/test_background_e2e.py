@@ -5,6 +5,7 @@ worker, their event stream resumed from the middle, the queue bound, tenant budg
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from collections.abc import Iterator
@@ -28,7 +29,11 @@ FINISHED = {"completed", "incomplete", "failed", "cancelled"}
 
 @pytest.fixture(scope="module")
 def router() -> Iterator[Router]:
-    config = {"background_responses": {"max_running": 2, "max_queued": 1}}
+    config = {
+        "background_responses": {"max_running": 2, "max_queued": 1},
+        # One foreground request at a time, none waiting: a permit left taken shows at once.
+        "server": {"max_concurrent_requests": 1, "queue_size": 0},
+    }
     with run_router(config=config, sims=1, sim_kwargs={"delay_ms": DELAY_MS}) as running:
         yield running
 
@@ -61,6 +66,15 @@ def worker_request_of(router: Router, text: str) -> str:
 
     wait_for(lambda: bool(found()), "the worker request", within=20)
     return found()[-1]
+
+
+def admitted(client: openai.OpenAI) -> bool:
+    """Whether a foreground request is admitted now (not a 429)."""
+    try:
+        client.responses.create(model=MODEL, input=SHORT, max_output_tokens=16)
+    except openai.RateLimitError:
+        return False
+    return True
 
 
 def background_tasks(router: Router) -> list[str]:
@@ -209,12 +223,23 @@ def test_a_stream_resumes_from_the_middle(client: openai.OpenAI) -> None:
     assert full[-1]["response"]["output"][0]["content"][0]["text"] == done.output_text == text
 
 
-def test_stream_true_on_create_follows_the_background_response(router: Router) -> None:
+def test_stream_true_on_create_follows_the_background_response(
+    router: Router, client: openai.OpenAI
+) -> None:
     body = {"model": MODEL, "input": SHORT, "background": True, "stream": True}
     with httpx.stream("POST", f"{router.base_url}/v1/responses", json=body, timeout=30) as reply:
         assert reply.status_code == 200
         text = reply.read().decode()
     assert "event: response.completed" in text
+    # A client that leaves stops its reading only: the response goes on, its permit is back.
+    body["input"] = LONG
+    with httpx.stream("POST", f"{router.base_url}/v1/responses", json=body, timeout=30) as reply:
+        lines = reply.iter_lines()
+        first = next(line for line in lines if line.startswith("data: "))
+    response_id = json.loads(first[len("data: ") :])["response"]["id"]
+    wait_for(lambda: admitted(client), "the permit given back", within=20)
+    assert client.responses.retrieve(response_id).status == "in_progress"
+    assert client.responses.cancel(response_id).status == "cancelled"
 
 
 def test_resuming_needs_a_background_response_and_a_valid_sequence_number(
@@ -266,14 +291,7 @@ def test_a_tenant_budget_holds_for_its_background_responses() -> None:
             b.responses.cancel(running.id)
         assert a.responses.cancel(running.id).status == "cancelled"
 
-        def admitted() -> bool:
-            try:
-                a.responses.create(model=MODEL, input=SHORT, max_output_tokens=16)
-            except openai.RateLimitError:
-                return False
-            return True
-
-        wait_for(admitted, "the tenant's slot given back", within=20)
+        wait_for(lambda: admitted(a), "the tenant's slot given back", within=20)
         after = a.responses.create(model=MODEL, input=SHORT, background=True)
         assert poll_until_finished(a, after.id)[0].status == "completed"
         # Tokens are reserved when it reaches a worker: more than the tenant's window fails it.
