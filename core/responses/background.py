@@ -138,6 +138,8 @@ class BackgroundResponses:
             raise
         admission = current_admission()
         events = EventLog(self._config.max_event_bytes)
+        queued = {"type": "response.queued", "sequence_number": 0, "response": stored.response}
+        self._bytes += events.append([queued])
         job = _Job(
             stored,
             streamed,
@@ -246,6 +248,8 @@ class BackgroundResponses:
         events = job.events
         try:
             async for batch in payloads:
+                for event in batch:  # numbered after response.queued
+                    event["sequence_number"] += 1
                 self._bytes += events.append(batch)
         finally:
             await payloads.aclose()
