@@ -316,7 +316,8 @@ def create_app(
                 yield
         finally:
             ops.begin_drain()
-            await background.responses.aclose()  # before the channels close: their aborts
+            # Background responses end (aborted on their workers) while the channels are open.
+            await background.responses.aclose()
             # Requests cancelled at the end of the grace period abort on their workers now;
             # give those aborts a moment before the channels close.
             if not await ops.wait_idle(5.0):
