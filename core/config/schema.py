@@ -277,6 +277,25 @@ class ResponsesConfig(_Section):
     reasoning_key: Annotated[str, msgspec.Meta(min_length=16)] | None = None
 
 
+class BackgroundConfig(_Section):
+    """Background responses (``background: true`` on ``POST /v1/responses``): how many run and
+    wait at once in each serving process, and the stream events kept to resume them; restart
+    to change."""
+
+    #: Background responses generating at once; more wait in the queue.
+    max_running: Annotated[int, msgspec.Meta(ge=1)] = 16
+    #: Background responses waiting to run; a submission past it is a 429.
+    max_queued: _Count = 256
+    #: A background response still running after this long fails (``background_timeout``).
+    max_duration_s: Annotated[float, msgspec.Meta(gt=0)] = 3600.0
+    #: Stream events kept per background response (bytes of JSON), for ``GET
+    #: /v1/responses/{id}?stream=true``; past it the oldest are dropped.
+    max_event_bytes: Annotated[int, msgspec.Meta(ge=1)] = 4 * 1024 * 1024
+    #: Stream events kept in all (bytes of JSON); past it those of finished responses are
+    #: dropped, the longest finished first.
+    max_total_event_bytes: Annotated[int, msgspec.Meta(ge=1)] = 256 * 1024 * 1024
+
+
 class MigrationConfig(_Section):
     """Failover of a running answer: a worker that fails after the first token hands the rest
     of the answer to another worker (the prompt and the tokens generated so far as its input)."""
@@ -325,6 +344,8 @@ class Config(_Section):
     responses: ResponsesConfig = msgspec.field(default_factory=ResponsesConfig)
     #: Failover of running answers to another worker.
     migration: MigrationConfig = msgspec.field(default_factory=MigrationConfig)
+    #: Background responses of the Responses API.
+    background_responses: BackgroundConfig = msgspec.field(default_factory=BackgroundConfig)
     #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.
     drain_timeout_s: float = 600.0
 

@@ -175,6 +175,15 @@ async def run_endpoint(
         plan = await prepare(endpoint, request, ctx, backend.models)
     else:
         plan = await traced_prepare(tracing, prepare(endpoint, request, ctx, backend.models))
+    return await run_plan(endpoint, request, plan, ctx, backend)
+
+
+async def run_plan(
+    endpoint: Endpoint[R], request: R, plan: Plan, ctx: RequestContext, backend: Backend
+) -> Generated:
+    """The stages after **prepare**, on the plan :func:`prepare` made for ``request`` (a
+    background response is prepared when it is submitted and runs later)."""
+    tracing = backend.tracing
     work = build(plan, ctx)
     renderer = endpoint.renderer(request, plan, ctx)
     sessions = await dispatch(backend.open_stream, plan, work.requests, ctx)

@@ -202,13 +202,26 @@ class ResponsesApi:
             out[i] = found
         return out
 
-    def _renderer(
-        self, request: ResponsesRequest, plan: Plan, ctx: RequestContext
-    ) -> ResponsesRenderer:
+    def queued(self, request: ResponsesRequest, plan: Plan, ctx: RequestContext) -> StoredResponse:
+        """The response a prepared background request makes, as it waits to run: what is
+        stored when it is submitted."""
+        context: _Context = plan.endpoint_state
+        response = self._started(request, plan, ctx)
+        response["status"] = "queued"
+        return StoredResponse(response, context.items, context.tenant)
+
+    def _started(self, request: ResponsesRequest, plan: Plan, ctx: RequestContext) -> Item:
         context: _Context = plan.endpoint_state
         response = response_object(request, context.response_id, plan.model_id, ctx.created)
         if context.conversation is not None:
             response["conversation"] = {"id": context.conversation}
+        return response
+
+    def _renderer(
+        self, request: ResponsesRequest, plan: Plan, ctx: RequestContext
+    ) -> ResponsesRenderer:
+        context: _Context = plan.endpoint_state
+        response = self._started(request, plan, ctx)
         keep: Keeper | None = None
         if request.stores or context.conversation is not None:
             store, conversations = self.store, self.conversations
@@ -340,7 +353,7 @@ def response_object(
         "object": "response",
         "created_at": created,
         "status": "in_progress",
-        "background": False,
+        "background": request.background is True,
         "completed_at": None,
         "error": None,
         "incomplete_details": None,

@@ -2,7 +2,7 @@
 
 Decoding checks types and ranges (a 400 naming the field); :func:`check_request` refuses what
 turnout does not do with a 400 ``unsupported_parameter`` naming it: built-in tools, background
-mode, prompt templates… Nothing a client asks for is silently ignored. The input
+options, prompt templates… Nothing a client asks for is silently ignored. The input
 items are checked when they are read (:mod:`turnout.responses.items`).
 """
 
@@ -32,8 +32,7 @@ _INCLUDES = (LOGPROBS_INCLUDE, SEALED_REASONING_INCLUDE)
 
 #: Fields turnout knows but does not implement → what to do instead.
 _UNSUPPORTED: dict[str, str] = {
-    "background": "turnout answers in the foreground: stream, or wait for the answer",
-    "background_options": "turnout answers in the foreground",
+    "background_options": "background responses take no options",
     "prompt": "prompt templates are OpenAI's: send the input",
     "context_management": "turnout does not compact the context",
     "moderation": "turnout does not moderate",
@@ -106,8 +105,9 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     presence_penalty: Penalty | None = None
     seed: Annotated[int, Meta(ge=-(2**63), le=2**63 - 1)] | None = None
     chat_template_kwargs: dict[str, Any] | None = None
-    # Known but not implemented: a request setting one is refused.
+    #: Run detached (:mod:`turnout.responses.background`): answered at once, polled, cancelled.
     background: bool | None = None
+    # Known but not implemented: a request setting one is refused.
     prompt: Any = None
     context_management: Any = None
     moderation: Any = None
@@ -160,6 +160,10 @@ def check_request(request: ResponsesRequest) -> None:
         if value not in (None, False):
             raise unsupported(name, f"{name} is not supported: {instead}")
     _check_conversation(request)
+    if request.background and not request.stores:
+        raise bad_request(
+            "background responses must be stored: background needs store: true", "store"
+        )
     if request.truncation not in (None, "disabled", "auto"):
         raise bad_request("truncation must be 'auto' or 'disabled'", "truncation")
     for value in request.include or ():

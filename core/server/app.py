@@ -26,11 +26,13 @@ from turnout.observability.metrics import CONTENT_TYPE
 from turnout.observability.tracing import start_tracing
 from turnout.plugin_choice import policies_for, role_policies_for, validate_plugin_names
 from turnout.plugin_loader import Plugins, load_plugins
+from turnout.responses.background import BackgroundResponses
 from turnout.responses.endpoint import ResponsesApi
 from turnout.responses.sealing import ReasoningSeal
 from turnout.responses.storage import make_storage
 from turnout.routing.dispatch import Dispatcher
 from turnout.server.anthropic_routes import anthropic_routes
+from turnout.server.background_routes import BackgroundRoutes
 from turnout.server.context import (
     SERVICES,
     ConfigSource,
@@ -94,18 +96,37 @@ def request_context(
     return RequestContext(request_id, headers, routing_key, worker_request_id=worker_id)
 
 
+#: How a generation route answers a decoded request (the endpoint's flow, unless a route
+#: answers some requests otherwise: background responses).
+Answerer = Callable[[Endpoint[Any], Any, RequestContext, Services], Awaitable[ASGIApp]]
+
+
+async def generated_answer(
+    endpoint: Endpoint[Any], request: Any, ctx: RequestContext, services: Services
+) -> ASGIApp:
+    """The answer of the endpoint's flow."""
+    return answer_generated(await run_endpoint(endpoint, request, ctx, services), services)
+
+
 class GenerationApp:
     """One generation endpoint as a bare ASGI app: the body read from ``receive``, the headers
     from the scope, the services from their slot (no dependency injection), the answer sent
     as it is. The gate runs it directly (:data:`ENDPOINT_APP`)."""
 
-    __slots__ = ("_body_type", "_endpoint", "_prefix", "_services")
+    __slots__ = ("_answer", "_body_type", "_endpoint", "_prefix", "_services")
 
-    def __init__(self, prefix: str, endpoint: Endpoint[Any], services: ServicesSlot) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        endpoint: Endpoint[Any],
+        services: ServicesSlot,
+        answer: Answerer | None = None,
+    ) -> None:
         self._prefix = prefix
         self._endpoint = endpoint
         self._body_type = endpoint.request_type
         self._services = services
+        self._answer = answer or generated_answer
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         running = self._services()
@@ -113,20 +134,23 @@ class GenerationApp:
         body = await read_body(receive, running.config.server.max_body_bytes)
         ctx.body_size = len(body)
         request = decode_body(body, self._body_type)
-        generated = await run_endpoint(self._endpoint, request, ctx, running)
-        answer = answer_generated(generated, running)
+        answer = await self._answer(self._endpoint, request, ctx, running)
         await answer(scope, receive, send)
 
 
 def _generation_route(
-    path: str, prefix: str, endpoint: Endpoint[Any], services: ServicesSlot
+    path: str,
+    prefix: str,
+    endpoint: Endpoint[Any],
+    services: ServicesSlot,
+    answer: Answerer | None = None,
 ) -> ControllerRouterHandler:
     """The route of one generation endpoint. Litestar routes to it and documents it; the gate
     runs its :class:`GenerationApp` itself, without Litestar's per-request handler work
     (request object, signature, second error layer). The handler, which Litestar would call
     without the gate, returns the same app."""
     body_type = endpoint.request_type
-    app = GenerationApp(prefix, endpoint, services)
+    app = GenerationApp(prefix, endpoint, services, answer)
 
     @post(
         path,
@@ -221,6 +245,9 @@ def create_app(
     responses = ResponsesApi(
         storage.responses, storage.conversations, ReasoningSeal(config.responses.reasoning_key)
     )
+    background = BackgroundRoutes(
+        BackgroundResponses(config.background_responses, responses, config.responses.ttl_s)
+    )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Litestar) -> AsyncIterator[None]:
@@ -288,6 +315,8 @@ def create_app(
                 yield
         finally:
             ops.begin_drain()
+            # Background responses end (aborted on their workers) while the channels are open.
+            await background.responses.aclose()
             # Requests cancelled at the end of the grace period abort on their workers now;
             # give those aborts a moment before the channels close.
             if not await ops.wait_idle(5.0):
@@ -321,8 +350,10 @@ def create_app(
         _generation_route("/v1/completions", "cmpl", completions.ENDPOINT, provide_services),
         _generation_route("/generate", "gnt", generate.ENDPOINT, provide_services),
         embeddings_route,
-        _generation_route("/v1/responses", "resp", responses.endpoint, provide_services),
-        *responses_routes(responses.store),
+        _generation_route(
+            "/v1/responses", "resp", responses.endpoint, provide_services, background.answer
+        ),
+        *responses_routes(responses.store, background),
         *anthropic_routes(provide_services, request_context),
         *conversations_routes(responses.conversations, responses.seal),
         *info_routes(),

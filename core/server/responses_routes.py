@@ -1,26 +1,33 @@
-"""The Responses API's routes besides ``POST /v1/responses``: a kept response, its input items,
-deleting it, and cancelling (which only background responses could be, and turnout has none)."""
+"""The Responses API's routes besides ``POST /v1/responses``: a kept response (polled, or a
+background response's events streamed again), its input items, deleting it, and cancelling a
+background response."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 from litestar import delete, get, post
+from litestar.di import NamedDependency
 from litestar.params import FromPath, FromQuery
-from litestar.types import ControllerRouterHandler
+from litestar.types import ASGIApp, ControllerRouterHandler
 
 from turnout.errors import ApiError, bad_request
-from turnout.generation.unsupported import unsupported
 from turnout.responses.store import ResponseStore, StoredResponse, find_kept
+from turnout.server.background_routes import BackgroundRoutes
+from turnout.server.context import Services
 from turnout.server.query import QueryFlag, query_flag
-from turnout.server.respond import answer_json
+from turnout.server.respond import JsonAnswer, answer_json
 
+_encode = msgspec.json.Encoder().encode
 #: Input items per page: OpenAI's default and largest.
 _DEFAULT_LIMIT, _MAX_LIMIT = 20, 100
 
 
-def responses_routes(store: ResponseStore) -> list[ControllerRouterHandler]:
-    """The routes, on ``store``."""
+def responses_routes(
+    store: ResponseStore, background: BackgroundRoutes
+) -> list[ControllerRouterHandler]:
+    """The routes, on ``store`` and the app's ``background`` responses."""
 
     async def kept(response_id: str) -> StoredResponse:
         stored = await find_kept(store, response_id)
@@ -34,16 +41,26 @@ def responses_routes(store: ResponseStore) -> list[ControllerRouterHandler]:
         return stored
 
     @get("/v1/responses/{response_id:str}")
-    async def get_response(response_id: FromPath[str], stream: QueryFlag = None) -> Any:
-        """A kept response."""
+    async def get_response(
+        response_id: FromPath[str],
+        services: NamedDependency[Services],
+        stream: QueryFlag = None,
+        starting_after: FromQuery[str | None] = None,
+    ) -> ASGIApp:
+        """A kept response; with ``stream``, a background response's events after
+        ``starting_after``, then the live ones until it ends."""
+        stored = await kept(response_id)
         if query_flag(stream, "stream"):
-            raise unsupported("stream", "streaming a kept response again is not supported")
-        return answer_json((await kept(response_id)).response)
+            keepalive_s = services.config.server.keepalive_interval_s
+            return background.resumed(stored, starting_after, keepalive_s)
+        return JsonAnswer(_encode(stored.response))
 
     @delete("/v1/responses/{response_id:str}", status_code=200)
     async def delete_response(response_id: FromPath[str]) -> Any:
         """Forget a kept response."""
-        await kept(response_id)  # the 404, also for another tenant's
+        stored = await kept(response_id)  # the 404, also for another tenant's
+        if stored.response.get("background"):
+            await background.cancel(stored)  # (else it would store itself again as it ends)
         if not await store.delete(response_id):
             await kept(response_id)  # (expired meanwhile)
         return answer_json({"id": response_id, "object": "response", "deleted": True})
@@ -62,11 +79,24 @@ def responses_routes(store: ResponseStore) -> list[ControllerRouterHandler]:
 
     @post("/v1/responses/{response_id:str}/cancel", status_code=200)
     async def cancel_response(response_id: FromPath[str]) -> Any:
-        """Only background responses can be cancelled; turnout answers in the foreground."""
-        await kept(response_id)
-        raise bad_request(
-            "only background responses can be cancelled, and turnout runs none", "response_id"
-        )
+        """Cancel a background response: it is aborted on its worker and ends ``cancelled``.
+        One that already ended is answered as it ended."""
+        stored = await kept(response_id)
+        if not stored.response.get("background"):
+            raise bad_request(
+                "only background responses can be cancelled: this one was not", "response_id"
+            )
+        if not await background.cancel(stored):
+            stored = await kept(response_id)
+            if stored.response.get("status") in ("queued", "in_progress"):
+                raise ApiError(
+                    409,
+                    f"response {response_id!r} runs on another router (or on one that stopped "
+                    "before it ended): only the router that runs it can cancel it",
+                    param="response_id",
+                    code="response_not_cancellable",
+                )
+        return answer_json((await kept(response_id)).response)
 
     return [get_response, delete_response, input_items, cancel_response]
 

@@ -315,6 +315,15 @@ class Admission:
         charged as they are unless its ``usage`` says otherwise; 429 when they do not fit."""
         return await self._limiter.reserve(self, count)
 
+    def hand_over(self) -> Admission:
+        """A new owner of what this admission took (its concurrency slot, its count and
+        reservations), for work that outlives the request (a background response): this one
+        is closed without giving anything back; the returned one is closed by its owner."""
+        taken = Admission(self._limiter, self.tenant, self.backend, self.epoch, self.requests)
+        taken.reservations, self.reservations = self.reservations, []
+        self._closed = True
+        return taken
+
     def close(self, served: bool = True) -> None:
         """The request ended (idempotent): give back its slot and settle its tokens in the
         background; ``served=False`` also gives back its count in the requests per minute."""

@@ -339,7 +339,6 @@ def test_cancel_refuses_a_foreground_response(client: openai.OpenAI) -> None:
         ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "tools[0].type"),
         ({"tools": [{"type": "mcp", "server_label": "x"}]}, "tools[0].type"),
         ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice"),
-        ({"background": True}, "background"),
         ({"prompt": {"id": "pmpt_1"}}, "prompt"),
         ({"background_options": {"completion_window": "2h"}}, "background_options"),
         ({"prompt_cache_options": {"mode": "explicit"}}, "prompt_cache_options"),
