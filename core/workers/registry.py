@@ -192,7 +192,7 @@ class WorkerRegistry:
                 raise WorkerConflict(f"{spec.url} is already registered as {other.id!r}")
         worker = Worker(
             spec,
-            self._connect(spec.url),
+            self._connect(engine_url(spec.url, spec.kind)),
             self.settings.health,
             self.settings.circuit_breaker,
             self._clock,
@@ -558,6 +558,14 @@ class WorkerRegistry:
                         log.warning("worker %s out of rotation: %s", worker.id, reason)
                     else:
                         log.info("worker %s back in rotation: it speaks again", worker.id)
+
+
+def engine_url(url: str, kind: str | None) -> str:
+    """``url`` with the scheme of the engine ``kind`` names (``vllm+grpc://…`` for ``vllm`` and
+    a plain ``grpc://`` URL): what the connection reads the protocol from."""
+    if kind not in ("vllm", "trtllm") or not url.startswith(("grpc://", "grpcs://")):
+        return url
+    return f"{kind}+{url}"
 
 
 def _default_connect(url: str, wire: WireSettings) -> WorkerConnection:
