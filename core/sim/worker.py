@@ -25,6 +25,7 @@ import grpc.aio
 
 from turnout import demo_model
 from turnout.sim.disagg import BootstrapServer
+from turnout.sim.engine_servicers import add_engine_servicer
 from turnout.sim.knobs import SimKnobs
 from turnout.sim.lora import SimAdapters
 from turnout.sim.model import ModelFiles, Script, SimModel
@@ -32,8 +33,8 @@ from turnout.sim.native_server import NativeServer
 from turnout.sim.records import SimRecords
 from turnout.sim.servicer import DEFAULT_KV_CACHE_TOKENS, Role, SimServicer
 from turnout.testing.processes import GroupProcess
+from turnout.wire.engines import ENGINES, EngineName
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
-from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
 
 __all__ = [
     "SimProcess",
@@ -106,8 +107,15 @@ class SimWorker:
         block_size: int = 16,
         kv_cache_tokens: int = DEFAULT_KV_CACHE_TOKENS,
         kv_events_keep: int = 10_000,
+        engine: EngineName = "sglang",
         **knob_values: Any,
     ) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        if engine != "sglang" and role != "regular":
+            raise ValueError(f"a {engine} sim serves whole requests only (role regular)")
+        #: The protocol served: SGLang's scheduler, vLLM's engine or TensorRT-LLM's service.
+        self.engine: EngineName = engine
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         files = ModelFiles.load(model_dir or demo_model.path(), served_model_name)
@@ -179,9 +187,11 @@ class SimWorker:
 
     @property
     def url(self) -> str:
-        """``grpc://host:port`` of the running server."""
+        """``grpc://host:port`` of the running server (``vllm+grpc://`` or ``trtllm+grpc://``
+        for those engines)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"grpc://{host}:{self.port}"
+        scheme = "grpc" if self.engine == "sglang" else f"{self.engine}+grpc"
+        return f"{scheme}://{host}:{self.port}"
 
     @property
     def serving(self) -> bool:
@@ -198,7 +208,7 @@ class SimWorker:
             await self._start_native()
             return self
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        pb_grpc.add_SglangSchedulerServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
+        add_engine_servicer(self.engine, self.servicer, server)
         server.add_generic_rpc_handlers((_control_handler(self),))
         try:
             port = server.add_insecure_port(f"{self.host}:{self.port}")
@@ -218,7 +228,7 @@ class SimWorker:
 
     async def _start_native(self) -> None:
         server = NativeServer()
-        pb_grpc.add_SglangSchedulerServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
+        add_engine_servicer(self.engine, self.servicer, server)
         server.add_generic_rpc_handlers((_control_handler(self),))
         try:
             self.port = await server.start(self.host, self.port)

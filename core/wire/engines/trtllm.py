@@ -6,7 +6,8 @@ Request: sampling into ``SamplingConfig`` (``n`` is ``num_return_sequences``), l
 context length the worker reported. Responses carry logprobs per token (``TokenLogprob``),
 turned into SGLang's columns; prompt logprobs cover every prompt token but the first.
 Refused besides :func:`refuse_common`: ``logit_bias`` (the protocol wants a whole-vocabulary
-bias tensor) and a pinned DP rank (no such field).
+bias tensor), a pinned DP rank (no such field), and prompt logprobs in a stream (they come
+with the last message only).
 """
 
 from __future__ import annotations
@@ -85,6 +86,11 @@ def to_trtllm_request(request: pb.GenerateRequest, max_seq_len: int) -> tpb.Gene
     if request.return_logprob:
         out.output_config.logprobs = request.top_logprobs_num
         if request.logprob_start_len == 0:
+            if request.stream:
+                # They come with the last message only: too late for a stream's first event.
+                raise UnsupportedByEngine(
+                    _ENGINE, "prompt_logprobs", "prompt logprobs (echo with logprobs) in a stream"
+                )
             out.output_config.prompt_logprobs = request.top_logprobs_num
     return out
 
@@ -219,6 +225,7 @@ class TrtllmWire:
         self.max_seq_len = max(int(message.max_seq_len), 0)
         return pb.GetModelInfoResponse(
             model_path=message.model_id,
+            served_model_name=message.model_id,
             is_generation=True,
             max_context_length=message.max_seq_len,
             max_req_input_len=message.max_input_len,
