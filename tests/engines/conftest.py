@@ -40,19 +40,4 @@ def router(engine: str, script_file: Path) -> Iterator[Router]:
         yield running
 
 
-#: Between a worker's messages, so that the router sees a stop string before the rest of the
-#: answer is in (and aborts the worker, as the stop tests check); 0 lets an answer arrive whole.
-PACE_MS = 5.0
-
-
-@pytest.fixture(autouse=True)
-def paced_workers(router: Router) -> None:
-    """Every test starts with paced, fault-free sims (a test may change their knobs)."""
-    for sim in router.sims:
-        sim.knobs.update(
-            {"delay_ms": PACE_MS, "ttft_ms": 0.0, "fail_status": None, "fail_after_tokens": None,
-             "hang": False, "fault_budget": None}
-        )  # fmt: skip
-
-
-__all__ = ["ENGINES", "client", "engine", "paced_workers", "router", "script_file"]
+__all__ = ["ENGINES", "client", "engine", "router", "script_file"]

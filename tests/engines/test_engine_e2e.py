@@ -49,6 +49,21 @@ __all__ = [
 ]
 
 
+#: Between a worker's messages, so that the router sees a stop string before the rest of the
+#: answer is in (and aborts the worker, as the stop tests check); 0 lets an answer arrive whole.
+PACE_MS = 5.0
+
+
+@pytest.fixture(autouse=True)
+def paced_workers(router: Router) -> None:
+    """Every test starts with paced, fault-free sims (a test may change their knobs)."""
+    for sim in router.sims:
+        sim.knobs.update(
+            {"delay_ms": PACE_MS, "ttft_ms": 0.0, "fail_status": None, "fail_after_tokens": None,
+             "hang": False, "fault_budget": None}
+        )  # fmt: skip
+
+
 def _refused(router: Router, path: str, body: dict[str, object], field: str) -> None:
     """``body`` is answered 400 ``unsupported_by_engine`` naming ``field``, and no worker saw it
     or was blamed for it."""
