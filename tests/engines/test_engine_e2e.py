@@ -82,6 +82,8 @@ def _refused(router: Router, path: str, body: dict[str, object], field: str) -> 
 def test_workers_speak_the_engine_protocol(router: Router, engine: str) -> None:
     workers = httpx.get(f"{router.base_url}/workers").json()["workers"]
     assert [w["labels"].get("engine") for w in workers] == [engine, engine]
+    # KV events (and the loads on them) come over the engine's own service.
+    router.wait_until(lambda: all(sim.records.kv_subscriptions for sim in router.sims))
 
 
 def test_what_neither_engine_carries_is_refused_naming_the_field(router: Router) -> None:

@@ -42,6 +42,7 @@ def run_router(
     roles: Sequence[str] | None = None,
     guarded: bool = False,
     engine: str = "sglang",
+    engine_as_kind: bool = False,
 ) -> Iterator[Router]:
     """Start ``sims`` simulated workers and the router in a background thread (``model_dir``:
     the model the workers simulate and the router tokenizes for; the demo model by default).
@@ -51,14 +52,17 @@ def run_router(
     bootstrap port (a free one) from its server info. ``guarded``: under the connection guard
     of ``turnout serve`` (its cap and deadlines from the config's ``server`` section).
     ``engine``: the protocol the sims serve and the router speaks to them (``vllm``,
-    ``trtllm``: their URL schemes)."""
+    ``trtllm``: their URL schemes, or with ``engine_as_kind`` the workers' ``kind`` beside a
+    plain ``grpc://`` URL)."""
     model_path = model_dir or demo_path()
     roles = list(roles) if roles is not None else ["regular"] * sims
     ports = [free_port() for _ in roles]
     data: dict[str, Any] = dict(config or {})
     data.setdefault("workers", [])
     worker_model = {} if discover_model else {"model": MODEL}
-    scheme = "grpc" if engine == "sglang" else f"{engine}+grpc"
+    scheme = "grpc" if engine == "sglang" or engine_as_kind else f"{engine}+grpc"
+    if engine_as_kind:
+        worker_model = {**worker_model, "kind": engine}
     data["workers"] = [
         *data["workers"],
         *(
