@@ -63,3 +63,20 @@ def test_kind_in_the_config_selects_the_protocol_of_a_plain_grpc_url(engine: str
         answer = httpx.post(f"{router.base_url}/v1/chat/completions", json=body, timeout=20)
         assert answer.json()["choices"][0]["message"]["content"] == "hi there"
         assert [r.request_id for r in router.sims[0].requests]
+
+
+def test_kubernetes_discovery_can_name_the_engine_by_scheme() -> None:
+    from turnout.plugins.discovery.kubernetes import KubernetesProvider
+
+    pod = {
+        "metadata": {"name": "vllm-0", "uid": "u1"},
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.9",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    _, worker = KubernetesProvider(scheme="vllm+grpc", port=50051).pod_worker(pod)
+    assert worker is not None
+    assert worker.url == "vllm+grpc://10.0.0.9:50051"
+    assert split_scheme(worker.url)[0] == "vllm"
