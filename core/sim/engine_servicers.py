@@ -245,7 +245,8 @@ class VllmSimServicer(vpb_grpc.VllmEngineServicer):
     async def Embed(self, request: vpb.EmbedRequest, context: Context) -> vpb.EmbedResponse:
         """The sim's embedding of the token ids."""
         asked = pb.EmbedRequest(request_id=request.request_id)
-        asked.tokenized.CopyFrom(pb.TokenizedInput(input_ids=request.tokenized.input_ids))
+        asked.tokenized.original_text = request.tokenized.original_text
+        asked.tokenized.input_ids.extend(request.tokenized.input_ids)
         answer = await self.sim.Embed(asked, context)
         return vpb.EmbedResponse(
             embedding=answer.embedding,
@@ -493,7 +494,8 @@ class TrtllmSimServicer(tpb_grpc.TrtllmServiceServicer):
     async def Embed(self, request: tpb.EmbedRequest, context: Context) -> tpb.EmbedResponse:
         """The sim's embedding of the token ids."""
         asked = pb.EmbedRequest(request_id=request.request_id)
-        asked.tokenized.CopyFrom(pb.TokenizedInput(input_ids=request.tokenized.input_token_ids))
+        asked.tokenized.original_text = request.tokenized.original_text
+        asked.tokenized.input_ids.extend(request.tokenized.input_token_ids)
         answer = await self.sim.Embed(asked, context)
         return tpb.EmbedResponse(
             request_id=request.request_id,

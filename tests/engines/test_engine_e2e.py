@@ -24,6 +24,10 @@ from tests.server.test_chat_e2e import (
     test_tool_call_parsed_in_both_modes,
     test_tool_choice_required_constrains_the_worker,
 )
+from tests.server.test_embeddings_e2e import (
+    test_a_batch_keeps_its_order_and_spreads_over_workers,
+    test_one_string_with_the_client_default_base64,
+)
 from tests.server.test_failures_e2e import (
     test_client_disconnect_mid_stream_aborts_the_worker,
 )
@@ -32,10 +36,12 @@ from tests.server.test_fields_e2e import (
 )
 
 __all__ = [
+    "test_a_batch_keeps_its_order_and_spreads_over_workers",
     "test_client_disconnect_mid_stream_aborts_the_worker",
     "test_logprobs_in_openai_shape",
     "test_max_tokens_ends_with_length",
     "test_n_choices_are_distinct_and_complete",
+    "test_one_string_with_the_client_default_base64",
     "test_parallel_calls_keep_their_order",
     "test_plain_chat_echoes_the_user_turn",
     "test_prompt_logprobs_cover_every_prompt_token",
