@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 import grpc
 from google.protobuf.message import Message as ProtoMessage
 
-from turnout.wire.engines import EngineName, ResponseReader, engine_wire, split_scheme
+from turnout.wire.engines import EngineName, engine_wire, split_scheme
 from turnout.wire.errors import ClientClosed, MalformedResponse, WorkerCallError
 from turnout.wire.proto import common_pb2
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
@@ -228,33 +228,6 @@ class GenerateStream:
                 self._abandon("stream garbage-collected")
 
 
-class _TranslatedCall:
-    """A Generate call of an engine whose responses are read into SGLang's shape."""
-
-    __slots__ = ("_call", "_read")
-
-    def __init__(self, call: Call, read: ResponseReader) -> None:
-        self._call = call
-        self._read = read
-
-    async def read(self) -> Any:
-        message = await self._call.read()
-        return None if message is None else self._read(message)
-
-    async def read_batch(self) -> list[Any]:
-        read = self._read
-        return [read(message) for message in await self._call.read_batch()]
-
-    def cancel(self) -> None:
-        self._call.cancel()
-
-    def release(self) -> None:
-        self._call.release()
-
-    def done(self) -> bool:
-        return self._call.done()
-
-
 class WorkerClient:
     """Client of one worker at ``grpc://host:port`` (or ``grpcs://``; ``vllm+grpc://`` and
     ``trtllm+grpc://`` for those engines, or ``engine=``).
@@ -331,12 +304,10 @@ class WorkerClient:
             "Generate",
             self._path("Generate"),
             sent,
-            engine.generate_response,
+            engine.responses(request),
             timeout_s,
             metadata=metadata,
         )
-        if engine.translates:
-            call = _TranslatedCall(call, engine.response_reader(request))
         n = request.sampling_params.n if request.HasField("sampling_params") else 1
         return GenerateStream(self, call, request.request_id, n)
 

@@ -114,3 +114,40 @@ def test_trtllm_needs_a_length_when_max_tokens_is_unset() -> None:
     request.sampling_params.ClearField("max_new_tokens")
     with pytest.raises(UnsupportedByEngine, match="max_tokens"):
         to_trtllm_request(request, max_seq_len=0)
+
+
+def test_a_vllm_chunk_is_read_as_sglangs_whatever_path_it_takes() -> None:
+    from turnout.wire.engines.vllm import VllmResponses, to_sglang_response
+    from turnout.wire.proto import vllm_engine_pb2 as vpb
+
+    plain = vpb.GenerateResponse()
+    plain.chunk.token_ids.extend([5, 6])
+    plain.chunk.prompt_tokens, plain.chunk.completion_tokens, plain.chunk.cached_tokens = 9, 2, 4
+    plain.chunk.output_logprobs.token_logprobs.extend([-0.5, -1.0])
+    plain.chunk.output_logprobs.token_ids.extend([5, 6])
+    second = vpb.GenerateResponse()
+    second.CopyFrom(plain)
+    second.chunk.index = 1
+    second.chunk.input_logprobs.token_ids.extend([1, 2])
+    second.chunk.input_logprobs.token_logprobs.add()
+    second.chunk.input_logprobs.token_logprobs.add(value=-2.0)
+    done = vpb.GenerateResponse()
+    done.complete.output_ids.extend([5, 6])
+    done.complete.finish_reason = "stop"
+    done.complete.matched_token_id = 6
+    done.complete.index = 1
+    for message in (plain, second, done):
+        read = VllmResponses.FromString(message.SerializeToString())
+        assert read == to_sglang_response(message)
+    assert VllmResponses.FromString(second.SerializeToString()).chunk.index == 1
+    assert VllmResponses.FromString(plain.SerializeToString()).chunk.token_ids == [5, 6]
+
+
+def test_per_call_deserializers_are_not_kept_by_the_native_transport() -> None:
+    from turnout.wire import native
+    from turnout.wire.engines.trtllm import TrtllmResponses
+
+    before = len(native._PARSERS)
+    for first in range(50):
+        native._parser(TrtllmResponses(first, top=False))
+    assert len(native._PARSERS) == before

@@ -3,9 +3,10 @@
 The router builds SGLang's ``GenerateRequest`` and reads SGLang's ``GenerateResponse`` everywhere
 (``turnout.wire.pb``); an :class:`EngineWire` is the seam where that flow meets one engine's gRPC
 service. SGLang's own is the identity (no work per message); vLLM's (:mod:`.vllm`) and
-TensorRT-LLM's (:mod:`.trtllm`) translate a request once, and each response message as it is
-read. What an engine's protocol cannot carry is refused before anything is sent
-(:class:`UnsupportedByEngine`, a 400 naming the field).
+TensorRT-LLM's (:mod:`.trtllm`) translate a request once, and read each response message's
+bytes straight into SGLang's message (the transport's deserializer is theirs). What an
+engine's protocol cannot carry is refused before anything is sent (:class:`UnsupportedByEngine`,
+a 400 naming the field).
 """
 
 from __future__ import annotations
@@ -72,10 +73,6 @@ class UnsupportedByEngine(WorkerCallError):
         )
 
 
-#: Reads one engine response message into SGLang's ``GenerateResponse``.
-ResponseReader = Callable[[Any], pb.GenerateResponse]
-
-
 class EngineWire(Protocol):
     """One engine's gRPC service, seen from the router's SGLang-shaped generation flow."""
 
@@ -83,18 +80,15 @@ class EngineWire(Protocol):
     name: EngineName
     #: Full name of the gRPC service (``package.Service``).
     service: str
-    #: The engine's ``GenerateResponse`` message class.
-    generate_response: MessageType
-    #: False for SGLang: requests and responses are sent and read as they are.
-    translates: bool
 
     def generate_request(self, request: pb.GenerateRequest) -> Message:
         """The engine's request for ``request``; :class:`UnsupportedByEngine` when it asks for
         what the engine cannot do."""
         ...
 
-    def response_reader(self, request: pb.GenerateRequest) -> ResponseReader:
-        """Reads the responses of ``request`` into SGLang's shape."""
+    def responses(self, request: pb.GenerateRequest) -> MessageType:
+        """The deserializer of ``request``'s responses: its ``FromString`` reads the engine's
+        bytes into SGLang's ``GenerateResponse``."""
         ...
 
     def abort(self, request_id: str, reason: str) -> tuple[Message, MessageType]:
@@ -141,16 +135,14 @@ class SglangWire:
 
     name: EngineName = "sglang"
     service = "sglang.grpc.scheduler.SglangScheduler"
-    generate_response: MessageType = pb.GenerateResponse
-    translates = False
 
     def generate_request(self, request: pb.GenerateRequest) -> Message:
         """``request`` itself."""
         return request
 
-    def response_reader(self, request: pb.GenerateRequest) -> ResponseReader:
-        """The identity."""
-        return _same
+    def responses(self, request: pb.GenerateRequest) -> MessageType:
+        """SGLang's own message class."""
+        return pb.GenerateResponse
 
     def abort(self, request_id: str, reason: str) -> tuple[Message, MessageType]:
         """SGLang's ``AbortRequest``."""

@@ -15,13 +15,19 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from turnout.wire.engines import EngineName, ResponseReader, UnsupportedByEngine
+from turnout.wire.engines import EngineName, UnsupportedByEngine
 from turnout.wire.engines.common import refuse_common, seed_of
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import trtllm_service_pb2 as tpb
 from turnout.wire.transport import Message, MessageType
 
-__all__ = ["FINISH_REASONS", "TrtllmWire", "to_sglang_response", "to_trtllm_request"]
+__all__ = [
+    "FINISH_REASONS",
+    "TrtllmResponses",
+    "TrtllmWire",
+    "to_sglang_response",
+    "to_trtllm_request",
+]
 
 _ENGINE: Final[EngineName] = "trtllm"
 _Guide = tpb.GuidedDecodingParams
@@ -162,6 +168,23 @@ def to_sglang_response(
     return out
 
 
+class TrtllmResponses:
+    """Reads one request's TensorRT-LLM ``GenerateResponse`` bytes into SGLang's message
+    (``first_prompt_id`` and ``top``: see :func:`to_sglang_response`)."""
+
+    __slots__ = ("first_prompt_id", "top")
+
+    def __init__(self, first_prompt_id: int, top: bool) -> None:
+        self.first_prompt_id = first_prompt_id
+        self.top = top
+
+    def FromString(self, data: bytes) -> pb.GenerateResponse:
+        """SGLang's message for TensorRT-LLM's bytes ``data``."""
+        return to_sglang_response(
+            tpb.GenerateResponse.FromString(data), self.first_prompt_id, self.top
+        )
+
+
 def _health(message: tpb.HealthCheckResponse) -> pb.HealthCheckResponse:
     return pb.HealthCheckResponse(healthy=message.status == "OK", message=message.status)
 
@@ -187,8 +210,6 @@ class TrtllmWire:
 
     name: EngineName = _ENGINE
     service = "trtllm.TrtllmService"
-    generate_response: MessageType = tpb.GenerateResponse
-    translates = True
 
     def __init__(self) -> None:
         #: The worker's maximum sequence length (0 until ``GetModelInfo`` said).
@@ -198,16 +219,10 @@ class TrtllmWire:
         """See :func:`to_trtllm_request`."""
         return to_trtllm_request(request, self.max_seq_len)
 
-    def response_reader(self, request: pb.GenerateRequest) -> ResponseReader:
-        """:func:`to_sglang_response` with what it needs of ``request``."""
+    def responses(self, request: pb.GenerateRequest) -> MessageType:
+        """A :class:`TrtllmResponses` with what it needs of ``request``."""
         ids = request.tokenized.input_ids
-        first = ids[0] if ids else 0
-        top = request.top_logprobs_num > 0
-
-        def read(message: Any) -> pb.GenerateResponse:
-            return to_sglang_response(message, first, top)
-
-        return read
+        return TrtllmResponses(ids[0] if ids else 0, request.top_logprobs_num > 0)
 
     def abort(self, request_id: str, reason: str) -> tuple[Message, MessageType]:
         """``Abort`` of one id (no reason field)."""

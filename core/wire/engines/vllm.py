@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from turnout.wire.engines import EngineName, ResponseReader, UnsupportedByEngine
+from turnout.wire.engines import EngineName, UnsupportedByEngine
 from turnout.wire.engines.common import refuse_common, seed_of
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import vllm_engine_pb2 as vpb
 from turnout.wire.transport import Message, MessageType
 
-__all__ = ["VllmWire", "to_sglang_response", "to_vllm_request"]
+__all__ = ["VllmResponses", "VllmWire", "to_sglang_response", "to_vllm_request"]
 
 _ENGINE: Final[EngineName] = "vllm"
 #: SGLang's constraint field → vLLM's.
@@ -147,8 +147,31 @@ def to_sglang_response(message: vpb.GenerateResponse) -> pb.GenerateResponse:
     return out
 
 
-def _reader(request: pb.GenerateRequest) -> ResponseReader:
-    return to_sglang_response
+#: The tag of ``GenerateResponse.chunk``: field 1 in vLLM's message, field 2 in SGLang's.
+_VLLM_CHUNK_TAG: Final = 0x0A
+_SGLANG_CHUNK_TAG: Final = b"\x12"
+
+
+class VllmResponses:
+    """Reads vLLM's ``GenerateResponse`` bytes into SGLang's message.
+
+    A chunk's fields 1-5 (token ids, the three counts, output logprobs) have SGLang's numbers
+    and types; only prompt logprobs and the choice index do not. So the usual chunk (choice 0,
+    no prompt logprobs) is SGLang's chunk once the oneof's tag is renumbered: one C parse, no
+    field copied in Python. Everything else goes through :func:`to_sglang_response`.
+    """
+
+    __slots__ = ()
+
+    @staticmethod
+    def FromString(data: bytes) -> pb.GenerateResponse:
+        """SGLang's message for vLLM's bytes ``data``."""
+        message = vpb.GenerateResponse.FromString(data)
+        if data[:1] and data[0] == _VLLM_CHUNK_TAG:
+            chunk = message.chunk
+            if not chunk.index and not chunk.HasField("input_logprobs"):
+                return pb.GenerateResponse.FromString(_SGLANG_CHUNK_TAG + data[1:])
+        return to_sglang_response(message)
 
 
 def _health(message: vpb.HealthCheckResponse) -> pb.HealthCheckResponse:
@@ -207,16 +230,14 @@ class VllmWire:
 
     name: EngineName = _ENGINE
     service = "vllm.grpc.engine.VllmEngine"
-    generate_response: MessageType = vpb.GenerateResponse
-    translates = True
 
     def generate_request(self, request: pb.GenerateRequest) -> Message:
         """See :func:`to_vllm_request`."""
         return to_vllm_request(request)
 
-    def response_reader(self, request: pb.GenerateRequest) -> ResponseReader:
-        """:func:`to_sglang_response` (it needs nothing of the request)."""
-        return _reader(request)
+    def responses(self, request: pb.GenerateRequest) -> MessageType:
+        """:class:`VllmResponses` (it needs nothing of the request)."""
+        return VllmResponses
 
     def abort(self, request_id: str, reason: str) -> tuple[Message, MessageType]:
         """vLLM aborts a list of ids, without a reason."""
