@@ -25,16 +25,20 @@ import grpc.aio
 
 from turnout import demo_model
 from turnout.sim.disagg import BootstrapServer
-from turnout.sim.engine_servicers import add_engine_servicer
 from turnout.sim.knobs import SimKnobs
 from turnout.sim.lora import SimAdapters
 from turnout.sim.model import ModelFiles, Script, SimModel
 from turnout.sim.native_server import NativeServer
 from turnout.sim.records import SimRecords
 from turnout.sim.servicer import DEFAULT_KV_CACHE_TOKENS, Role, SimServicer
+from turnout.sim.trtllm_servicer import TrtllmSimServicer
+from turnout.sim.vllm_servicer import VllmSimServicer
 from turnout.testing.processes import GroupProcess
 from turnout.wire.engines import ENGINES, EngineName
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
+from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
+from turnout.wire.proto import trtllm_service_pb2_grpc as tpb_grpc
+from turnout.wire.proto import vllm_engine_pb2_grpc as vpb_grpc
 
 __all__ = [
     "SimProcess",
@@ -208,7 +212,7 @@ class SimWorker:
             await self._start_native()
             return self
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        add_engine_servicer(self.engine, self.servicer, server)
+        _add_servicer(self.engine, self.servicer, server)
         server.add_generic_rpc_handlers((_control_handler(self),))
         try:
             port = server.add_insecure_port(f"{self.host}:{self.port}")
@@ -228,7 +232,7 @@ class SimWorker:
 
     async def _start_native(self) -> None:
         server = NativeServer()
-        add_engine_servicer(self.engine, self.servicer, server)
+        _add_servicer(self.engine, self.servicer, server)
         server.add_generic_rpc_handlers((_control_handler(self),))
         try:
             self.port = await server.start(self.host, self.port)
@@ -276,6 +280,16 @@ class SimWorker:
         tb: TracebackType | None,
     ) -> None:
         await self.stop(None)
+
+
+def _add_servicer(engine: EngineName, sim: SimServicer, server: Any) -> None:
+    """Serve ``sim`` on ``server`` in ``engine``'s protocol."""
+    if engine == "vllm":
+        vpb_grpc.add_VllmEngineServicer_to_server(VllmSimServicer(sim), server)  # type: ignore[no-untyped-call]
+    elif engine == "trtllm":
+        tpb_grpc.add_TrtllmServiceServicer_to_server(TrtllmSimServicer(sim), server)  # type: ignore[no-untyped-call]
+    else:
+        pb_grpc.add_SglangSchedulerServicer_to_server(sim, server)  # type: ignore[no-untyped-call]
 
 
 # -- control service (JSON over a generic gRPC method) ------------------------------------------

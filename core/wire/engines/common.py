@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from turnout.wire.engines import EngineName, UnsupportedByEngine
+from turnout.wire.engines.base import EngineName, UnsupportedByEngine
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
 __all__ = ["refuse_common", "seed_of"]

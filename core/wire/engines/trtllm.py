@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
-from turnout.wire.engines import EngineName, UnsupportedByEngine
+from turnout.wire.engines.base import EngineName, UnsupportedByEngine
 from turnout.wire.engines.common import refuse_common, seed_of
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import trtllm_service_pb2 as tpb
