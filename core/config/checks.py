@@ -36,10 +36,8 @@ def check_config(config: Config) -> None:
         if model.policy is not None:
             _check_policy(f"models.{model_id}.policy", model.policy, named=False)
     for index, worker in enumerate(config.workers):
-        if not re.fullmatch(r"grpc://[^/\s:]+(:\d+)?|grpc://\[[0-9a-fA-F:.]+\](:\d+)?", worker.url):
-            raise ConfigError(
-                f"workers[{index}].url: expected grpc://host:port, got {worker.url!r}"
-            )
+        if worker.kind != "http":
+            _check_grpc_worker(index, worker.url, worker.kind)
         problem = bootstrap_port_problem(worker.role, worker.bootstrap_port)
         if problem is not None:
             raise ConfigError(f"workers[{index}].bootstrap_port: {problem}")
@@ -70,6 +68,27 @@ def check_config(config: Config) -> None:
                 )
             seen[alias] = model_id
     _check_tenant_keys(config)
+
+
+#: A gRPC worker URL: the scheme names the engine (``grpc://`` is SGLang).
+_GRPC_URL = re.compile(
+    r"(?:(sglang|vllm|trtllm)\+)?grpc://(?:[^/\s:\[\]]+|\[[0-9a-fA-F:.]+\])(?::\d+)?"
+)
+
+
+def _check_grpc_worker(index: int, url: str, kind: str | None) -> None:
+    """A gRPC worker's URL, and its ``kind`` agreeing with the URL's scheme."""
+    match = _GRPC_URL.fullmatch(url)
+    if match is None:
+        raise ConfigError(
+            f"workers[{index}].url: expected grpc://host:port (or vllm+grpc://, "
+            f"trtllm+grpc://), got {url!r}"
+        )
+    scheme_engine = match.group(1)
+    if kind is not None and scheme_engine is not None and kind != scheme_engine:
+        raise ConfigError(
+            f"workers[{index}].kind: {kind!r} but the URL's scheme says {scheme_engine!r}"
+        )
 
 
 def _check_tenant_keys(config: Config) -> None:

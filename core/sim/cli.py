@@ -23,6 +23,7 @@ from turnout.sim.worker import (
     TRANSPORTS,
     SimWorker,
 )
+from turnout.wire.engines import ENGINES
 
 __all__ = ["build_parser", "main"]
 
@@ -39,6 +40,16 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     parser.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s)")
+    parser.add_argument(
+        "--engine",
+        choices=ENGINES,
+        default="sglang",
+        help=(
+            "the gRPC protocol served: SGLang's scheduler (default), vLLM's VllmEngine "
+            "(vllm+grpc://) or TensorRT-LLM's TrtllmService (trtllm+grpc://); the same "
+            "simulated model, knobs, cache and records behind each"
+        ),
+    )
     parser.add_argument("--port", type=int, default=30000, help="0 picks a free port")
     parser.add_argument(
         "--model-path",
@@ -159,6 +170,8 @@ def _check(args: argparse.Namespace) -> str | None:
         return "--bootstrap-port must be in 0..65535"
     if args.dp_size < 1:
         return "--dp-size must be >= 1"
+    if args.engine != "sglang" and args.role != "regular":
+        return f"--role {args.role} needs --engine sglang (PD pairs are SGLang's)"
     if args.block_size < 1:
         return "--block-size must be >= 1"
     if args.kv_cache_tokens < 0:
@@ -217,6 +230,7 @@ async def _serve(args: argparse.Namespace) -> int:
         bootstrap_timeout_s=args.bootstrap_timeout_s,
         lora_adapters=args.lora_adapters,
         transport=args.transport,
+        engine=args.engine,
     )
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -31,9 +31,14 @@ from turnout.sim.model import ModelFiles, Script, SimModel
 from turnout.sim.native_server import NativeServer
 from turnout.sim.records import SimRecords
 from turnout.sim.servicer import DEFAULT_KV_CACHE_TOKENS, Role, SimServicer
+from turnout.sim.trtllm_servicer import TrtllmSimServicer
+from turnout.sim.vllm_servicer import VllmSimServicer
 from turnout.testing.processes import GroupProcess
+from turnout.wire.engines import ENGINES, EngineName
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import sglang_scheduler_pb2_grpc as pb_grpc
+from turnout.wire.proto import trtllm_service_pb2_grpc as tpb_grpc
+from turnout.wire.proto import vllm_engine_pb2_grpc as vpb_grpc
 
 __all__ = [
     "SimProcess",
@@ -106,8 +111,15 @@ class SimWorker:
         block_size: int = 16,
         kv_cache_tokens: int = DEFAULT_KV_CACHE_TOKENS,
         kv_events_keep: int = 10_000,
+        engine: EngineName = "sglang",
         **knob_values: Any,
     ) -> None:
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {ENGINES}, got {engine!r}")
+        if engine != "sglang" and role != "regular":
+            raise ValueError(f"a {engine} sim serves whole requests only (role regular)")
+        #: The protocol served: SGLang's scheduler, vLLM's engine or TensorRT-LLM's service.
+        self.engine: EngineName = engine
         if transport not in TRANSPORTS:
             raise ValueError(f"transport must be one of {TRANSPORTS}, got {transport!r}")
         files = ModelFiles.load(model_dir or demo_model.path(), served_model_name)
@@ -179,9 +191,11 @@ class SimWorker:
 
     @property
     def url(self) -> str:
-        """``grpc://host:port`` of the running server."""
+        """``grpc://host:port`` of the running server (``vllm+grpc://`` or ``trtllm+grpc://``
+        for those engines)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"grpc://{host}:{self.port}"
+        scheme = "grpc" if self.engine == "sglang" else f"{self.engine}+grpc"
+        return f"{scheme}://{host}:{self.port}"
 
     @property
     def serving(self) -> bool:
@@ -198,7 +212,7 @@ class SimWorker:
             await self._start_native()
             return self
         server = grpc.aio.server(options=SERVER_OPTIONS)
-        pb_grpc.add_SglangSchedulerServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
+        _add_servicer(self.engine, self.servicer, server)
         server.add_generic_rpc_handlers((_control_handler(self),))
         try:
             port = server.add_insecure_port(f"{self.host}:{self.port}")
@@ -218,7 +232,7 @@ class SimWorker:
 
     async def _start_native(self) -> None:
         server = NativeServer()
-        pb_grpc.add_SglangSchedulerServicer_to_server(self.servicer, server)  # type: ignore[no-untyped-call]
+        _add_servicer(self.engine, self.servicer, server)
         server.add_generic_rpc_handlers((_control_handler(self),))
         try:
             self.port = await server.start(self.host, self.port)
@@ -266,6 +280,16 @@ class SimWorker:
         tb: TracebackType | None,
     ) -> None:
         await self.stop(None)
+
+
+def _add_servicer(engine: EngineName, sim: SimServicer, server: Any) -> None:
+    """Serve ``sim`` on ``server`` in ``engine``'s protocol."""
+    if engine == "vllm":
+        vpb_grpc.add_VllmEngineServicer_to_server(VllmSimServicer(sim), server)  # type: ignore[no-untyped-call]
+    elif engine == "trtllm":
+        tpb_grpc.add_TrtllmServiceServicer_to_server(TrtllmSimServicer(sim), server)  # type: ignore[no-untyped-call]
+    else:
+        pb_grpc.add_SglangSchedulerServicer_to_server(sim, server)  # type: ignore[no-untyped-call]
 
 
 # -- control service (JSON over a generic gRPC method) ------------------------------------------

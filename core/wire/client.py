@@ -1,4 +1,7 @@
-"""``WorkerClient``: one long-lived gRPC channel to one SGLang worker.
+"""``WorkerClient``: one long-lived gRPC channel to one worker (SGLang, vLLM or TensorRT-LLM).
+
+The client speaks SGLang's messages whatever the engine: the worker's own protocol is met at one
+seam, its :class:`~turnout.wire.engines.EngineWire` (identity for SGLang).
 
 Streams are cancelled for real: a ``GenerateStream`` that is closed (``aclose``, ``async with``
 exit), whose consumer task is cancelled while waiting, or that is dropped unfinished, cancels its
@@ -13,12 +16,13 @@ import contextlib
 import logging
 from collections.abc import Sequence
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import Any, Self, TypeVar
 from urllib.parse import urlsplit
 
 import grpc
 from google.protobuf.message import Message as ProtoMessage
 
+from turnout.wire.engines import EngineName, engine_wire, split_scheme
 from turnout.wire.errors import ClientClosed, MalformedResponse, WorkerCallError
 from turnout.wire.proto import common_pb2
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
@@ -28,6 +32,7 @@ from turnout.wire.transport import (
     Channel,
     ClientSettings,
     Message,
+    MessageType,
     Metadata,
     method_path,
 )
@@ -43,7 +48,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_GENERATE_PATH = method_path("Generate")
 #: Bound of a tokenizer archive fetched with GetTokenizer.
 MAX_TOKENIZER_BYTES = 256 * 1024 * 1024
 #: Deadline of GetTokenizer, FlushCache and the profiler calls (SGLang's profiler writes its
@@ -53,11 +57,12 @@ _Response = TypeVar("_Response", bound=ProtoMessage)
 
 
 def parse_worker_url(url: str) -> tuple[str, bool]:
-    """``grpc://host:port`` → (``host:port``, tls); ``grpcs://`` selects TLS.
+    """``grpc://host:port`` → (``host:port``, tls); ``grpcs://`` selects TLS. The engine
+    schemes (``vllm+grpc://``, ``trtllm+grpc://``, …; see ``turnout.wire.engines``) too.
 
     A bare ``host:port`` is taken as ``grpc://host:port``. Raises ``ValueError`` otherwise.
     """
-    raw = url.strip()
+    raw = split_scheme(url)[1].strip()
     parts = urlsplit(raw if "://" in raw else f"grpc://{raw}")
     if parts.scheme not in ("grpc", "grpcs"):
         raise ValueError(f"worker URL must start with grpc:// or grpcs://, got {url!r}")
@@ -224,16 +229,22 @@ class GenerateStream:
 
 
 class WorkerClient:
-    """Client of one SGLang scheduler worker at ``grpc://host:port`` (or ``grpcs://``).
+    """Client of one worker at ``grpc://host:port`` (or ``grpcs://``; ``vllm+grpc://`` and
+    ``trtllm+grpc://`` for those engines, or ``engine=``).
 
     The channel is opened lazily on first use in the running event loop and kept until
     ``close()``. Every unary call has a deadline (``timeout_s=`` seconds, default from
     ``ClientSettings``), propagated to the worker; failures raise ``WorkerCallError``.
     """
 
-    def __init__(self, url: str, settings: ClientSettings | None = None) -> None:
+    def __init__(
+        self, url: str, settings: ClientSettings | None = None, engine: EngineName | None = None
+    ) -> None:
         self.url = url
         self.target, tls = parse_worker_url(url)
+        #: How this worker's engine protocol meets the router's messages.
+        self.engine = engine_wire(engine or split_scheme(url)[0])
+        self._service = self.engine.service
         self.settings = settings or ClientSettings()
         self._channel = _open_channel(self.target, tls, self.settings, url)
         self._background: set[asyncio.Task[None]] = set()
@@ -286,9 +297,16 @@ class WorkerClient:
         router's trace).
         """
         self._check_open()
+        engine = self.engine
+        sent = engine.generate_request(request)  # may refuse what the engine cannot do
         self._used = True
         call = self._channel.call(
-            "Generate", _GENERATE_PATH, request, pb.GenerateResponse, timeout_s, metadata=metadata
+            "Generate",
+            self._path("Generate"),
+            sent,
+            engine.responses(request),
+            timeout_s,
+            metadata=metadata,
         )
         n = request.sampling_params.n if request.HasField("sampling_params") else 1
         return GenerateStream(self, call, request.request_id, n)
@@ -297,37 +315,40 @@ class WorkerClient:
         self, request_id: str, reason: str = "", *, timeout_s: float | None = None
     ) -> pb.AbortResponse:
         """Ask the worker to stop ``request_id``."""
-        request = pb.AbortRequest(request_id=request_id, reason=reason)
-        return await self._unary(
-            "Abort", request, pb.AbortResponse, timeout_s or self.settings.abort_timeout
+        request, response_type = self.engine.abort(request_id, reason)
+        response = await self._engine_unary(
+            "Abort", request, response_type, timeout_s or self.settings.abort_timeout
+        )
+        if isinstance(response, pb.AbortResponse):
+            return response
+        # vLLM answers an empty message: being answered is success.
+        return pb.AbortResponse(
+            success=getattr(response, "success", True), message=getattr(response, "message", "")
         )
 
     async def health_check(self, *, timeout_s: float | None = None) -> pb.HealthCheckResponse:
         """The worker's own health verdict (``healthy``, ``message``)."""
-        return await self._unary(
-            "HealthCheck",
-            pb.HealthCheckRequest(),
-            pb.HealthCheckResponse,
-            timeout_s or self.settings.health_timeout,
+        request, response_type, read = self.engine.health()
+        response = await self._engine_unary(
+            "HealthCheck", request, response_type, timeout_s or self.settings.health_timeout
         )
+        return read(response)
 
     async def get_model_info(self, *, timeout_s: float | None = None) -> pb.GetModelInfoResponse:
         """Model path, served name, EOS ids, context length, … of the loaded model."""
-        return await self._unary(
-            "GetModelInfo",
-            pb.GetModelInfoRequest(),
-            pb.GetModelInfoResponse,
-            timeout_s or self.settings.unary_timeout,
+        request, response_type, read = self.engine.model_info()
+        response = await self._engine_unary(
+            "GetModelInfo", request, response_type, timeout_s or self.settings.unary_timeout
         )
+        return read(response)
 
     async def get_server_info(self, *, timeout_s: float | None = None) -> pb.GetServerInfoResponse:
         """Server arguments, version, active requests, uptime."""
-        return await self._unary(
-            "GetServerInfo",
-            pb.GetServerInfoRequest(),
-            pb.GetServerInfoResponse,
-            timeout_s or self.settings.unary_timeout,
+        request, response_type, read = self.engine.server_info()
+        response = await self._engine_unary(
+            "GetServerInfo", request, response_type, timeout_s or self.settings.unary_timeout
         )
+        return read(response)
 
     async def get_loads(
         self,
@@ -340,14 +361,30 @@ class WorkerClient:
         request = pb.GetLoadsRequest(include=include)
         if dp_rank is not None:
             request.dp_rank = dp_rank
-        return await self._unary(
-            "GetLoads", request, pb.GetLoadsResponse, timeout_s or self.settings.unary_timeout
+        call = self.engine.loads(request)
+        if call is None:
+            raise self._unimplemented("GetLoads")
+        sent, response_type, read = call
+        response = await self._engine_unary(
+            "GetLoads", sent, response_type, timeout_s or self.settings.unary_timeout
+        )
+        return read(response)
+
+    def _unimplemented(self, method: str) -> WorkerCallError:
+        """What the worker would answer for a call its engine's service does not have."""
+        return WorkerCallError(
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"{self.engine.name} workers have no {method}",
+            worker=self.url,
+            method=method,
         )
 
     async def list_loaded_lora_adapters(
         self, *, timeout_s: float | None = None
     ) -> pb.ListLoadedLoRAAdaptersResponse:
         """The LoRA adapters loaded in the engine (UNIMPLEMENTED on older SGLang)."""
+        if not self.engine.lora():
+            raise self._unimplemented("ListLoadedLoRAAdapters")
         return await self._unary(
             "ListLoadedLoRAAdapters",
             pb.ListLoadedLoRAAdaptersRequest(),
@@ -375,7 +412,7 @@ class WorkerClient:
         )
         method = "SubscribeKvEvents"
         call = self._channel.call(
-            method, method_path(method), request, common_pb2.KvEventBatch, timeout_s
+            method, self._path(method), request, common_pb2.KvEventBatch, timeout_s
         )
         return ServerStream(call, method)
 
@@ -389,7 +426,7 @@ class WorkerClient:
         method = "GetTokenizer"
         call = self._channel.call(
             method,
-            method_path(method),
+            self._path(method),
             common_pb2.GetTokenizerRequest(),
             common_pb2.GetTokenizerChunk,
             timeout_s or _ADMIN_TIMEOUT_S,
@@ -407,6 +444,8 @@ class WorkerClient:
         timeout_s: float | None = None,
     ) -> pb.LoadLoRAAdapterResponse:
         """Load an adapter; requests then name it by ``lora_id`` (minted by the caller)."""
+        if not self.engine.lora():
+            raise self._unimplemented("LoadLoRAAdapter")
         request = pb.LoadLoRAAdapterRequest(
             lora_name=lora_name, lora_path=lora_path, lora_id=lora_id, pinned=pinned
         )
@@ -421,6 +460,8 @@ class WorkerClient:
         self, lora_name: str, lora_id: str = "", *, timeout_s: float | None = None
     ) -> pb.UnloadLoRAAdapterResponse:
         """Unload an adapter (by name, and the id it was loaded under when known)."""
+        if not self.engine.lora():
+            raise self._unimplemented("UnloadLoRAAdapter")
         request = pb.UnloadLoRAAdapterRequest(lora_name=lora_name, lora_id=lora_id)
         return await self._unary(
             "UnloadLoRAAdapter",
@@ -474,17 +515,22 @@ class WorkerClient:
     ) -> pb.EmbedResponse:
         """One embedding. A call cancelled before its answer (the caller went away, a timeout)
         also sends the worker an ``Abort`` for the request id, as a dropped Generate does."""
+        sent, response_type, read = self.engine.embed(request)
         try:
-            return await self._unary(
+            response = await self._engine_unary(
                 "Embed",
-                request,
-                pb.EmbedResponse,
+                sent,
+                response_type,
                 timeout_s or self.settings.unary_timeout,
                 metadata=metadata,
             )
+            return read(response)
         except asyncio.CancelledError:
             self._schedule_abort(request.request_id, "embed cancelled")
             raise
+
+    def _path(self, method: str) -> str:
+        return method_path(method, self._service)
 
     async def _unary(
         self,
@@ -495,13 +541,28 @@ class WorkerClient:
         *,
         metadata: Metadata = (),
     ) -> _Response:
+        response: _Response = await self._engine_unary(
+            method, request, response_type, timeout_s, metadata=metadata
+        )
+        return response
+
+    async def _engine_unary(
+        self,
+        method: str,
+        request: Message,
+        response_type: MessageType,
+        timeout_s: float,
+        *,
+        metadata: Metadata = (),
+    ) -> Any:
+        """A unary call whose message classes are the engine's (no static type)."""
         self._check_open()
         self._used = True
         call = self._channel.call(
-            method, method_path(method), request, response_type, timeout_s, metadata=metadata
+            method, self._path(method), request, response_type, timeout_s, metadata=metadata
         )
         try:
-            response: _Response | None = await call.read()
+            response = await call.read()
             if response is None:
                 raise WorkerCallError(
                     grpc.StatusCode.INTERNAL, "no response", worker=self.url, method=method

@@ -769,14 +769,16 @@ class NativeChannel:
             self._connections.remove(connection)
 
 
-#: Each response type's parser, bound once (not once per call).
+#: Each response class's parser, bound once (not once per call).
 _PARSERS: dict[MessageType, Callable[[bytes], Any]] = {}
 
 
 def _parser(response_type: MessageType) -> Callable[[bytes], Any]:
     parse = _PARSERS.get(response_type)
     if parse is None:
-        parse = _PARSERS[response_type] = response_type.FromString
+        parse = response_type.FromString
+        if isinstance(response_type, type):  # a per-call deserializer object is not kept
+            _PARSERS[response_type] = parse
     return parse
 
 

@@ -42,9 +42,9 @@ class MessageType(Protocol):
     def FromString(self, data: bytes) -> Any: ...
 
 
-def method_path(method: str) -> str:
-    """The HTTP/2 path of a ``SglangScheduler`` method."""
-    return f"/{SERVICE}/{method}"
+def method_path(method: str, service: str = SERVICE) -> str:
+    """The HTTP/2 path of a method of ``service`` (default SGLang's ``SglangScheduler``)."""
+    return f"/{service}/{method}"
 
 
 @dataclass(frozen=True, slots=True)

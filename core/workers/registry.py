@@ -192,7 +192,7 @@ class WorkerRegistry:
                 raise WorkerConflict(f"{spec.url} is already registered as {other.id!r}")
         worker = Worker(
             spec,
-            self._connect(spec.url),
+            self._connect(engine_url(spec.url, spec.kind)),
             self.settings.health,
             self.settings.circuit_breaker,
             self._clock,
@@ -565,6 +565,14 @@ class WorkerRegistry:
                         log.warning(
                             "worker %s: %d silent answers cut (out of rotation)", worker.id, cut
                         )
+
+
+def engine_url(url: str, kind: str | None) -> str:
+    """``url`` with the scheme of the engine ``kind`` names (``vllm+grpc://…`` for ``vllm`` and
+    a plain ``grpc://`` URL): what the connection reads the protocol from."""
+    if kind not in ("vllm", "trtllm") or not url.startswith(("grpc://", "grpcs://")):
+        return url
+    return f"{kind}+{url}"
 
 
 def _default_connect(url: str, wire: WireSettings) -> WorkerConnection:

@@ -131,6 +131,9 @@ class WorkerSpec(_Section):
     role: Role | None = None
     #: A prefill worker's KV bootstrap port; unset: what the worker reports, else 8998.
     bootstrap_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
+    #: The protocol the worker speaks; unset: from the URL's scheme (``vllm+grpc://``,
+    #: ``trtllm+grpc://``; ``grpc://`` is SGLang).
+    kind: Literal["sglang", "vllm", "trtllm", "http"] | None = None
     health: HealthOverride | None = None
     circuit_breaker: BreakerOverride | None = None
 

@@ -18,6 +18,7 @@ from turnout.wire import (
     WorkerClient,
     pb,
 )
+from turnout.wire.engines import EngineName, UnsupportedByEngine
 from turnout.wire.proto import common_pb2
 from turnout.wire.server_stream import ServerStream
 from turnout.workers.adapters import Adapter, adapters_from_list, adapters_from_server_args
@@ -43,10 +44,13 @@ _RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 
 
 class WireConnection:
-    """One worker over ``turnout.wire``."""
+    """One worker over ``turnout.wire``, in the protocol of its engine (``engine``, else the
+    URL's scheme: ``vllm+grpc://``, ``trtllm+grpc://``; SGLang otherwise)."""
 
-    def __init__(self, url: str, settings: ClientSettings | None = None) -> None:
-        self.client = WorkerClient(url, settings)
+    def __init__(
+        self, url: str, settings: ClientSettings | None = None, engine: EngineName | None = None
+    ) -> None:
+        self.client = WorkerClient(url, settings, engine)
         #: False once the worker answered ``ListLoadedLoRAAdapters`` with UNIMPLEMENTED.
         self._lists_adapters = True
         #: The adapters its server arguments name (``lora_paths``), from the last model_info.
@@ -61,6 +65,8 @@ class WireConnection:
         """``GetModelInfo`` (required) and ``GetServerInfo`` (best effort) as labels."""
         info = await self.client.get_model_info(timeout_s=timeout_s)
         labels = _labels(info)
+        if self.client.engine.name != "sglang":
+            labels["engine"] = self.client.engine.name
         try:
             server = await self.client.get_server_info(timeout_s=timeout_s)
         except WorkerCallError:
@@ -173,6 +179,11 @@ def classify(exc: BaseException) -> WorkerRequestError | None:
     a refused call (nothing ran) is sent again, not counted."""
     if not isinstance(exc, WorkerCallError):
         return None
+    if isinstance(exc, UnsupportedByEngine):
+        refused = WorkerRequestError(exc.message, status=400, worker_fault=False, detail=str(exc))
+        refused.code = "unsupported_by_engine"
+        refused.param = exc.field
+        return refused
     if isinstance(exc, StreamRefused):
         return WorkerRequestError(
             "the worker refused the request while closing its connection",

@@ -60,7 +60,10 @@ class KubernetesOptions(msgspec.Struct, kw_only=True, forbid_unknown_fields=True
     selector: str | dict[str, str] = ""
     port: _Port = 30000
     port_annotation: str = "turnout.io/port"
-    scheme: Literal["grpc", "grpcs"] = "grpc"
+    #: The pods' protocol: SGLang's (``grpc``/``grpcs``), vLLM's or TensorRT-LLM's.
+    scheme: Literal["grpc", "grpcs", "vllm+grpc", "vllm+grpcs", "trtllm+grpc", "trtllm+grpcs"] = (
+        "grpc"
+    )
     model_label: str | None = None
     model_annotation: str | None = "turnout.io/model"
     role_label: str = "turnout.io/role"

@@ -41,6 +41,8 @@ def run_router(
     model_dir: Path | None = None,
     roles: Sequence[str] | None = None,
     guarded: bool = False,
+    engine: str = "sglang",
+    engine_as_kind: bool = False,
 ) -> Iterator[Router]:
     """Start ``sims`` simulated workers and the router in a background thread (``model_dir``:
     the model the workers simulate and the router tokenizes for; the demo model by default).
@@ -48,17 +50,23 @@ def run_router(
     ``roles`` (one per sim, replacing ``sims``): a prefill-decode fleet, e.g. ``["prefill",
     "decode"]``; the config names each worker's role, and the router learns a prefill sim's
     bootstrap port (a free one) from its server info. ``guarded``: under the connection guard
-    of ``turnout serve`` (its cap and deadlines from the config's ``server`` section)."""
+    of ``turnout serve`` (its cap and deadlines from the config's ``server`` section).
+    ``engine``: the protocol the sims serve and the router speaks to them (``vllm``,
+    ``trtllm``: their URL schemes, or with ``engine_as_kind`` the workers' ``kind`` beside a
+    plain ``grpc://`` URL)."""
     model_path = model_dir or demo_path()
     roles = list(roles) if roles is not None else ["regular"] * sims
     ports = [free_port() for _ in roles]
     data: dict[str, Any] = dict(config or {})
     data.setdefault("workers", [])
     worker_model = {} if discover_model else {"model": MODEL}
+    scheme = "grpc" if engine == "sglang" or engine_as_kind else f"{engine}+grpc"
+    if engine_as_kind:
+        worker_model = {**worker_model, "kind": engine}
     data["workers"] = [
         *data["workers"],
         *(
-            {"url": f"grpc://127.0.0.1:{p}", **worker_model, **_role_entry(role)}
+            {"url": f"{scheme}://127.0.0.1:{p}", **worker_model, **_role_entry(role)}
             for p, role in zip(ports, roles, strict=True)
         ),
     ]
@@ -82,6 +90,7 @@ def run_router(
                     served_model_name=MODEL,
                     role=role,  # type: ignore[arg-type]
                     bootstrap_port=0,
+                    engine=engine,  # type: ignore[arg-type]
                     **(sim_kwargs or {}),
                 )
                 workers.append(await stack.enter_async_context(sim))

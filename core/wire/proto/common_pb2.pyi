@@ -20,6 +20,13 @@ class KvCacheLocality(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     KV_CACHE_LOCALITY_UNSPECIFIED: _ClassVar[KvCacheLocality]
     KV_CACHE_LOCALITY_LOCAL: _ClassVar[KvCacheLocality]
     KV_CACHE_LOCALITY_REMOTE: _ClassVar[KvCacheLocality]
+
+class Modality(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    MODALITY_UNSPECIFIED: _ClassVar[Modality]
+    IMAGE: _ClassVar[Modality]
+    AUDIO: _ClassVar[Modality]
+    VIDEO: _ClassVar[Modality]
 KV_CACHE_TIER_UNSPECIFIED: KvCacheTier
 KV_CACHE_TIER_DEVICE: KvCacheTier
 KV_CACHE_TIER_HOST: KvCacheTier
@@ -28,6 +35,10 @@ KV_CACHE_TIER_EXTERNAL: KvCacheTier
 KV_CACHE_LOCALITY_UNSPECIFIED: KvCacheLocality
 KV_CACHE_LOCALITY_LOCAL: KvCacheLocality
 KV_CACHE_LOCALITY_REMOTE: KvCacheLocality
+MODALITY_UNSPECIFIED: Modality
+IMAGE: Modality
+AUDIO: Modality
+VIDEO: Modality
 
 class GetTokenizerRequest(_message.Message):
     __slots__ = ()
@@ -328,3 +339,25 @@ class ProfileResponse(_message.Message):
     success: bool
     message: str
     def __init__(self, success: _Optional[bool] = ..., message: _Optional[str] = ...) -> None: ...
+
+class ShmHandle(_message.Message):
+    __slots__ = ("name", "offset", "nbytes", "owner_id")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    OWNER_ID_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    offset: int
+    nbytes: int
+    owner_id: str
+    def __init__(self, name: _Optional[str] = ..., offset: _Optional[int] = ..., nbytes: _Optional[int] = ..., owner_id: _Optional[str] = ...) -> None: ...
+
+class RemoteTensorHandle(_message.Message):
+    __slots__ = ("transport", "descriptor", "nbytes")
+    TRANSPORT_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTOR_FIELD_NUMBER: _ClassVar[int]
+    NBYTES_FIELD_NUMBER: _ClassVar[int]
+    transport: str
+    descriptor: bytes
+    nbytes: int
+    def __init__(self, transport: _Optional[str] = ..., descriptor: _Optional[bytes] = ..., nbytes: _Optional[int] = ...) -> None: ...
