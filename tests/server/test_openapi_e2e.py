@@ -55,14 +55,19 @@ def test_every_json_route_documents_its_request_body(schema: dict[str, Any]) -> 
 
 
 def test_errors_are_documented_in_the_shape_they_are_answered(schema: dict[str, Any]) -> None:
-    error = {"$ref": "#/components/schemas/ErrorResponse"}
-    for operations in schema["paths"].values():
-        for operation in operations.values():
+    for path, operations in schema["paths"].items():
+        anthropic = path.startswith("/v1/messages")
+        name = "AnthropicError" if anthropic else "ErrorResponse"
+        error = {"$ref": f"#/components/schemas/{name}"}
+        for method, operation in operations.items():
             responses = operation["responses"]
             assert responses["default"]["content"]["application/json"]["schema"] == error
-            for status, response in responses.items():
-                if status.isdigit() and int(status) >= 400:
-                    assert response["content"]["application/json"]["schema"] == error
+            statuses = {status for status in responses if status[0] in "45"}
+            assert {"400", "404", "503"} <= statuses, (path, method)
+            assert ("401" in statuses) is (path not in ("/health", "/liveness", "/readiness"))
+            assert ("413" in statuses) is ("requestBody" in operation), (path, method)
+            for status in statuses:
+                assert responses[status]["content"]["application/json"]["schema"] == error
 
 
 @pytest.mark.parametrize(
