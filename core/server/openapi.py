@@ -304,12 +304,11 @@ def _describe(
     content = ref_of[answer] if answer is not None else ANSWERS.get(key)
     if content is not None:
         success["content"]["application/json"] = {"schema": content}
-    events = STREAM_EVENTS.get(path)
-    if key in routes.streams or (events is not None and method == "get"):
-        stream: dict[str, Any] = {"schema": _EVENTS}
-        if events is not None:
-            stream["x-data-schema"] = events
-        success["content"]["text/event-stream"] = stream
+    if key in routes.streams:
+        success["content"]["text/event-stream"] = {
+            "schema": _EVENTS,
+            "x-data-schema": STREAM_EVENTS[path],
+        }
 
 
 def _error_response(path: str, openai_error: Schema) -> dict[str, Any]:

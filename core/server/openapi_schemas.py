@@ -632,7 +632,6 @@ STREAM_EVENTS: dict[str, Schema] = {
     "/v1/completions": ref("Completion"),
     "/generate": ref("GenerateOutput"),
     "/v1/responses": ref("ResponseStreamEvent"),
-    "/v1/responses/{response_id}": ref("ResponseStreamEvent"),
     "/v1/messages": ref("AnthropicStreamEvent"),
 }
 

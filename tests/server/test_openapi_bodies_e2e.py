@@ -1,0 +1,107 @@
+"""Bodies generated from the served OpenAPI document's request schemas are bodies the router
+takes: a large majority is answered 2xx (the rest break rules no JSON schema can state, such
+as unique tool names), none gets a 5xx, and every one is valid under the document."""
+
+from __future__ import annotations
+
+import collections
+import copy
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from .harness import MODEL, Router
+from .schema_strategies import from_schema
+
+ROUTES = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
+#: Fields that name objects kept by the server (a random id names none: a 404), left out.
+STORED_REFERENCES = {"ResponsesRequest": ("previous_response_id", "conversation")}
+#: Least share of generated bodies answered 2xx.
+ACCEPTED = 0.8
+
+
+@pytest.fixture(scope="module")
+def document(router: Router) -> dict[str, Any]:
+    answer = httpx.get(f"{router.base_url}/openapi.json", timeout=30)
+    assert answer.status_code == 200, answer.text
+    found: dict[str, Any] = answer.json()
+    return found
+
+
+@pytest.fixture(scope="module")
+def http(router: Router) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=router.base_url, timeout=60) as client:
+        yield client
+
+
+def bodies(document: dict[str, Any], path: str) -> st.SearchStrategy[Any]:
+    """Request bodies of ``path`` as its documented schema admits them."""
+    trimmed = copy.deepcopy(document)
+    schemas = trimmed["components"]["schemas"]
+    for name, fields in STORED_REFERENCES.items():
+        for field in fields:
+            schemas[name]["properties"].pop(field)
+    body = trimmed["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+    return from_schema(body["schema"], trimmed)
+
+
+def post_generated(
+    document: dict[str, Any], http: httpx.Client, path: str, examples: int
+) -> collections.Counter[int]:
+    """Post ``examples`` generated bodies; the count of each answer status."""
+    statuses: collections.Counter[int] = collections.Counter()
+    schema = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+    validator = jsonschema.Draft202012Validator(
+        {**schema["schema"], "components": document["components"]}
+    )
+    refused: list[str] = []
+
+    @settings(
+        max_examples=examples,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(bodies(document, path))
+    def post(body: Any) -> None:
+        validator.validate(body)
+        answer = http.post(path, json=body)
+        assert answer.status_code < 500, (body, answer.text)
+        statuses[answer.status_code] += 1
+        if answer.status_code >= 300:
+            refused.append(answer.json()["error"]["message"][:120])
+
+    post()
+    accepted = sum(n for status, n in statuses.items() if status < 300)
+    assert accepted >= ACCEPTED * sum(statuses.values()), (path, statuses, refused)
+    return statuses
+
+
+def test_the_document_names_what_the_server_serves(document: dict[str, Any]) -> None:
+    """The served model, and token ids within its vocabulary (3000 tokens)."""
+    chat = document["components"]["schemas"]["ChatCompletionRequest"]["properties"]
+    assert chat["model"]["anyOf"][0] == {"enum": [MODEL]}
+    completion = document["components"]["schemas"]["CompletionRequest"]["properties"]
+    ids = completion["prompt"]["anyOf"][1]
+    assert ids["items"] == {"type": "integer", "minimum": 0, "maximum": 2999}
+
+
+@pytest.mark.parametrize("path", ROUTES)
+def test_generated_bodies_are_taken(
+    document: dict[str, Any], http: httpx.Client, path: str
+) -> None:
+    post_generated(document, http, path, examples=40)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ROUTES)
+def test_many_generated_bodies_are_taken(
+    document: dict[str, Any], http: httpx.Client, path: str
+) -> None:
+    post_generated(document, http, path, examples=400)
