@@ -81,7 +81,8 @@ def test_every_operation_declares_a_real_answer(document: dict[str, Any]) -> Non
         for method, operation in operations.items():
             _, content = _success(operation)
             schema = content["application/json"]["schema"]
-            assert schema and schema.get("type") != "string", (path, method, schema)
+            assert schema, (path, method)
+            assert schema.get("type") != "string", (path, method, schema)
             jsonschema.Draft202012Validator.check_schema(schema)
             _validator(document, schema).is_valid({})  # every reference resolves
             if "text/event-stream" in content:
@@ -166,19 +167,19 @@ def test_embeddings_models_and_probes_validate(
 def test_responses_and_conversations_answers_validate(
     document: dict[str, Any], http: httpx.Client
 ) -> None:
+    function = TOOLS[0]["function"]
+    tool = {"type": "function", "name": function["name"], "parameters": function["parameters"]}
     created = http.post(
-        "/v1/responses", json={"model": MODEL, "input": "plan ahead", "tools": [
-            {"type": "function", "name": "get_weather", "parameters": TOOLS[0]["function"]["parameters"]}
-        ]},
-    )  # fmt: skip
+        "/v1/responses", json={"model": MODEL, "input": "plan ahead", "tools": [tool]}
+    )
     assert created.status_code == 200, created.text
     check_answer(document, "/v1/responses", "post", created)
-    response_id = created.json()["id"]
+    kept = f"/v1/responses/{created.json()['id']}"
     for path, method, url in [
-        ("/v1/responses/{response_id}", "get", f"/v1/responses/{response_id}"),
-        ("/v1/responses/{response_id}/input_items", "get", f"/v1/responses/{response_id}/input_items"),
-        ("/v1/responses/{response_id}", "delete", f"/v1/responses/{response_id}"),
-    ]:  # fmt: skip
+        ("/v1/responses/{response_id}", "get", kept),
+        ("/v1/responses/{response_id}/input_items", "get", f"{kept}/input_items"),
+        ("/v1/responses/{response_id}", "delete", kept),
+    ]:
         answer = http.request(method.upper(), url)
         assert answer.status_code == 200, answer.text
         check_answer(document, path, method, answer)
@@ -210,7 +211,9 @@ def test_anthropic_answers_validate(document: dict[str, Any], http: httpx.Client
         answer = http.post("/v1/messages", json={**body, **extra})
         assert answer.status_code == 200, answer.text
         check_answer(document, "/v1/messages", "post", answer)
-    counted = http.post("/v1/messages/count_tokens", json={"model": MODEL, "messages": body["messages"]})
+    counted = http.post(
+        "/v1/messages/count_tokens", json={"model": MODEL, "messages": body["messages"]}
+    )
     check_answer(document, "/v1/messages/count_tokens", "post", counted)
     refused = http.post("/v1/messages", json={**body, "max_tokens": 0})
     assert refused.status_code == 400
@@ -218,7 +221,7 @@ def test_anthropic_answers_validate(document: dict[str, Any], http: httpx.Client
 
 
 @pytest.mark.parametrize(
-    ("path", "method", "url", "body", "status"),
+    "case",
     [
         ("/v1/chat/completions", "post", "/v1/chat/completions", {"messages": []}, 400),
         ("/v1/chat/completions", "post", "/v1/chat/completions",
@@ -233,12 +236,9 @@ def test_anthropic_answers_validate(document: dict[str, Any], http: httpx.Client
 def test_error_answers_validate(
     document: dict[str, Any],
     http: httpx.Client,
-    path: str,
-    method: str,
-    url: str,
-    body: dict[str, Any] | None,
-    status: int,
+    case: tuple[str, str, str, dict[str, Any] | None, int],
 ) -> None:
+    path, method, url, body, status = case
     answer = http.request(method.upper(), url, json=body)
     assert answer.status_code == status, answer.text
     check_answer(document, path, method, answer)
