@@ -5,11 +5,11 @@ body as raw bytes (decoded by msgspec into the request types, which is faster an
 naming the field), so Litestar cannot see those bodies: each such route names its request type
 in its ``opt`` (:data:`REQUEST_BODY`), and the request bodies, with every range declared on the
 types, are added here from msgspec's JSON schema of those types, plus the rules the server
-checks after decoding (:func:`~turnout.server.openapi_schemas.request_rules`: served model
+checks after decoding (:func:`~turnout.server.openapi_requests.request_rules`: served model
 names, token ids within the vocabulary, allowed roles and tool shapes…), so that the bodies
 the document admits are the ones the server takes. The answers come from the answer's type
 (:data:`RESPONSE_BODY`) where the route has one, else from
-:data:`~turnout.server.openapi_schemas.ANSWERS`; the routes that stream (:data:`EVENT_STREAM`)
+:data:`~turnout.server.openapi_answers.ANSWERS`; the routes that stream (:data:`EVENT_STREAM`)
 document ``text/event-stream`` too, with the schema of each event's data (``x-data-schema``).
 Every operation documents its error statuses with the error body it answers (OpenAI's shape;
 Anthropic's for the Messages API) and the bearer key it takes (none for the probes).
@@ -38,15 +38,9 @@ from litestar.routes import HTTPRoute
 from turnout.anthropic.errors import is_messages_path
 from turnout.server.auth import PUBLIC_PATHS
 from turnout.server.errors import ErrorResponse
-from turnout.server.openapi_schemas import (
-    ANSWERS,
-    COMPONENTS,
-    STREAM_EVENTS,
-    Schema,
-    Served,
-    ref,
-    request_rules,
-)
+from turnout.server.openapi_answers import ANSWERS, COMPONENTS, STREAM_EVENTS
+from turnout.server.openapi_requests import Served, request_rules
+from turnout.server.openapi_schemas import Schema, ref
 
 if TYPE_CHECKING:
     from turnout.server.context import Services
