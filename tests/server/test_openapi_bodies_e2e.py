@@ -15,7 +15,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from .harness import MODEL, Router
+from tests.support import bearer
+
+from .harness import MODEL, Router, run_router
 from .schema_strategies import from_schema
 
 ROUTES = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
@@ -105,3 +107,25 @@ def test_many_generated_bodies_are_taken(
     document: dict[str, Any], http: httpx.Client, path: str
 ) -> None:
     post_generated(document, http, path, examples=400)
+
+
+def test_the_document_names_only_the_models_of_the_key() -> None:
+    """Behind keys the document is a serving route, and names the models the caller's tenant
+    may use (for a tenant allowed none, no model name at all)."""
+    tenants = {
+        "demo": {"keys": ["key-demo"], "models": ["turnout-*"]},
+        "other": {"keys": ["key-other"], "models": ["elsewhere/*"]},
+    }
+    config = {"server": {"api_keys": ["plain"]}, "tenants": tenants}
+    with run_router(config=config, sims=1) as running:
+        url = f"{running.base_url}/openapi.json"
+        assert httpx.get(url, timeout=30).status_code == 401
+        for key, names in [("plain", [MODEL]), ("key-demo", [MODEL]), ("key-other", [])]:
+            answer = httpx.get(url, headers=bearer(key), timeout=30)
+            assert answer.status_code == 200, answer.text
+            schemas = answer.json()["components"]["schemas"]
+            model = schemas["ChatCompletionRequest"]["properties"]["model"]
+            assert [b.get("enum") for b in model["anyOf"] if "enum" in b] == (
+                [names] if names else []
+            ), key
+            assert (MODEL in answer.text) is bool(names)
