@@ -49,6 +49,8 @@ if TYPE_CHECKING:
 REQUEST_BODY = "request_body"
 #: Key of a route handler's ``opt`` naming the msgspec type of its JSON answer.
 RESPONSE_BODY = "response_body"
+#: Key of a route handler's ``opt``: True when it reads a missing body as ``{}``.
+OPTIONAL_BODY = "optional_body"
 #: Key of a route handler's ``opt``: True when it streams server-sent events (``stream: true``).
 EVENT_STREAM = "event_stream"
 _BEARER = "bearer"
@@ -193,6 +195,7 @@ class _Routes:
         self.bodies: dict[tuple[str, str], type[Any]] = {}
         self.answers: dict[tuple[str, str], type[Any]] = {}
         self.streams: set[tuple[str, str]] = set()
+        self.optional_bodies: set[tuple[str, str]] = set()
         for route in app.routes:
             if not isinstance(route, HTTPRoute):
                 continue
@@ -206,6 +209,8 @@ class _Routes:
                     self.answers[key] = answer
                 if handler.opt.get(EVENT_STREAM):
                     self.streams.add(key)
+                if handler.opt.get(OPTIONAL_BODY):
+                    self.optional_bodies.add(key)
 
 
 def with_request_bodies(
@@ -233,7 +238,7 @@ def with_request_bodies(
     for path, operations in schema.get("paths", {}).items():
         for method, operation in operations.items():
             if isinstance(operation, dict) and "responses" in operation:
-                _describe(path, method, operation, routes, ref_of)
+                _describe(path, method, operation, routes=routes, ref_of=ref_of, components=found)
     return schema
 
 
@@ -264,8 +269,10 @@ def _describe(
     path: str,
     method: str,
     operation: dict[str, Any],
+    *,
     routes: _Routes,
     ref_of: dict[type[Any], Schema],
+    components: dict[str, Any],
 ) -> None:
     """Fill one operation's request body, answers, errors and security."""
     key = (path, method)
@@ -275,9 +282,11 @@ def _describe(
     statuses = [*_ERRORS_OF_ALL, *([] if public else ["401"])]
     kind = routes.bodies.get(key)
     if kind is not None:
+        body = ref_of[kind]
+        fields = components[body["$ref"].rsplit("/", 1)[1]].get("required")
         operation["requestBody"] = {
-            "required": True,
-            "content": {"application/json": {"schema": ref_of[kind]}},
+            "required": key not in routes.optional_bodies or bool(fields),
+            "content": {"application/json": {"schema": body}},
         }
     if "requestBody" in operation:
         statuses.append("413")
