@@ -245,11 +245,18 @@ _CHOICES_WITHIN_LIMIT: list[Schema] = [
     }
     for k in range(2, 18)
 ]
+
+
+def _within_default(most: str, least: str, default: int) -> Schema:
+    """``least`` may not pass ``most``'s default when ``most`` is not given."""
+    return {
+        "if": {"not": _given(most, INT)},
+        "then": {"properties": {least: nullable({"type": "integer", "maximum": default})}},
+    }
+
+
 #: ``/v1/completions``: ``min_tokens`` may not pass ``max_tokens`` (16 when not given).
-_MIN_TOKENS_WITHIN_DEFAULT: Schema = {
-    "if": {"not": {"properties": {"max_tokens": {"type": "integer"}}, "required": ["max_tokens"]}},
-    "then": {"properties": {"min_tokens": nullable({"type": "integer", "maximum": 16})}},
-}
+_MIN_TOKENS_WITHIN_DEFAULT = _within_default("max_tokens", "min_tokens", 16)
 
 
 #: The largest finite float32 (workers take sampling parameters as float32).
@@ -263,24 +270,120 @@ _REGEXES = {
 }
 
 
-def _sampling(served: Served) -> dict[str, Schema]:
+#: -1 (off) or at least 1, as SGLang takes it (0 is refused).
+_TOP_K = nullable(
+    {
+        "anyOf": [{"const": -1}, {"type": "integer", "minimum": 1, "maximum": INT32_MAX}],
+        "description": "-1 (off) or at least 1",
+    }
+)
+
+
+def _sampling(served: Served, min_tokens: str = "min_tokens") -> dict[str, Schema]:
+    """The sampling fields' rules (``min_tokens``: that field's name)."""
     context = served.context_length
     return {
         "temperature": nullable({"type": "number", "minimum": 0, "maximum": _FLOAT32_MAX}),
+        "top_k": _TOP_K,
         "stop_regex": {**_REGEXES, "description": "Regular expressions that end the output"},
-        "min_tokens": nullable(
+        min_tokens: nullable(
             {
                 "type": "integer",
                 "minimum": 0,
                 "maximum": context // 2 if context else INT32_MAX,
                 "description": "At most what the prompt leaves of the context, and at most "
-                "max_tokens",
+                "the most tokens asked for",
             }
         ),
         "logit_bias": _logit_bias(served),
         "stop_token_ids": nullable({"type": "array", "items": _token_id(served)}),
-        "model": _model(served),
-        "lora_path": _lora_path(served),
+    }
+
+
+def _names(served: Served) -> dict[str, Schema]:
+    """The rules of ``model`` and ``lora_path``."""
+    return {"model": _model(served), "lora_path": _lora_path(served)}
+
+
+_STRUCTURAL_TAG = obj({"format": {"type": "object"}}, "format")
+
+
+def _generate_rules(served: Served) -> dict[str, Schema]:
+    ids = {"type": "array", "items": _token_id(served), "minItems": 1}
+    text = {"anyOf": [TEXT, {"type": "array", "items": TEXT, "minItems": 1}]}
+    return {
+        "GenerateRequestBody": {
+            "properties": {
+                **{name: _refused(why) for name, why in GENERATE.items()},
+                **_names(served),
+                "text": nullable(text),
+                "input_ids": nullable(
+                    {"anyOf": [ids, {"type": "array", "items": ids, "minItems": 1}]}
+                ),
+                "logprob_start_len": {
+                    "const": -1,
+                    "description": "Only -1: prompt logprobs are not returned by /generate",
+                },
+            },
+            "allOf": [
+                # Exactly one of text and input_ids.
+                {"anyOf": [_given("text", {"not": NULL}), _given("input_ids", {"not": NULL})]},
+                {
+                    "not": {
+                        "allOf": [
+                            _given("text", {"not": NULL}),
+                            _given("input_ids", {"not": NULL}),
+                        ]
+                    }
+                },
+                {
+                    "if": _given("token_ids_logprob", {"type": "array", "minItems": 1}),
+                    "then": _given("return_logprob", {"const": True}),
+                },
+            ],
+        },
+        "NativeSamplingParams": {
+            "properties": {
+                **_sampling(served, "min_new_tokens"),
+                "json_schema": nullable(
+                    {
+                        "anyOf": [
+                            {
+                                "type": "string",
+                                "contentMediaType": "application/json",
+                                "contentSchema": JSON_SCHEMA,
+                            },
+                            JSON_SCHEMA,
+                        ],
+                        "description": "A JSON schema (or its JSON text) the output must match",
+                    }
+                ),
+                "structural_tag": nullable(
+                    {
+                        "anyOf": [
+                            {
+                                "type": "string",
+                                "contentMediaType": "application/json",
+                                "contentSchema": _STRUCTURAL_TAG,
+                            },
+                            _STRUCTURAL_TAG,
+                        ],
+                        "description": "An xgrammar structural tag (or its JSON text)",
+                    }
+                ),
+            },
+            "allOf": [
+                _within_default("max_new_tokens", "min_new_tokens", 128),
+                *_at_most_one(
+                    [
+                        _given("regex", _NON_EMPTY),
+                        _given("ebnf", _NON_EMPTY),
+                        _given("json_schema", {"not": NULL}),
+                        _given("structural_tag", {"not": NULL}),
+                    ]
+                ),
+            ],
+        },
     }
 
 
@@ -406,6 +509,120 @@ _RESPONSES_TOOL_CHOICE = nullable(
 )
 
 
+_ANTHROPIC_TEXT = obj({"type": {"const": "text"}, "text": STR}, "type", "text", closed=True)
+_ANTHROPIC_CONTENT = {"anyOf": [STR, {"type": "array", "items": _ANTHROPIC_TEXT}]}
+_ANTHROPIC_MESSAGE = obj(
+    {"role": {"enum": ["user", "assistant"]}, "content": _ANTHROPIC_CONTENT},
+    "role",
+    "content",
+    closed=True,
+)
+_ANTHROPIC_TOOL = obj(
+    {
+        "type": {"const": "custom"},
+        "name": _FUNCTION_NAME,
+        "description": STR,
+        "input_schema": JSON_SCHEMA,
+        "strict": BOOL,
+    },
+    "name",
+    "input_schema",
+    closed=True,
+)
+_NO_PARALLEL = {"disable_parallel_tool_use": BOOL}
+_ANTHROPIC_TOOL_CHOICE = nullable(
+    {
+        "anyOf": [
+            obj({"type": {"enum": ["auto", "any", "none"]}, **_NO_PARALLEL}, "type", closed=True),
+            obj(
+                {"type": {"const": "tool"}, "name": STR, **_NO_PARALLEL},
+                "type",
+                "name",
+                closed=True,
+            ),
+        ],
+        "description": "A named tool must be one of the tools",
+    }
+)
+_DISPLAY = {"enum": ["summarized", "omitted"]}
+_THINKING = nullable(
+    {
+        "anyOf": [
+            obj(
+                {"type": {"const": "enabled"}, "budget_tokens": INT, "display": _DISPLAY},
+                "type",
+                "budget_tokens",
+                closed=True,
+            ),
+            obj(
+                {"type": {"enum": ["disabled", "adaptive"]}, "display": _DISPLAY},
+                "type",
+                closed=True,
+            ),
+        ]
+    }
+)
+_OUTPUT_CONFIG = nullable(
+    obj(
+        {
+            "effort": nullable(STR),
+            "format": obj(
+                {"type": {"const": "json_schema"}, "schema": JSON_SCHEMA}, "type", "schema"
+            ),
+        },
+        closed=True,
+    )
+)
+_CONTEXT_MANAGEMENT = nullable(
+    obj(
+        {
+            "edits": nullable(
+                {
+                    "type": "array",
+                    "items": obj({"type": {"const": "clear_thinking_20251015"}}, "type"),
+                }
+            )
+        },
+        closed=True,
+    )
+)
+#: ``tool_choice`` ``any`` or ``tool`` needs tools.
+_ANTHROPIC_CHOICE_NEEDS_TOOLS: Schema = {
+    "if": _given("tool_choice", obj({"type": {"enum": ["any", "tool"]}}, "type")),
+    "then": _given("tools", {"type": "array", "minItems": 1}),
+}
+
+
+def _anthropic_rules(served: Served) -> dict[str, Schema]:
+    common: dict[str, Schema] = {
+        "model": _model(served),
+        "messages": {"type": "array", "items": _ANTHROPIC_MESSAGE, "minItems": 1},
+        "system": nullable(_ANTHROPIC_CONTENT),
+        "tools": nullable({"type": "array", "items": _ANTHROPIC_TOOL}),
+        "tool_choice": _ANTHROPIC_TOOL_CHOICE,
+        "thinking": _THINKING,
+        "output_config": _OUTPUT_CONFIG,
+        "context_management": _CONTEXT_MANAGEMENT,
+        "mcp_servers": _refused("turnout connects to no MCP servers: give the tools as tools"),
+    }
+    return {
+        "MessagesRequest": {
+            "properties": {
+                **common,
+                "top_k": _TOP_K,
+                "container": _refused("turnout runs no code containers"),
+                "service_tier": nullable({"enum": ["auto", "standard_only"]}),
+                "stop_sequences": nullable({"type": "array", "items": _NON_EMPTY}),
+            },
+            "allOf": [_ANTHROPIC_CHOICE_NEEDS_TOOLS],
+        },
+        "CountTokensRequest": {
+            "properties": common,
+            "allOf": [_ANTHROPIC_CHOICE_NEEDS_TOOLS],
+        },
+    }
+
+
 def request_rules(served: Served) -> dict[str, Schema]:
     """Component name → the rules to merge into that request type's schema: ``properties``
     (each replaces the type's own schema of that field) and other keywords (added)."""
@@ -420,11 +637,11 @@ def request_rules(served: Served) -> dict[str, Schema]:
 def _rules(served: Served) -> dict[str, Schema]:
     refused_chat = {name: _refused(why) for name, why in CHAT.items()}
     refused_completions = {name: _refused(why) for name, why in COMPLETIONS.items()}
-    refused_generate = {name: _refused(why) for name, why in GENERATE.items()}
     return {
         "ChatCompletionRequest": {
             "properties": {
                 **_sampling(served),
+                **_names(served),
                 **refused_chat,
                 "messages": {"type": "array", "items": _CHAT_MESSAGE, "minItems": 1},
                 "tools": nullable({"type": "array", "items": _CHAT_TOOL}),
@@ -452,6 +669,7 @@ def _rules(served: Served) -> dict[str, Schema]:
         "CompletionRequest": {
             "properties": {
                 **_sampling(served),
+                **_names(served),
                 **refused_completions,
                 "prompt": _prompt(served, "The prompt", MAX_CHOICES),
                 "suffix": _refused("suffix"),
@@ -474,14 +692,7 @@ def _rules(served: Served) -> dict[str, Schema]:
                 *_ONE_COMPLETION_CONSTRAINT,
             ],
         },
-        "GenerateRequestBody": {
-            "properties": {
-                **refused_generate,
-                "model": _model(served),
-                "lora_path": _lora_path(served),
-            },
-        },
-        "NativeSamplingParams": {"properties": {"logit_bias": _logit_bias(served)}},
+        **_generate_rules(served),
         "EmbeddingRequest": {
             "properties": {
                 "model": _model(served),
@@ -497,6 +708,7 @@ def _rules(served: Served) -> dict[str, Schema]:
         "ResponsesRequest": {
             "properties": {
                 "model": _model(served),
+                "top_k": _TOP_K,
                 "input": {"anyOf": [STR, {"type": "array", "items": _INPUT_ITEM, "minItems": 1}]},
                 "conversation": nullable({"anyOf": [TEXT, obj({"id": TEXT}, "id")]}),
                 "tools": nullable({"type": "array", "items": _RESPONSES_TOOL}),
@@ -564,7 +776,18 @@ def _rules(served: Served) -> dict[str, Schema]:
                 },
             ],
         },
-        "MessagesRequest": {"properties": {"model": _model(served)}},
-        "TokenizeRequest": {"properties": {"model": _model(served)}},
+        **_anthropic_rules(served),
+        "TokenizeRequest": {
+            "properties": {
+                "model": _model(served),
+                "messages": nullable({"type": "array", "items": _CHAT_MESSAGE, "minItems": 1}),
+            },
+            "allOf": [
+                {"anyOf": [_given(name, {"not": NULL}) for name in ("prompt", "text", "messages")]},
+                *_at_most_one(
+                    [_given(name, {"not": NULL}) for name in ("prompt", "text", "messages")]
+                ),
+            ],
+        },
         "DetokenizeRequest": {"properties": {"model": _model(served)}},
     }

@@ -20,11 +20,20 @@ from tests.support import bearer
 from .harness import MODEL, Router, run_router
 from .schema_strategies import from_schema
 
-ROUTES = ["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/responses"]
+#: Route → least share of generated bodies answered 2xx. What no JSON schema can state is the
+#: rest: unique tool names, a named tool among the tools (more often met by Anthropic's
+#: bodies, whose tool choice is an object).
+ROUTES = {
+    "/v1/chat/completions": 0.8,
+    "/v1/completions": 0.8,
+    "/v1/embeddings": 0.8,
+    "/v1/responses": 0.8,
+    "/generate": 0.8,
+    "/v1/tokenize": 0.8,
+    "/v1/messages": 0.65,
+}
 #: Fields that name objects kept by the server (a random id names none: a 404), left out.
 STORED_REFERENCES = {"ResponsesRequest": ("previous_response_id", "conversation")}
-#: Least share of generated bodies answered 2xx.
-ACCEPTED = 0.8
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +46,15 @@ def document(router: Router) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def http(router: Router) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=router.base_url, timeout=60) as client:
+    # Generated bodies ask for the most tokens, every choice, and ignore EOS: the workers send
+    # their tokens in big chunks, so that such bodies take seconds, not minutes.
+    before = [sim.knobs.tokens_per_chunk for sim in router.sims]
+    for sim in router.sims:
+        sim.knobs.update({"tokens_per_chunk": 64})
+    with httpx.Client(base_url=router.base_url, timeout=120) as client:
         yield client
+    for sim, chunk in zip(router.sims, before, strict=True):
+        sim.knobs.update({"tokens_per_chunk": chunk})
 
 
 def bodies(document: dict[str, Any], path: str) -> st.SearchStrategy[Any]:
@@ -77,11 +93,11 @@ def post_generated(
         assert answer.status_code < 500, (body, answer.text)
         statuses[answer.status_code] += 1
         if answer.status_code >= 300:
-            refused.append(answer.json()["error"]["message"][:120])
+            refused.append(answer.text[:200])
 
     post()
     accepted = sum(n for status, n in statuses.items() if status < 300)
-    assert accepted >= ACCEPTED * sum(statuses.values()), (path, statuses, refused)
+    assert accepted >= ROUTES[path] * sum(statuses.values()), (path, statuses, refused)
     return statuses
 
 
@@ -98,7 +114,7 @@ def test_the_document_names_what_the_server_serves(document: dict[str, Any]) -> 
 def test_generated_bodies_are_taken(
     document: dict[str, Any], http: httpx.Client, path: str
 ) -> None:
-    post_generated(document, http, path, examples=40)
+    post_generated(document, http, path, examples=30)
 
 
 @pytest.mark.slow
@@ -106,7 +122,7 @@ def test_generated_bodies_are_taken(
 def test_many_generated_bodies_are_taken(
     document: dict[str, Any], http: httpx.Client, path: str
 ) -> None:
-    post_generated(document, http, path, examples=400)
+    post_generated(document, http, path, examples=300)
 
 
 def test_the_document_names_only_the_models_of_the_key() -> None:
