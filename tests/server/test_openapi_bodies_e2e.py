@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import collections
 import copy
+import json
+import shutil
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from tests.support import bearer
+from turnout.demo_model import path as demo_path
 
 from .harness import MODEL, Router, run_router
 from .schema_strategies import from_schema
@@ -37,6 +40,22 @@ STORED_REFERENCES = {"ResponsesRequest": ("previous_response_id", "conversation"
 
 
 @pytest.fixture(scope="module")
+def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
+    """The demo model with a context of 256 tokens: generated bodies ask for the most tokens
+    of every choice and ignore EOS, which the demo's 8192 would make minutes of output."""
+    model = tmp_path_factory.mktemp("model") / "small-demo"
+    shutil.copytree(demo_path(), model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 256}))
+    with run_router(
+        model_dir=model, model={"tool_parser": "qwen", "reasoning_parser": "qwen3"}
+    ) as running:
+        for sim in running.sims:
+            sim.knobs.update({"tokens_per_chunk": 16})
+        yield running
+
+
+@pytest.fixture(scope="module")
 def document(router: Router) -> dict[str, Any]:
     answer = httpx.get(f"{router.base_url}/openapi.json", timeout=30)
     assert answer.status_code == 200, answer.text
@@ -46,15 +65,8 @@ def document(router: Router) -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def http(router: Router) -> Iterator[httpx.Client]:
-    # Generated bodies ask for the most tokens, every choice, and ignore EOS: the workers send
-    # their tokens in big chunks, so that such bodies take seconds, not minutes.
-    before = [sim.knobs.tokens_per_chunk for sim in router.sims]
-    for sim in router.sims:
-        sim.knobs.update({"tokens_per_chunk": 64})
-    with httpx.Client(base_url=router.base_url, timeout=120) as client:
+    with httpx.Client(base_url=router.base_url, timeout=60) as client:
         yield client
-    for sim, chunk in zip(router.sims, before, strict=True):
-        sim.knobs.update({"tokens_per_chunk": chunk})
 
 
 def bodies(document: dict[str, Any], path: str) -> st.SearchStrategy[Any]:
@@ -102,12 +114,14 @@ def post_generated(
 
 
 def test_the_document_names_what_the_server_serves(document: dict[str, Any]) -> None:
-    """The served model, and token ids within its vocabulary (3000 tokens)."""
+    """The served model, token ids within its vocabulary (3000 tokens), and at most half its
+    context (256 tokens) for min_tokens."""
     chat = document["components"]["schemas"]["ChatCompletionRequest"]["properties"]
     assert chat["model"]["anyOf"][0] == {"enum": [MODEL]}
     completion = document["components"]["schemas"]["CompletionRequest"]["properties"]
     ids = completion["prompt"]["anyOf"][1]
     assert ids["items"] == {"type": "integer", "minimum": 0, "maximum": 2999}
+    assert completion["min_tokens"]["anyOf"][0]["maximum"] == 128
 
 
 @pytest.mark.parametrize("path", ROUTES)
