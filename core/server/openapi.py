@@ -65,9 +65,9 @@ _SECURITY_SCHEMES = {
 _EVENTS = {
     "schema": {
         "type": "string",
-        "description": "Server-sent events: one `data: <JSON chunk>` line per event (the "
-        "Responses API names each with an `event:` line), ending with `data: [DONE]` (the "
-        "Responses API ends with its `response.completed` event instead)",
+        "description": "Server-sent events: one `data: <JSON>` line per event (its schema: "
+        "`x-data-schema`), ending with `data: [DONE]`; the Responses and Messages APIs name "
+        "each event with an `event:` line and end with their last event instead",
     }
 }
 SCHEMA_PATH = "/openapi.json"
@@ -121,11 +121,12 @@ def served_now(services: Callable[[], Services]) -> ServedNow:
             if model_id in models
             for alias in model.aliases
         ]
-        adapters = sorted({name for model_id in models for name in table.adapters(model_id)})
+        adapters = {model_id: list(table.adapters(model_id)) for model_id in models}
         context = _smallest(running, models, "max_context_length")
         return Served(
             models=(*models, *aliases),
-            adapters=tuple(adapters),
+            adapters=tuple(sorted({name for names in adapters.values() for name in names})),
+            with_adapters=tuple(f"{m}:{name}" for m, names in adapters.items() for name in names),
             vocab_size=_smallest(running, models, "vocab_size"),
             context_length=context or _smallest(running, models, "context_length"),
             model_optional=len(models) == 1 or bool(running.config.defaults.model),

@@ -39,6 +39,8 @@ class Served:
 
     models: tuple[str, ...] = ()
     adapters: tuple[str, ...] = ()
+    #: ``<model>:<adapter>`` of each model's adapters.
+    with_adapters: tuple[str, ...] = ()
     vocab_size: int | None = None
     context_length: int | None = None
     model_optional: bool = True
@@ -52,7 +54,7 @@ def _token_id(served: Served) -> Schema:
 def _model(served: Served) -> Schema:
     if not served.models:
         return nullable(STR)
-    names = [*served.models, *(f"{m}:{a}" for m in served.models for a in served.adapters)]
+    names = [*served.models, *served.with_adapters]
     description = "A served model (id or alias; `<model>:<adapter>` runs a LoRA adapter)"
     if not served.model_optional:
         return {"enum": names, "description": description}

@@ -159,3 +159,28 @@ def test_the_document_names_only_the_models_of_the_key() -> None:
                 [names] if names else []
             ), key
             assert (MODEL in answer.text) is bool(names)
+
+
+def test_the_document_names_the_adapters_and_aliases() -> None:
+    """``model`` takes the model, its aliases and ``<model>:<adapter>``; ``lora_path`` the
+    adapters; and a body naming one of them is taken."""
+    with run_router(
+        sims=1,
+        sim_kwargs={"lora_adapters": ["sql=/adapters/sql"]},
+        model={"adapters": ["configured"], "aliases": ["demo-alias"]},
+    ) as running:
+        url = running.base_url
+        running.wait_until(lambda: "sql" in httpx.get(f"{url}/openapi.json", timeout=30).text)
+        schemas = httpx.get(f"{url}/openapi.json", timeout=30).json()["components"]["schemas"]
+        properties = schemas["CompletionRequest"]["properties"]
+        assert properties["model"]["anyOf"][0]["enum"] == [
+            MODEL,
+            "demo-alias",
+            f"{MODEL}:configured",
+            f"{MODEL}:sql",
+        ]
+        adapters = properties["lora_path"]["anyOf"][0]["anyOf"][0]
+        assert adapters == {"enum": ["configured", "sql"]}
+        for body in ({"model": f"{MODEL}:sql"}, {"lora_path": "sql"}, {"model": "demo-alias"}):
+            answer = httpx.post(f"{url}/v1/completions", json={"prompt": "hi", **body}, timeout=30)
+            assert answer.status_code == 200, answer.text
