@@ -48,7 +48,13 @@ from turnout.server.info import info_routes
 from turnout.server.metered_dispatch import MeteredDispatch
 from turnout.server.metrics_server import metrics_listener
 from turnout.server.middleware import ENDPOINT_APP, OpsMiddleware, OpsState, gate_middleware
-from turnout.server.openapi import EVENT_STREAM, REQUEST_BODY, RESPONSE_BODY, openapi_config
+from turnout.server.openapi import (
+    EVENT_STREAM,
+    REQUEST_BODY,
+    RESPONSE_BODY,
+    openapi_config,
+    served_now,
+)
 from turnout.server.operator_routes import operator_routes
 from turnout.server.options import allow_every_method
 from turnout.server.preflight import preloaded_models
@@ -377,7 +383,7 @@ def create_app(
             WORKER_REGISTRY: Provide(_provide_registry, sync_to_thread=False),
         },
         request_max_body_size=server.max_body_bytes,
-        openapi_config=openapi_config(),
+        openapi_config=openapi_config(served_now(provide_services)),
         # Logging belongs to the process (turnout.observability.logs), not to the app.
         logging_config=None,
         debug=False,

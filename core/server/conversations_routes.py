@@ -30,7 +30,7 @@ from turnout.responses.request import (
 )
 from turnout.responses.sealing import ReasoningSeal
 from turnout.responses.store import current_owner
-from turnout.server.openapi import REQUEST_BODY
+from turnout.server.openapi import OPTIONAL_BODY, REQUEST_BODY
 from turnout.server.protocol import decode_body
 from turnout.server.respond import answer_json
 from turnout.server.responses_routes import page, page_limit
@@ -96,7 +96,11 @@ def conversations_routes(
                 exc.message = exc.message.replace("input[", "items[")
             raise
 
-    @post("/v1/conversations", status_code=200, opt={REQUEST_BODY: CreateConversation})
+    @post(
+        "/v1/conversations",
+        status_code=200,
+        opt={REQUEST_BODY: CreateConversation, OPTIONAL_BODY: True},
+    )
     async def create_conversation(request: Request[Any, Any, Any]) -> Any:
         """Create a conversation (with its first items)."""
         body = decode_body(await request.body() or b"{}", CreateConversation)

@@ -21,6 +21,7 @@ from litestar.di import NamedDependency
 
 from turnout.errors import ApiError
 from turnout.server.context import Services
+from turnout.server.openapi import OPTIONAL_BODY, REQUEST_BODY
 from turnout.server.respond import answer_json
 from turnout.wire import WorkerClient, common_pb
 from turnout.workers.operations import Answer, WorkerOutcome, fan_out
@@ -112,7 +113,11 @@ def _answer(model: str | None, outcomes: Sequence[WorkerOutcome], **extra: Any) 
     return answer_json({"model": model, **extra, "workers": [o.as_dict() for o in outcomes]})
 
 
-@post("/admin/load_lora_adapter", status_code=200)
+@post(
+    "/admin/load_lora_adapter",
+    status_code=200,
+    opt={REQUEST_BODY: LoadAdapterBody, OPTIONAL_BODY: True},
+)
 async def load_lora_adapter(
     request: Request[Any, Any, Any], services: NamedDependency[Services]
 ) -> Response[bytes]:
@@ -138,7 +143,11 @@ async def load_lora_adapter(
     return _answer(model_id, outcomes, lora_name=body.lora_name, lora_id=lora_id)
 
 
-@post("/admin/unload_lora_adapter", status_code=200)
+@post(
+    "/admin/unload_lora_adapter",
+    status_code=200,
+    opt={REQUEST_BODY: UnloadAdapterBody, OPTIONAL_BODY: True},
+)
 async def unload_lora_adapter(
     request: Request[Any, Any, Any], services: NamedDependency[Services]
 ) -> Response[bytes]:
@@ -164,7 +173,9 @@ async def unload_lora_adapter(
     return _answer(model_id, outcomes, lora_name=body.lora_name)
 
 
-@post("/admin/flush_cache", status_code=200)
+@post(
+    "/admin/flush_cache", status_code=200, opt={REQUEST_BODY: FlushCacheBody, OPTIONAL_BODY: True}
+)
 async def flush_cache(
     request: Request[Any, Any, Any], services: NamedDependency[Services]
 ) -> Response[bytes]:
@@ -178,7 +189,11 @@ async def flush_cache(
     return _answer(model_id, await fan_out(workers, flush))
 
 
-@post("/admin/start_profile", status_code=200)
+@post(
+    "/admin/start_profile",
+    status_code=200,
+    opt={REQUEST_BODY: StartProfileBody, OPTIONAL_BODY: True},
+)
 async def start_profile(
     request: Request[Any, Any, Any], services: NamedDependency[Services]
 ) -> Response[bytes]:
@@ -199,7 +214,9 @@ async def start_profile(
     return _answer(model_id, await fan_out(workers, begin))
 
 
-@post("/admin/stop_profile", status_code=200)
+@post(
+    "/admin/stop_profile", status_code=200, opt={REQUEST_BODY: StopProfileBody, OPTIONAL_BODY: True}
+)
 async def stop_profile(
     request: Request[Any, Any, Any], services: NamedDependency[Services]
 ) -> Response[bytes]:
