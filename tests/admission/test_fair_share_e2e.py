@@ -47,7 +47,7 @@ async def test_fair_share_by_token_work(http: httpx.AsyncClient) -> None:
                 clients=6,
                 until=until,
                 headers={"authorization": f"Bearer {LONG_KEY}"},
-                text=" ".join(f"word{i}" for i in range(150)),
+                text=" ".join(f"word{i}" for i in range(40)),
             ),
             closed_loop(
                 http,
