@@ -562,7 +562,7 @@ class _Gate:
                 app = handler.opt.get(ENDPOINT_APP, self.app) if handler is not None else self.app
                 with (
                     admission_scope(admission) if admission is not None else _NO_SCOPE,
-                    ticket_scope(ticket),
+                    ticket_scope(ticket) if ticket is not None else _NO_SCOPE,
                 ):
                     watch.on_disconnect = served  # only while the app runs
                     try:

@@ -110,3 +110,37 @@ async def test_preemption_before_the_first_token(http: httpx.AsyncClient) -> Non
         assert len(bulk_sent) == 2
         samples = scrape(router.base_url)
         assert total(samples, "turnout_admission_preempted_total", **{"class": "bulk"}) == 1
+
+
+async def test_a_full_class_queue_is_429_and_a_long_wait_503(http: httpx.AsyncClient) -> None:
+    """Shedding per class: bulk's queue holds one; the next bulk request gets 429, the queued
+    one 503 after bulk's queue timeout, both with ``Retry-After``."""
+    bulk_classes = classes()
+    bulk_classes[3].update(queue_size=1, queue_timeout_s=1.0)
+    config = {
+        "server": {"max_concurrent_requests": 1},
+        "admission": admission(classes=bulk_classes),
+    }
+    with run_router(config=config, sims=1, sim_kwargs={"ttft_ms": 3000.0}) as router:
+        url = f"{router.base_url}{CHAT}"
+        bulk = {"x-turnout-priority": "bulk"}
+        running = asyncio.create_task(http.post(url, json=chat(max_tokens=2), headers=bulk))
+        await eventually(lambda: len(router.sims[0].requests) == 1, what="one running")
+        queued = asyncio.create_task(http.post(url, json=chat(max_tokens=2), headers=bulk))
+        await eventually(
+            lambda: total(scrape(router.base_url), "turnout_admission_waiting") == 1,
+            what="one waiting",
+        )
+        full = await http.post(url, json=chat(max_tokens=2), headers=bulk)
+        assert full.status_code == 429
+        assert full.json()["error"]["code"] == "admission_queue_full"
+        assert int(full.headers["retry-after"]) >= 1
+        timed_out = await queued
+        assert timed_out.status_code == 503
+        assert timed_out.json()["error"]["code"] == "admission_queue_timeout"
+        assert int(timed_out.headers["retry-after"]) >= 1
+        assert (await running).status_code == 200
+        samples = scrape(router.base_url)
+        for reason in ("queue_full", "queue_timeout"):
+            shed = total(samples, "turnout_admission_shed_total", reason=reason)
+            assert shed == 1, reason
