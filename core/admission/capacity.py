@@ -2,9 +2,11 @@
 
 Each routable engine (DP rank) that pushes its load offers ``max_running_requests`` plus the
 allowed ``engine_waiting``, less the work other routers gave it; one whose KV cache is full
-(``token_usage`` at ``kv_usage_limit``) or whose uncached prefill backlog is over
-``waiting_prefill_tokens_limit`` offers only what this router already has on it. An engine
-that pushes no load, or has no running limit, does not limit admission (unbounded).
+(``active_token_usage``, else ``token_usage``, at ``kv_usage_limit``: the evictable prefix
+cache does not count) or whose uncached prefill backlog is over
+``waiting_prefill_tokens_limit`` offers only what this router already has on it (at least
+one, so that stale numbers cannot stop admission). An engine that pushes no load, or has no
+running limit, does not limit admission (unbounded).
 """
 
 from __future__ import annotations
@@ -41,10 +43,16 @@ class EngineCapacity:
                     return math.inf
                 seen = True
                 own = slot.in_flight
-                if load.token_usage >= self._kv_limit or (
+                # The evictable prefix cache is free room: count what cannot be evicted.
+                used = (
+                    load.active_token_usage
+                    if load.HasField("active_token_usage")
+                    else load.token_usage
+                )
+                if used >= self._kv_limit or (
                     self._prefill_limit and load.waiting_uncached_tokens >= self._prefill_limit
                 ):
-                    total += own
+                    total += max(own, 1)  # one at a time: progress even on stale numbers
                     continue
                 others = slot.load - own
                 total += max(own, load.max_running_requests + self._waiting - others)

@@ -144,3 +144,40 @@ async def test_a_full_class_queue_is_429_and_a_long_wait_503(http: httpx.AsyncCl
         for reason in ("queue_full", "queue_timeout"):
             shed = total(samples, "turnout_admission_shed_total", reason=reason)
             assert shed == 1, reason
+
+
+@pytest.mark.parametrize(("aging_s", "starves"), [(0.4, False), (0.0, True)])
+async def test_ageing_lifts_a_waiting_request(
+    http: httpx.AsyncClient, aging_s: float, starves: bool
+) -> None:
+    """One place, kept busy by interactive requests; a bulk request waiting among them rises a
+    class per ``aging_s`` and is served within seconds. Without ageing it waits until the
+    interactive load ends. (No reserved shares: ageing orders what the reserves leave.)"""
+    config = {
+        "server": {"max_concurrent_requests": 1},
+        "admission": admission(aging_s=aging_s, classes=classes()),
+    }
+    with run_router(config=config, sims=1, sim_kwargs={"delay_ms": 20.0}) as router:
+        start = time.monotonic()
+        until = start + 4.0
+        load = asyncio.create_task(
+            closed_loop(
+                http,
+                router.base_url,
+                Loop(),
+                clients=3,
+                until=until,
+                headers={"x-turnout-priority": "interactive"},
+                max_tokens=5,
+            )
+        )
+        await asyncio.sleep(0.3)
+        bulk = await http.post(
+            f"{router.base_url}{CHAT}",
+            json=chat(max_tokens=5),
+            headers={"x-turnout-priority": "bulk"},
+        )
+        served_at = time.monotonic()
+        await load
+        assert bulk.status_code == 200
+        assert (served_at >= until) is starves, served_at - start
