@@ -37,6 +37,8 @@ async def open_admitted(ticket: Ticket, work: int, start: Callable[[], Awaitable
         if call.cancelled():
             await ticket.requeue()
             continue
-        result = call.result()  # it answered first: it keeps its place
+        if call.exception() is not None:
+            ticket.unpreemptible()
+        result = call.result()  # raises its error; else it answered first: it keeps its place
         ticket.started()
         return result

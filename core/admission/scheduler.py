@@ -120,9 +120,6 @@ class Scheduler:
             return
         if ticket.stage is not Stage.NEW:
             return  # its request ended (work it left running, e.g. in the background, is free)
-        if self.draining:
-            self._shed(ticket, "shutting_down")
-            raise Draining()
         ticket.tag = queue.charge(ticket.tenant, ticket.weight, work)
         ticket.work = work
         now = self._now()
@@ -130,6 +127,9 @@ class Scheduler:
             self._grant(ticket, now)
             return
         try:
+            if self.draining:  # nothing waits while the router shuts down
+                self._shed(ticket, "shutting_down")
+                raise Draining()
             self._refuse_early(ticket, now)
         except ApiError:
             queue.settle(ticket.tenant, ticket.weight, -work)
@@ -173,6 +173,18 @@ class Scheduler:
         now = self._now()
         self.drain.first_token(now - ticket.admitted_at)
         if ticket.yielding:  # it answered before it could yield: ask another
+            ticket.yielding = False
+            self._yielding -= 1
+            self._preempt_for_waiting()
+
+    def unpreemptible(self, ticket: Ticket) -> None:
+        """``ticket``'s worker call failed before its first token: it keeps its place until it
+        ends (what follows is not a call a preemption could abort)."""
+        if ticket.stage is not Stage.ADMITTED:
+            return
+        self._unstarted[ticket.cls].pop(ticket, None)
+        ticket.yield_signal = None
+        if ticket.yielding:
             ticket.yielding = False
             self._yielding -= 1
             self._preempt_for_waiting()

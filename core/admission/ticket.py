@@ -101,6 +101,10 @@ class Ticket:
         """Its first token came: it keeps its place now."""
         self.scheduler.started(self)
 
+    def unpreemptible(self) -> None:
+        """Its worker call failed before its first token: no preemption from now on."""
+        self.scheduler.unpreemptible(self)
+
     def release(self) -> None:
         """The request ended (idempotent)."""
         self.scheduler.close(self)
