@@ -1,9 +1,10 @@
 """The ``contention`` scenario (opt-in): a bulk tenant saturating the workers with long prompts
 while an interactive tenant sends a trickle of short streamed chats.
 
-For each target (turnout without and with admission classes, smg without and with its priority
-scheduler) three phases run on the same simulated workers: the trickle alone (its idle TTFT),
-the bulk load alone (its uncontended throughput), and both at once. Reported: the interactive
+For each target (turnout without admission classes, with them, and with them and a held share
+for ``interactive``; smg without and with its priority scheduler) three phases run on the same
+simulated workers: the trickle alone (its idle TTFT), the bulk load alone (its uncontended
+throughput), and both at once. Reported: the interactive
 TTFT p50/p99 and the bulk throughput of each phase, and the ratios the issue sets targets for
 (contended p99 over idle p99, contended bulk throughput over uncontended).
 
@@ -42,6 +43,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--contention-bulk-max-tokens", type=int, default=64)
     group.add_argument(
         "--contention-interactive-rps", type=float, default=2.0, help="interactive trickle"
+    )
+    group.add_argument(
+        "--contention-hold", type=float, default=0.125, help="interactive hold of turnout-hold"
     )
     group.add_argument("--contention-max-running", type=int, default=4, help="per sim")
     group.add_argument("--contention-delay-ms", type=float, default=8.0, help="per token")
@@ -196,6 +200,8 @@ def _targets(args: argparse.Namespace, names: list[str]) -> list[tuple[str, str,
     if "turnout" in names:
         targets.append(("turnout", "turnout", {}))
         targets.append(("turnout-classes", "turnout", {"config": {"admission": {"enabled": True}}}))
+        held = {"enabled": True, "classes": _classes_holding(args.contention_hold)}
+        targets.append(("turnout-hold", "turnout", {"config": {"admission": held}}))
     if "smg" in names and find_smg() is not None:
         targets.append(("smg", "smg", {}))
         flags = [
@@ -209,6 +215,28 @@ def _targets(args: argparse.Namespace, names: list[str]) -> list[tuple[str, str,
         ]
         targets.append(("smg-classes", "smg", {"extra": flags}))
     return targets
+
+
+def _classes_holding(hold: float) -> list[dict[str, Any]]:
+    """turnout's default classes, ``interactive`` holding ``hold`` of capacity."""
+    return [
+        {"name": "system", "share": 0.1, "queue_size": 100, "queue_timeout_s": 60},
+        {
+            "name": "interactive",
+            "share": 0.4,
+            "hold": hold,
+            "queue_size": 200,
+            "queue_timeout_s": 30,
+        },
+        {"name": "default", "share": 0.2, "queue_size": 200, "queue_timeout_s": 60},
+        {
+            "name": "bulk",
+            "share": 0.1,
+            "queue_size": 1000,
+            "queue_timeout_s": 300,
+            "preempt": False,
+        },
+    ]
 
 
 def _start(

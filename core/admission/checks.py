@@ -22,6 +22,9 @@ def admission_problems(
     total = sum(cls.share for cls in settings.classes)
     if total > 1.0 + 1e-9:
         problems.append(f"admission.classes: the shares add up to {total:g}, more than 1")
+    held = sum(cls.hold for cls in settings.classes)
+    if held >= 1.0:
+        problems.append(f"admission.classes: the holds add up to {held:g}; keep them below 1")
     known = ", ".join(names)
     for key, name in (("default_class", settings.default_class), ("max_class", settings.max_class)):
         if name not in names:

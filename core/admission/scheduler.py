@@ -1,7 +1,8 @@
 """Who is admitted next, and who yields its place (see docs/admission.md).
 
-Capacity is ``min(server.max_concurrent_requests, what the engines' pushed loads allow)``. When
-a place is free, a class below its reserved share with work waiting goes first (the highest such
+Capacity is ``min(server.max_concurrent_requests, what the engines' pushed loads allow)``; a
+class's ``hold`` keeps that share of it free for the class and those above. When a place is
+free, a class below its reserved share with work waiting goes first (the highest such
 class); otherwise the class whose head ranks highest, a head rising one class per ``aging_s``
 it has waited (no class starves). Inside a class, :class:`~turnout.admission.fair.FairQueue`
 picks. A request that must wait while a lower class above its reserve holds a place that has
@@ -111,6 +112,16 @@ class Scheduler:
             return math.inf
         return max(1, math.floor(share * limit))
 
+    def _room(self, cls: int, limit: float) -> float:
+        """Places class ``cls`` may take now: the free ones less those held for higher classes
+        that do not use them (``hold``)."""
+        room = limit - self.active
+        for higher in range(cls):
+            hold = self.classes[higher].hold
+            if hold > 0 and not math.isinf(limit):
+                room -= max(0, max(1, math.floor(hold * limit)) - self._active[higher])
+        return room
+
     async def admit(self, ticket: Ticket, work: int) -> None:
         """Admit ``ticket`` for ``work`` more tokens: at once, after waiting, or refused."""
         queue = self._queues[ticket.cls]
@@ -123,7 +134,7 @@ class Scheduler:
         ticket.tag = queue.charge(ticket.tenant, ticket.weight, work)
         ticket.work = work
         now = self._now()
-        if not self.waiting and self.active < self.limit():
+        if not self.waiting and self._room(ticket.cls, self.limit()) > 0:
             self._grant(ticket, now)
             return
         try:
@@ -338,15 +349,16 @@ class Scheduler:
     def _pick(self, limit: float, now: float) -> int | None:
         """The class whose head goes next (None: none waits)."""
         queues = self._queues
-        for cls, queue in enumerate(queues):
-            if queue and self._active[cls] < self._reserve(cls, limit):
+        open_ = [bool(queue) and self._room(cls, limit) > 0 for cls, queue in enumerate(queues)]
+        for cls in range(len(queues)):
+            if open_[cls] and self._active[cls] < self._reserve(cls, limit):
                 return cls
         aging = self.settings.aging_s
         best: int | None = None
         best_rank = math.inf
         for cls, queue in enumerate(queues):
             head = queue.head()
-            if head is None:
+            if head is None or not open_[cls]:
                 continue
             rank = float(cls)
             if aging > 0:

@@ -23,6 +23,9 @@ class PriorityClassSettings(_Section):
     #: Fraction of capacity reserved for the class: it always gets this much when it has work
     #: waiting, and its requests are not taken over by a higher class below it.
     share: _Share = 0.0
+    #: Fraction of capacity kept free for the class (and those above it): lower classes never
+    #: take it, so the class's next request finds a place at once even when they are backlogged.
+    hold: _Share = 0.0
     #: Requests of the class waiting at once; more are answered 429.
     queue_size: _Count = 100
     #: Longest wait of one request of the class; then 503 (0: until the request timeout).
