@@ -4,13 +4,16 @@ and closed loops of clients that keep a class (or a tenant) backlogged."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
 from tests.ops.helpers import chat
+from turnout.sim import SimWorker
 
 CHAT = "/v1/chat/completions"
 
@@ -77,3 +80,32 @@ async def closed_loop(
             loop.done.append(Done(time.monotonic(), tokens, response.status_code))
 
     await asyncio.gather(*(one_client() for _ in range(clients)))
+
+
+@dataclass
+class Peak:
+    """The most Generate calls a sim ran at once since the last :meth:`take`."""
+
+    value: int = 0
+
+    def take(self) -> int:
+        """The peak so far; start again from zero."""
+        peak, self.value = self.value, 0
+        return peak
+
+
+@contextlib.asynccontextmanager
+async def peak_running(sim: SimWorker) -> AsyncIterator[Peak]:
+    """Watch ``sim``'s running calls (every 5 ms) while the block runs."""
+    peak = Peak()
+
+    async def watch() -> None:
+        while True:
+            peak.value = max(peak.value, sim.running)
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        yield peak
+    finally:
+        watcher.cancel()

@@ -16,7 +16,7 @@ from tests.ops.helpers import chat, scrape, value
 from tests.server.harness import run_router
 from tests.support import eventually
 
-from .conftest import CHAT, admission
+from .conftest import CHAT, admission, peak_running
 
 
 @pytest.fixture
@@ -44,25 +44,16 @@ async def test_capacity_follows_the_pushed_load(http: httpx.AsyncClient) -> None
             await eventually(pushed, what=f"a pushed capacity of {wanted}")
 
         await warm_until(2)
-        peak = 0
+        async with peak_running(sim) as peak:
+            answers = await asyncio.gather(*(http.post(url, json=body) for _ in range(8)))
+            assert all(r.status_code == 200 for r in answers)
+            assert sim.rank_stats[0]["peak_waiting"] <= 1  # the router held them, not the engine
+            assert peak.take() == 2
 
-        async def watch() -> None:
-            nonlocal peak
-            while True:
-                peak = max(peak, sim.running)
-                await asyncio.sleep(0.005)
-
-        watcher = asyncio.create_task(watch())
-        answers = await asyncio.gather(*(http.post(url, json=body) for _ in range(8)))
-        assert all(r.status_code == 200 for r in answers)
-        assert sim.rank_stats[0]["peak_waiting"] <= 1  # the router held them, not the engine
-        assert peak == 2
-
-        sim.knobs.update({"max_running": 4})
-        await warm_until(4)
-        peak = 0
-        answers = await asyncio.gather(*(http.post(url, json=body) for _ in range(12)))
-        watcher.cancel()
-        assert all(r.status_code == 200 for r in answers)
-        assert sim.rank_stats[0]["peak_waiting"] <= 1
-        assert peak == 4
+            sim.knobs.update({"max_running": 4})
+            await warm_until(4)
+            peak.take()
+            answers = await asyncio.gather(*(http.post(url, json=body) for _ in range(12)))
+            assert all(r.status_code == 200 for r in answers)
+            assert sim.rank_stats[0]["peak_waiting"] <= 1
+            assert peak.take() == 4

@@ -14,7 +14,7 @@ from tests.ops.helpers import chat, scrape, total
 from tests.server.harness import run_router
 from tests.support import eventually
 
-from .conftest import CHAT, Loop, admission, classes, closed_loop
+from .conftest import CHAT, Loop, admission, classes, closed_loop, peak_running
 
 
 @pytest.fixture
@@ -190,37 +190,27 @@ async def test_a_held_share_stays_free_for_its_class(http: httpx.AsyncClient) ->
     held[1]["hold"] = 0.25
     config = {"server": {"max_concurrent_requests": 4}, "admission": admission(classes=held)}
     with run_router(config=config, sims=1, sim_kwargs={"delay_ms": 20.0}) as router:
-        sim = router.sims[0]
-        peak = 0
-
-        async def watch() -> None:
-            nonlocal peak
-            while True:
-                peak = max(peak, sim.running)
-                await asyncio.sleep(0.005)
-
-        watcher = asyncio.create_task(watch())
-        until = time.monotonic() + 2.0
-        bulk = asyncio.create_task(
-            closed_loop(
-                http,
-                router.base_url,
-                Loop(),
-                clients=8,
-                until=until,
-                headers={"x-turnout-priority": "bulk"},
-                max_tokens=10,
+        async with peak_running(router.sims[0]) as peak:
+            until = time.monotonic() + 2.0
+            bulk = asyncio.create_task(
+                closed_loop(
+                    http,
+                    router.base_url,
+                    Loop(),
+                    clients=8,
+                    until=until,
+                    headers={"x-turnout-priority": "bulk"},
+                    max_tokens=10,
+                )
             )
-        )
-        await asyncio.sleep(1.0)
-        bulk_peak, peak = peak, 0
-        quick = await http.post(
-            f"{router.base_url}{CHAT}",
-            json=chat(max_tokens=2),
-            headers={"x-turnout-priority": "interactive"},
-        )
-        await bulk
-        watcher.cancel()
-        assert quick.status_code == 200
-        assert bulk_peak == 3
-        assert peak == 4  # the interactive one beside three bulk ones
+            await asyncio.sleep(1.0)
+            bulk_peak = peak.take()
+            quick = await http.post(
+                f"{router.base_url}{CHAT}",
+                json=chat(max_tokens=2),
+                headers={"x-turnout-priority": "interactive"},
+            )
+            await bulk
+            assert quick.status_code == 200
+            assert bulk_peak == 3
+            assert peak.take() == 4  # the interactive one beside three bulk ones
