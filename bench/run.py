@@ -3,6 +3,7 @@
     python bench/run.py --duration 20 --concurrency 32        # compare (default)
     python bench/run.py --scenarios paced_stream,parse_chat,parse_chat_stream,processes
     python bench/run.py --scenarios kv_cache                  # prefix-cache hit rate, TTFT
+    python bench/run.py --scenarios contention                # priority classes under load
     python bench/run.py --profile --duration 15               # where turnout's CPU goes
     python bench/run.py --soak --soak-duration 600            # RSS over time at concurrency 64
 
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from bench import procfs  # noqa: E402
+from bench import contention, procfs  # noqa: E402
 from bench.analysis import (  # noqa: E402
     Record,
     added_delay,
@@ -218,6 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     kv.add_argument("--kv-turns", type=int, default=8, help="turns before a conversation ends")
     kv.add_argument("--kv-system-tokens", type=int, default=512, help="system prompt, ~tokens")
     kv.add_argument("--kv-turn-tokens", type=int, default=48, help="a user message, ~tokens")
+    contention.add_arguments(parser)
     parser.add_argument("--request-timeout", type=float, default=60.0)
     parser.add_argument("--profile-top", type=int, default=15, help="hot spots to print")
     parser.add_argument("--profile-rate", type=int, default=200, help="py-spy samples/s")
@@ -232,6 +234,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check_args(args: argparse.Namespace) -> str | None:
+    if "contention" in args.scenarios:
+        if args.scenarios != ["contention"] or args.profile or args.soak:
+            return "--scenarios contention runs alone (its own phases and targets)"
+        return None
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
     if unknown or not args.scenarios:
         return f"--scenarios: unknown {unknown or 'empty'}; choose from {', '.join(SCENARIOS)}"
@@ -1044,7 +1050,9 @@ def _config(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
         "loadgen_processes",
         "rounds",
     ]
-    envs = {SCENARIOS[s].env for s in args.scenarios}
+    envs = {SCENARIOS[s].env for s in args.scenarios if s in SCENARIOS}
+    if "contention" in args.scenarios:
+        keys += [k for k in vars(args) if k.startswith("contention_")]
     if "paced" in envs:
         keys += ["paced_streams", "paced_delay_ms", "paced_max_tokens"]
     if "routing" in envs:
@@ -1107,7 +1115,9 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, plan.others)  # the sims and load generators inherit it
         print(f"bench: {plan.describe()}", flush=True)
     try:
-        if args.profile:
+        if args.scenarios == ["contention"]:
+            result.update(contention.run(args, names, log_dir))
+        elif args.profile:
             result.update(profile(args, log_dir, log_dir))
         elif args.soak:
             result["config"].update(
@@ -1131,6 +1141,8 @@ def main(argv: list[str] | None = None) -> int:
         print(render_profile(result["profile"], args.profile_top))
     if "soak" in result:
         print(render_soak(result["soak"]))
+    if "contention" in result:
+        print(contention.render(result["contention"]))
     print(f"\nresult written to {out_path}")
     return 0
 

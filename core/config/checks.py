@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from turnout.admission.checks import admission_problems
 from turnout.config.schema import (
     IMAGE_FORMATS,
     Config,
@@ -68,6 +69,11 @@ def check_config(config: Config) -> None:
                 )
             seen[alias] = model_id
     _check_tenant_keys(config)
+    problems = admission_problems(
+        config.admission, {name: t.max_class for name, t in config.tenants.items()}
+    )
+    if problems:
+        raise ConfigError(problems[0])
 
 
 #: A gRPC worker URL: the scheme names the engine (``grpc://`` is SGLang).

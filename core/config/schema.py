@@ -7,6 +7,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from turnout.admission.settings import AdmissionSettings
 from turnout.observability.tracing import TracingConfig
 from turnout.workers.settings import (
     BreakerSettings,
@@ -215,6 +216,11 @@ class TenantConfig(_Section):
     concurrent_requests: _Positive | None = None
     #: Place in the admission queue: waiting requests of a higher priority go first.
     priority: int = 0
+    #: The highest ``admission`` class the tenant's requests may ask for (unset: the
+    #: section's ``max_class``).
+    max_class: str | None = None
+    #: The tenant's weight in the fair share of token work within a class.
+    weight: Annotated[float, msgspec.Meta(gt=0, le=1000)] = 1.0
 
     @property
     def limited(self) -> bool:
@@ -346,6 +352,8 @@ class Config(_Section):
     migration: MigrationConfig = msgspec.field(default_factory=MigrationConfig)
     #: Background responses of the Responses API.
     background_responses: BackgroundConfig = msgspec.field(default_factory=BackgroundConfig)
+    #: Priority classes, fair shares, deadlines and engine capacity (off by default).
+    admission: AdmissionSettings = msgspec.field(default_factory=AdmissionSettings)
     #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.
     drain_timeout_s: float = 600.0
 

@@ -12,6 +12,9 @@ from litestar.config.cors import CORSConfig
 from litestar.di import NamedDependency, Provide
 from litestar.types import ASGIApp, ControllerRouterHandler, Receive, Scope, Send
 
+from turnout.admission.capacity import EngineCapacity
+from turnout.admission.metrics import AdmissionMetrics
+from turnout.admission.scheduler import Scheduler
 from turnout.config import Config, ServerConfig
 from turnout.discovery import DiscoveryManager, describe_discovery
 from turnout.embeddings import EmbeddingRequest, embed
@@ -243,6 +246,12 @@ def create_app(
     describe_discovery(config.discovery, plugins.discovery)
     ops = OpsState(config.server)
     ops.set_tenants(config)
+    if config.admission.enabled:
+        ops.admission = Scheduler(
+            config.admission,
+            config.server.max_concurrent_requests,
+            AdmissionMetrics(ops.metrics.registry),
+        )
     provide_services = ServicesSlot()
     server = config.server
     # None unless tracing is configured: then nothing of OpenTelemetry's SDK is loaded.
@@ -283,8 +292,14 @@ def create_app(
         )
         discovery = DiscoveryManager(registry, plugins.discovery)
         metered = MeteredDispatch(
-            dispatcher, ops.metrics, config.server.request_timeout_s or None, prompt_limit
+            dispatcher,
+            ops.metrics,
+            config.server.request_timeout_s or None,
+            prompt_limit,
+            config.admission.expected_output_tokens,
         )
+        if ops.admission is not None and config.admission.engine_capacity:
+            ops.admission.capacity = EngineCapacity(registry.all, config.admission)
         services = Services(
             config,
             plugins,
@@ -328,6 +343,8 @@ def create_app(
             if not await ops.wait_idle(5.0):
                 log.warning("%d request(s) still running at shutdown", ops.running)
             await discovery.stop()
+            if ops.admission is not None:
+                await ops.admission.aclose()
             await registry.stop()
             if ops.limiter is not None:
                 await ops.limiter.aclose()

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from turnout.admission.context import current_ticket
+from turnout.admission.preemption import open_admitted
+from turnout.admission.ticket import token_work
 from turnout.generation.pipeline import GenerateSession
 from turnout.generation.prompt_size import PromptLimit
 from turnout.observability.logs import RequestRecord, current_record
@@ -23,9 +26,11 @@ class MeteredDispatch:
     """Opens streams (the generation flow's ``Opener``: :meth:`open_stream`) and runs ``Embed``
     calls (the embeddings endpoint's ``Embedder``: :meth:`embed`) through ``dispatcher``, each
     within ``timeout`` seconds (None: no bound), booked into ``metrics`` and the request's log
-    record. ``prompt_limit`` gives a model's context length (a tenant's reservation needs it)."""
+    record. ``prompt_limit`` gives a model's context length (a tenant's reservation needs it).
+    With admission by class (a ticket in the request's context), each call first waits for
+    admission with its token work, and may be preempted before its first response."""
 
-    __slots__ = ("_dispatcher", "_metrics", "_prompt_limit", "_timeout")
+    __slots__ = ("_dispatcher", "_expected_output", "_metrics", "_prompt_limit", "_timeout")
 
     def __init__(
         self,
@@ -33,8 +38,10 @@ class MeteredDispatch:
         metrics: Metrics,
         timeout: float | None,
         prompt_limit: Callable[[str], PromptLimit | None],
+        expected_output: int = 256,
     ) -> None:
         self._dispatcher = dispatcher
+        self._expected_output = expected_output
         self._metrics = metrics
         self._timeout = timeout
         self._prompt_limit = prompt_limit
@@ -63,10 +70,20 @@ class MeteredDispatch:
             )
         # The attempts before ``after`` were counted when its session was opened.
         counted = after.attempts if after is not None else 1
+        ticket = current_ticket()
         try:
-            session = await self._dispatcher.open_stream(
-                model, routing, request, self._timeout, after=after
-            )
+            if ticket is None:
+                session = await self._dispatcher.open_stream(
+                    model, routing, request, self._timeout, after=after
+                )
+            else:
+                session = await open_admitted(
+                    ticket,
+                    token_work(request, self._expected_output),
+                    lambda: self._dispatcher.open_stream(
+                        model, routing, request, self._timeout, after=after
+                    ),
+                )
         except WorkerRequestError as exc:
             self._failed(model, exc, record, counted)
             raise
@@ -78,6 +95,8 @@ class MeteredDispatch:
         session.meter = meter = self._metrics.meter(model, record)
         if reservation is not None:
             reservation.usage = meter.usage
+        if ticket is not None:
+            ticket.usage = meter.usage
         return session
 
     async def embed(
@@ -93,6 +112,9 @@ class MeteredDispatch:
         reservation = None
         if admission is not None:
             reservation = await admission.reserve_input_tokens(len(request.tokenized.input_ids))
+        ticket = current_ticket()
+        if ticket is not None:
+            await ticket.admit(len(request.tokenized.input_ids))
         try:
             answered = await self._dispatcher.embed(model, routing, request, self._timeout)
         except WorkerRequestError as exc:

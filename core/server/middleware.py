@@ -36,6 +36,9 @@ from litestar.types import (
     Send,
 )
 
+from turnout.admission.context import ticket_scope
+from turnout.admission.scheduler import Scheduler
+from turnout.admission.ticket import Ticket
 from turnout.anthropic.errors import error_event, error_json, is_messages_path
 from turnout.config import Config, ServerConfig
 from turnout.deadlines import Deadlines
@@ -89,6 +92,8 @@ class OpsState:
     tenants: TenantTable = field(default_factory=lambda: TenantTable({}, {}))
     #: Tenant budgets; None until a configuration has a tenant with limits.
     limiter: TenantLimiter | None = None
+    #: Admission by class (``admission.enabled``), in place of ``gate``; None: off.
+    admission: Scheduler | None = None
     #: True while the router drains (:meth:`begin_drain`): readiness fails, new generation
     #: requests get 503 ``shutting_down``. The one draining flag of the app.
     draining: bool = False
@@ -128,6 +133,8 @@ class OpsState:
         """Start draining: refuse new generation requests and fail those waiting for a slot."""
         self.draining = True
         self.gate.reject_waiting()
+        if self.admission is not None:
+            self.admission.reject_waiting()
 
     def _enter(self) -> None:
         self.running += 1
@@ -396,6 +403,17 @@ async def _send_tail(send: Send, body: bytes, scope: HTTPScope) -> None:
         await cancel_and_wait(sending)
 
 
+def _ticket(scheduler: Scheduler, scope: HTTPScope, tenant: Tenant | None) -> Ticket:
+    """The admission ticket of a generation request: its class and deadline headers, its
+    tenant's class cap and fair-share weight."""
+    wanted = scheduler.wanted_headers
+    headers = {name: value for name, value in scope.get("headers", ()) if name in wanted}
+    if tenant is None:
+        return scheduler.ticket(headers, "", None, 1.0)
+    settings = tenant.settings
+    return scheduler.ticket(headers, tenant.name, settings.max_class, settings.weight)
+
+
 #: The admission scope of a request without an admission.
 _NO_SCOPE = contextlib.nullcontext()
 
@@ -409,9 +427,9 @@ class _Served:
 
     record: RequestRecord | None
 
-    def __init__(self, ops: OpsState, permit: Permit, task: asyncio.Task[Any]) -> None:
+    def __init__(self, ops: OpsState, permit: Permit | Ticket, task: asyncio.Task[Any]) -> None:
         self.ops = ops
-        self.permit: Permit | None = permit
+        self.permit: Permit | Ticket | None = permit
         self.task = task
         self.record = None
         #: True once the client left and the request was cancelled for it.
@@ -499,6 +517,9 @@ class _Gate:
                 f"request body is larger than the limit of {server.max_body_bytes} bytes",
                 code="request_too_large",
             )
+        ticket = None
+        if ops.admission is not None:
+            ticket = _ticket(ops.admission, scope, tenant)  # 400 on a bad class or deadline
         watch = ClientWatch(receive, server.max_body_bytes, connection_of(scope))
         admission: Admission | None = None
         admitted = False
@@ -508,7 +529,13 @@ class _Gate:
             if tenant is not None and tenant.limited and limiter is not None:
                 admission = await limiter.admit(tenant)  # 429 over its limits
             try:
-                permit = await ops.gate.acquire(watch, tenant.priority if tenant else 0)
+                # With classes, the request waits for its place where its token work is known
+                # (the step to the workers); the gate's counter is then the scheduler's ceiling.
+                permit: Permit | Ticket = (
+                    ticket
+                    if ticket is not None
+                    else await ops.gate.acquire(watch, tenant.priority if tenant else 0)
+                )
             except ClientGone:
                 ops.metrics.rejected.labels("client_gone").inc()
                 if record is not None:
@@ -533,7 +560,10 @@ class _Gate:
                 )
                 handler = scope.get("route_handler")
                 app = handler.opt.get(ENDPOINT_APP, self.app) if handler is not None else self.app
-                with admission_scope(admission) if admission is not None else _NO_SCOPE:
+                with (
+                    admission_scope(admission) if admission is not None else _NO_SCOPE,
+                    ticket_scope(ticket) if ticket is not None else _NO_SCOPE,
+                ):
                     watch.on_disconnect = served  # only while the app runs
                     try:
                         if watch.gone:
@@ -567,6 +597,8 @@ class _Gate:
             finally:
                 served.release()
         finally:
+            if ticket is not None:
+                ticket.release()
             if admission is not None:
                 admission.close(admitted)  # settles its tokens to the real usage
             await watch.close()

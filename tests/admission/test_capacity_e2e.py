@@ -1,0 +1,59 @@
+"""Capacity from the engines over real sockets: with no fixed ceiling, the router admits as
+many requests as the simulated engine's pushed load says it runs (``max_running_requests``),
+so requests wait at the router, not on the engine (at most one, for the moment between the
+router seeing a request end and the engine freeing its slot); raising the engine's limit
+raises admission with it."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from tests.ops.helpers import chat, scrape, value
+from tests.server.harness import run_router
+from tests.support import eventually
+
+from .conftest import CHAT, admission, peak_running
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=60) as client:
+        yield client
+
+
+async def test_capacity_follows_the_pushed_load(http: httpx.AsyncClient) -> None:
+    config = {"admission": admission(engine_capacity=True)}
+    sim_kwargs = {"delay_ms": 20.0, "max_running": 2}
+    with run_router(config=config, sims=1, sim_kwargs=sim_kwargs) as router:
+        sim = router.sims[0]
+        url = f"{router.base_url}{CHAT}"
+        body = chat(max_tokens=10)
+
+        def capacity() -> float:
+            return value(scrape(router.base_url), "turnout_admission_capacity")
+
+        async def warm_until(wanted: float) -> None:
+            async def pushed() -> bool:
+                assert (await http.post(url, json=body)).status_code == 200
+                return capacity() == wanted
+
+            await eventually(pushed, what=f"a pushed capacity of {wanted}")
+
+        await warm_until(2)
+        async with peak_running(sim) as peak:
+            answers = await asyncio.gather(*(http.post(url, json=body) for _ in range(8)))
+            assert all(r.status_code == 200 for r in answers)
+            assert sim.rank_stats[0]["peak_waiting"] <= 1  # the router held them, not the engine
+            assert peak.take() == 2
+
+            sim.knobs.update({"max_running": 4})
+            await warm_until(4)
+            peak.take()
+            answers = await asyncio.gather(*(http.post(url, json=body) for _ in range(12)))
+            assert all(r.status_code == 200 for r in answers)
+            assert sim.rank_stats[0]["peak_waiting"] <= 1
+            assert peak.take() == 4
