@@ -16,8 +16,10 @@ from turnout.config.schema import (
     policy_config,
 )
 from turnout.errors import ConfigError
+from turnout.http_workers.kind import is_http_worker
 from turnout.workers.ids import default_worker_id, worker_id_problem
-from turnout.workers.roles import bootstrap_port_problem
+from turnout.workers.roles import Role, bootstrap_port_problem
+from turnout.workers.settings import WorkerSpec
 
 
 def check_config(config: Config) -> None:
@@ -36,7 +38,11 @@ def check_config(config: Config) -> None:
         if model.policy is not None:
             _check_policy(f"models.{model_id}.policy", model.policy, named=False)
     for index, worker in enumerate(config.workers):
-        if not re.fullmatch(r"grpc://[^/\s:]+(:\d+)?|grpc://\[[0-9a-fA-F:.]+\](:\d+)?", worker.url):
+        if is_http_worker(worker):
+            _check_http_worker(f"workers[{index}]", worker)
+        elif not re.fullmatch(
+            r"grpc://[^/\s:]+(:\d+)?|grpc://\[[0-9a-fA-F:.]+\](:\d+)?", worker.url
+        ):
             raise ConfigError(
                 f"workers[{index}].url: expected grpc://host:port, got {worker.url!r}"
             )
@@ -70,6 +76,30 @@ def check_config(config: Config) -> None:
                 )
             seen[alias] = model_id
     _check_tenant_keys(config)
+
+
+def _check_http_worker(key: str, worker: WorkerSpec) -> None:
+    """An HTTP worker: an ``http(s)://host[:port][/prefix]`` URL, a regular worker (no
+    prefill-decode, no DP ranks), an environment variable's name for its key."""
+    if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", worker.url):
+        raise ConfigError(
+            f"{key}.url: an HTTP worker needs http://host:port or https://host, got {worker.url!r}"
+        )
+    if worker.role not in (None, Role.REGULAR):
+        raise ConfigError(f"{key}.role: an HTTP worker is a regular worker (no prefill-decode)")
+    if worker.dp_size not in (None, 1) or worker.bootstrap_port is not None:
+        field = "dp_size" if worker.bootstrap_port is None else "bootstrap_port"
+        raise ConfigError(f"{key}.{field}: not for an HTTP worker (its server balances itself)")
+    if worker.api_key_env is not None and not re.fullmatch(
+        r"[A-Za-z_][A-Za-z0-9_]*", worker.api_key_env
+    ):
+        raise ConfigError(
+            f"{key}.api_key_env: the name of an environment variable, got {worker.api_key_env!r}"
+        )
+    if not worker.health_path.startswith("/"):
+        raise ConfigError(
+            f"{key}.health_path: a path starting with '/', got {worker.health_path!r}"
+        )
 
 
 def _check_tenant_keys(config: Config) -> None:

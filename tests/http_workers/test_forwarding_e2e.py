@@ -1,0 +1,78 @@
+"""The official ``openai`` client against a router whose model is served by a pool of two HTTP
+workers: chat, streamed chat (the upstream's bytes passed through), embeddings, balancing."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+
+from turnout.testing.router import RunningRouter
+
+from .conftest import MODEL, REMOTE, front, served_by
+
+
+def test_chat_stream_and_embeddings_over_a_pool_of_two(upstreams: list[RunningRouter]) -> None:
+    before = [served_by(u) for u in upstreams]
+    with front([u.base_url for u in upstreams]) as router:
+        client = openai.OpenAI(base_url=router.base_url + "/v1", api_key="x", max_retries=0)
+        answer = client.chat.completions.create(
+            model=REMOTE, messages=[{"role": "user", "content": "hello there"}], max_tokens=8
+        )
+        assert answer.choices[0].message.content
+        # Passed back as the upstream wrote it: it names the upstream's own model.
+        assert answer.model == MODEL
+        assert answer.usage is not None
+        assert answer.usage.completion_tokens > 0
+
+        chunks = list(
+            client.chat.completions.create(
+                model=REMOTE,
+                messages=[{"role": "user", "content": "stream it"}],
+                max_tokens=8,
+                stream=True,
+            )
+        )
+        text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+        assert text
+        assert chunks[-1].choices[0].finish_reason is not None
+
+        vectors = client.embeddings.create(model=REMOTE, input=["one", "two"])
+        assert len(vectors.data) == 2
+        assert len(vectors.data[0].embedding) > 0
+
+        for _ in range(4):
+            client.chat.completions.create(
+                model=REMOTE, messages=[{"role": "user", "content": "hi"}], max_tokens=4
+            )
+        listed = client.models.list()
+        assert [m.id for m in listed.data] == [REMOTE]
+    after = [served_by(u) for u in upstreams]
+    assert all(a > b for a, b in zip(after, before, strict=True)), (before, after)
+
+
+def test_stream_bytes_are_the_upstreams(upstreams: list[RunningRouter]) -> None:
+    """A stream's body through the front router is the body the upstream sends (a scripted
+    answer is the same every time), piece by piece: nothing re-encoded."""
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "same bytes"}],
+        "max_tokens": 6,
+        "stream": True,
+        "seed": 1,
+    }
+    direct = httpx.post(upstreams[0].base_url + "/v1/chat/completions", json=body, timeout=30)
+    with front([upstreams[0].base_url]) as router:
+        relayed = httpx.post(
+            router.base_url + "/v1/chat/completions", json={**body, "model": REMOTE}, timeout=30
+        )
+    assert relayed.status_code == 200
+    assert relayed.headers["content-type"].startswith("text/event-stream")
+    strip = _without_ids
+    assert strip(relayed.text) == strip(direct.text)
+
+
+def _without_ids(text: str) -> str:
+    """An SSE body with its per-request ids and times blanked."""
+    import re
+
+    return re.sub(r'"(id|created|system_fingerprint)":("[^"]*"|\d+)', r'"\1":_', text)
