@@ -16,9 +16,9 @@ from turnout.config.schema import (
     policy_config,
 )
 from turnout.errors import ConfigError
-from turnout.http_workers.kind import is_http_worker
+from turnout.http_workers.kind import http_worker_problem, is_http_worker
 from turnout.workers.ids import default_worker_id, worker_id_problem
-from turnout.workers.roles import Role, bootstrap_port_problem
+from turnout.workers.roles import bootstrap_port_problem
 from turnout.workers.settings import WorkerSpec
 
 
@@ -79,27 +79,10 @@ def check_config(config: Config) -> None:
 
 
 def _check_http_worker(key: str, worker: WorkerSpec) -> None:
-    """An HTTP worker: an ``http(s)://host[:port][/prefix]`` URL, a regular worker (no
-    prefill-decode, no DP ranks), an environment variable's name for its key."""
-    if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", worker.url):
-        raise ConfigError(
-            f"{key}.url: an HTTP worker needs http://host:port or https://host, got {worker.url!r}"
-        )
-    if worker.role not in (None, Role.REGULAR):
-        raise ConfigError(f"{key}.role: an HTTP worker is a regular worker (no prefill-decode)")
-    if worker.dp_size not in (None, 1) or worker.bootstrap_port is not None:
-        field = "dp_size" if worker.bootstrap_port is None else "bootstrap_port"
-        raise ConfigError(f"{key}.{field}: not for an HTTP worker (its server balances itself)")
-    if worker.api_key_env is not None and not re.fullmatch(
-        r"[A-Za-z_][A-Za-z0-9_]*", worker.api_key_env
-    ):
-        raise ConfigError(
-            f"{key}.api_key_env: the name of an environment variable, got {worker.api_key_env!r}"
-        )
-    if not worker.health_path.startswith("/"):
-        raise ConfigError(
-            f"{key}.health_path: a path starting with '/', got {worker.health_path!r}"
-        )
+    problem = http_worker_problem(worker)
+    if problem is not None:
+        field, message = problem
+        raise ConfigError(f"{key}.{field}: {message}")
 
 
 def _check_tenant_keys(config: Config) -> None:

@@ -1,0 +1,67 @@
+"""HTTP workers that fail: one that refuses connections before the first byte (its requests
+are retried on the other), one that hangs (504 JSON once the first-byte deadline passes)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import httpx
+import openai
+
+from turnout.testing.router import RunningRouter, run_router
+
+from .conftest import REMOTE, front
+
+CHAT = {"model": REMOTE, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def worker_of(router: RunningRouter, url: str) -> dict[str, Any]:
+    workers = httpx.get(router.base_url + "/workers", timeout=5).json()["workers"]
+    found: dict[str, Any] = next(w for w in workers if w["url"] == url)
+    return found
+
+
+def test_a_refused_connection_is_retried_on_the_other_upstream(
+    upstreams: list[RunningRouter],
+) -> None:
+    # Probed rarely and hard to call unhealthy: the stopped upstream stays in rotation, so
+    # that requests meet it.
+    health = {"interval_s": 60, "pending_interval_s": 0.1, "timeout_s": 2, "failure_threshold": 50}
+    config = {"health": health, "defaults": {"policy": "round_robin"}}
+    with contextlib.ExitStack() as doomed_stack:
+        doomed = doomed_stack.enter_context(run_router())
+        urls = [doomed.base_url, upstreams[0].base_url]
+        with front(urls, config) as router:
+            doomed_stack.close()  # the upstream stops: its port refuses connections
+            client = openai.OpenAI(base_url=router.base_url + "/v1", api_key="x", max_retries=0)
+            for _ in range(4):
+                answer = client.chat.completions.create(**CHAT)
+                assert answer.choices[0].message.content
+            stream = client.chat.completions.create(**CHAT, stream=True)
+            assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            dead = worker_of(router, doomed.base_url)
+            assert dead["failures_total"] >= 2
+            assert "ConnectError" in str(dead["last_error"])
+            metrics = httpx.get(router.base_url + "/metrics", timeout=5).text
+            assert f'turnout_retries_total{{model="{REMOTE}"}}' in metrics
+
+
+def test_a_hung_upstream_is_a_504_json_error(upstreams: list[RunningRouter]) -> None:
+    hung = upstreams[1]
+    config = {"wire": {"first_response_timeout_s": 1.0}}
+    with front([hung.base_url], config) as router:
+        hung.sims[0].knobs.update({"hang": True})
+        try:
+            for stream in (False, True):
+                answer = httpx.post(
+                    router.base_url + "/v1/chat/completions",
+                    json={**CHAT, "stream": stream},
+                    timeout=30,
+                )
+                assert answer.status_code == 504, answer.text
+                error = answer.json()["error"]
+                assert error["code"] == "upstream_error"
+                assert "1s" in error["message"]
+        finally:
+            hung.sims[0].knobs.update({"hang": False})
