@@ -76,3 +76,30 @@ def _without_ids(text: str) -> str:
     import re
 
     return re.sub(r'"(id|created|system_fingerprint)":("[^"]*"|\d+)', r'"\1":_', text)
+
+
+def test_completions_and_responses_are_forwarded(upstreams: list[RunningRouter]) -> None:
+    with front([upstreams[0].base_url]) as router:
+        client = openai.OpenAI(base_url=router.base_url + "/v1", api_key="x", max_retries=0)
+        completion = client.completions.create(model=REMOTE, prompt="once upon", max_tokens=6)
+        assert completion.choices[0].text
+        pieces = list(
+            client.completions.create(model=REMOTE, prompt="once", max_tokens=6, stream=True)
+        )
+        assert "".join(p.choices[0].text for p in pieces if p.choices)
+
+        response = client.responses.create(model=REMOTE, input="hello", max_output_tokens=8)
+        assert response.output_text
+        events = list(
+            client.responses.create(model=REMOTE, input="hello", max_output_tokens=8, stream=True)
+        )
+        assert events[-1].type == "response.completed"
+
+        # An upstream's client error reaches the client as the upstream wrote it.
+        bad = httpx.post(
+            router.base_url + "/v1/chat/completions",
+            json={"model": REMOTE, "messages": [], "max_tokens": -3},
+            timeout=30,
+        )
+        assert bad.status_code == 400
+        assert bad.json()["error"]["param"] is not None

@@ -65,6 +65,21 @@ def test_tenant_keys_models_and_limits(upstreams: list[RunningRouter]) -> None:
         assert tenant_tokens(router, "beta", "prompt") == answer.usage.prompt_tokens
         assert tenant_tokens(router, "beta", "completion") == answer.usage.completion_tokens
 
+        # A stream's usage, when the client asks for it, is read from its last events.
+        chunks = list(
+            client(router, "beta-key").chat.completions.create(
+                model=REMOTE,
+                messages=[{"role": "user", "content": "hi"}],
+                max_tokens=4,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
+        )
+        usage = chunks[-1].usage
+        assert usage is not None
+        want = answer.usage.prompt_tokens + usage.prompt_tokens
+        router.wait_until(lambda: tenant_tokens(router, "beta", "prompt") == want)
+
 
 def test_the_worker_key_comes_from_the_environment_and_is_never_logged(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
@@ -85,3 +100,18 @@ def test_the_worker_key_comes_from_the_environment_and_is_never_logged(
             assert secret not in shown
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert secret not in logged
+
+
+def test_an_unset_key_variable_is_named_not_guessed(monkeypatch: pytest.MonkeyPatch) -> None:
+    from turnout.http_workers.connection import HttpClient, HttpConnection
+    from turnout.http_workers.settings import HttpWorkersSettings
+    from turnout.workers.settings import WorkerSpec
+
+    monkeypatch.delenv("TURNOUT_TEST_UNSET_KEY", raising=False)
+    spec = WorkerSpec(url="http://127.0.0.1:9/v1", api_key_env="TURNOUT_TEST_UNSET_KEY")
+    connection = HttpConnection(spec, HttpClient(HttpWorkersSettings()))
+    assert connection.base == "http://127.0.0.1:9"
+    with pytest.raises(RuntimeError, match="TURNOUT_TEST_UNSET_KEY"):
+        connection.auth_headers()
+    monkeypatch.setenv("TURNOUT_TEST_UNSET_KEY", "k-1")
+    assert connection.auth_headers() == {"authorization": "Bearer k-1"}
