@@ -894,15 +894,24 @@ def profile(args: argparse.Namespace, log_dir: Path, sim_dir: Path) -> dict[str,
     for env, scenarios in by_env(args.scenarios):
         with _sims(args, env, sim_dir) as sims:
             spec = router_specs(env, args, ["turnout"])[0]
-            router = _start_routers(
-                [spec], [sim.url for sim in sims], log_dir, env, cpus=_cpu_plan(args)
-            )[spec.target]
-            version = router.version
+            urls = [sim.url for sim in sims]
+            upstreams = _http_upstreams(urls, log_dir) if env == "http" else []
             try:
-                for scenario in scenarios:
-                    results[scenario] = _profile_one(args, command, router, scenario, log_dir)
+                router = _start_routers(
+                    [spec],
+                    [u.url for u in upstreams] or urls,
+                    log_dir,
+                    env,
+                    cpus=_cpu_plan(args),
+                )[spec.target]
+                version = router.version
+                try:
+                    for scenario in scenarios:
+                        results[scenario] = _profile_one(args, command, router, scenario, log_dir)
+                finally:
+                    router.stop()
             finally:
-                router.stop()
+                _stop_all(upstreams)
     return {"profile": results, "versions": {"turnout": version}}
 
 
