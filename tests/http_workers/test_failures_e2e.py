@@ -65,3 +65,31 @@ def test_a_hung_upstream_is_a_504_json_error(upstreams: list[RunningRouter]) -> 
                 assert "1s" in error["message"]
         finally:
             hung.sims[0].knobs.update({"hang": False})
+
+
+def test_a_client_that_leaves_a_stream_closes_the_upstream_request(
+    upstreams: list[RunningRouter],
+) -> None:
+    upstream = upstreams[0]
+    sim = upstream.sims[0]
+    with front([upstream.base_url]) as router:
+        sim.knobs.update({"delay_ms": 20})
+        try:
+            before = set(sim.records.outcomes)
+            body = {**CHAT, "max_tokens": 500, "stream": True, "ignore_eos": True}
+            with httpx.stream(
+                "POST", router.base_url + "/v1/chat/completions", json=body, timeout=30
+            ) as answer:
+                assert answer.status_code == 200
+                pieces = answer.iter_raw()
+                next(pieces)
+                next(pieces)
+            # The upstream turnout saw its client (this router) leave, and aborted its worker.
+
+            def ended() -> list[str]:
+                return [v for k, v in sim.records.outcomes.items() if k not in before]
+
+            router.wait_until(lambda: bool(ended()), timeout=10)
+            assert ended()[0] in ("abort", "cancelled")
+        finally:
+            sim.knobs.update({"delay_ms": 0})
