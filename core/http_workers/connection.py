@@ -137,7 +137,7 @@ class HttpConnection:
         return self._http.settings
 
     @property
-    def client(self) -> httpx.AsyncClient:
+    def http_client(self) -> httpx.AsyncClient:
         """The shared client."""
         return self._http.client
 
@@ -153,7 +153,7 @@ class HttpConnection:
         return {"authorization": f"Bearer {key}"}
 
     async def _get(self, url: str, timeout_s: float) -> httpx.Response:
-        return await self.client.get(url, headers=self.auth_headers(), timeout=timeout_s)
+        return await self.http_client.get(url, headers=self.auth_headers(), timeout=timeout_s)
 
     async def health_check(self, timeout_s: float) -> bool:
         """A 2xx answer on the health path within ``timeout_s``."""

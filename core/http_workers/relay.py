@@ -211,7 +211,7 @@ class HttpRelay:
             content = bodies.get(upstream)
             if content is None:
                 content = bodies[upstream] = _renamed(body, upstream)
-            client = connection.client
+            client = connection.http_client
             request = client.build_request(
                 "POST",
                 connection.base + path,

@@ -103,3 +103,18 @@ def test_completions_and_responses_are_forwarded(upstreams: list[RunningRouter])
         )
         assert bad.status_code == 400
         assert bad.json()["error"]["param"] is not None
+
+
+def test_what_is_not_forwarded_is_refused_clearly(upstreams: list[RunningRouter]) -> None:
+    """Routes that need the worker's gRPC side or a tokenizer answer an error that says so,
+    never a 500."""
+    with front([upstreams[0].base_url]) as router:
+        info = httpx.get(router.base_url + f"/get_model_info?model={REMOTE}", timeout=30)
+        assert info.status_code == 501
+        messages = httpx.post(
+            router.base_url + "/v1/messages",
+            json={"model": REMOTE, "max_tokens": 4, "messages": [{"role": "user", "content": "x"}]},
+            timeout=30,
+        )
+        assert messages.status_code in (400, 503), messages.text
+        assert "tokenizer" in messages.text
