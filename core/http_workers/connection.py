@@ -15,7 +15,14 @@ from turnout.workers.adapters import Adapter
 from turnout.workers.errors import WorkerRequestError
 from turnout.workers.settings import WorkerSpec
 
-__all__ = ["HttpClient", "HttpConnection", "UpstreamStream", "UpstreamUnavailable", "base_url"]
+__all__ = [
+    "HttpClient",
+    "HttpConnection",
+    "UpstreamClosed",
+    "UpstreamStream",
+    "UpstreamUnavailable",
+    "base_url",
+]
 
 #: Statuses of an upstream that another upstream may not answer alike: tried elsewhere.
 _RETRIED: Final = frozenset({408, 429, 500, 502, 503, 504})
@@ -64,6 +71,7 @@ class HttpClient:
                 limits=httpx.Limits(
                     max_connections=s.max_connections,
                     max_keepalive_connections=s.max_keepalive_connections,
+                    keepalive_expiry=s.keepalive_expiry_s,
                 ),
                 # The answers go back as they came: never decompressed here.
                 headers={"accept-encoding": "identity"},
@@ -85,6 +93,11 @@ class UpstreamUnavailable(Exception):
     def __init__(self, status: int, body: bytes) -> None:
         super().__init__(f"HTTP {status}: {body[:200].decode('utf-8', 'replace')}")
         self.status = status
+
+
+class UpstreamClosed(Exception):
+    """The upstream closed the connection before it answered anything (a kept-alive connection
+    it was closing meanwhile, or a server that went away): nothing of the request ran."""
 
 
 class UpstreamStream:
@@ -199,6 +212,17 @@ class HttpConnection:
         """How a failure of a forwarded request counts: transport errors and retried statuses
         are the worker's faults and may succeed elsewhere."""
         base = self.base
+        if isinstance(exc, UpstreamClosed):
+            # Sent again at once on a new connection (once per worker), as gRPC's transparent
+            # retry does after a GOAWAY; a worker that keeps doing it fails its health probes.
+            return WorkerRequestError(
+                "the worker closed the connection before answering",
+                status=502,
+                worker_fault=False,
+                retryable=True,
+                refused=True,
+                detail=f"{base}: {exc}",
+            )
         if isinstance(exc, UpstreamUnavailable):
             status = exc.status
             return WorkerRequestError(

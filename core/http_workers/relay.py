@@ -17,6 +17,7 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
+import httpx
 import msgspec
 from litestar import Response
 from litestar.types import ASGIApp, Receive, Scope, Send
@@ -25,6 +26,7 @@ from turnout.deadlines import Deadline
 from turnout.errors import ApiError
 from turnout.http_workers.connection import (
     HttpConnection,
+    UpstreamClosed,
     UpstreamStream,
     UpstreamUnavailable,
     retried_status,
@@ -219,7 +221,10 @@ class HttpRelay:
                 headers={**headers, **connection.auth_headers(), **dict(metadata)},
             )
             with first_wait:
-                response = await client.send(request, stream=True)
+                try:
+                    response = await client.send(request, stream=True)
+                except httpx.RemoteProtocolError as exc:
+                    raise UpstreamClosed(str(exc)) from exc
                 stream = UpstreamStream(response)
                 try:
                     status = response.status_code

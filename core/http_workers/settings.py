@@ -27,5 +27,9 @@ class HttpWorkersSettings(msgspec.Struct, kw_only=True, forbid_unknown_fields=Tr
     max_connections: _Count = 512
     #: Idle connections kept open for reuse.
     max_keepalive_connections: _Count = 128
+    #: An idle connection is closed after this long; keep it below the upstreams' own
+    #: keep-alive timeout (uvicorn's, so vLLM's and SGLang's, is 5 s), or a request may meet a
+    #: connection the upstream is closing.
+    keepalive_expiry_s: _Positive = 3.0
     #: Largest one-shot answer taken from an upstream (bytes); a larger one fails (502).
     max_response_bytes: _Count = 64 * 1024 * 1024

@@ -93,3 +93,32 @@ def test_a_client_that_leaves_a_stream_closes_the_upstream_request(
             assert ended()[0] in ("abort", "cancelled")
         finally:
             sim.knobs.update({"delay_ms": 0})
+
+
+def test_how_upstream_failures_count() -> None:
+    """Which failures open the circuit, which are tried elsewhere, which are sent again."""
+    from turnout.http_workers.connection import (
+        HttpClient,
+        HttpConnection,
+        UpstreamClosed,
+        UpstreamUnavailable,
+    )
+    from turnout.http_workers.settings import HttpWorkersSettings
+    from turnout.workers.settings import WorkerSpec
+
+    connection = HttpConnection(
+        WorkerSpec(url="http://127.0.0.1:9"), HttpClient(HttpWorkersSettings())
+    )
+    closed = connection.classify(UpstreamClosed("Server disconnected"))
+    assert closed is not None
+    assert (closed.refused, closed.worker_fault, closed.retryable) == (True, False, True)
+    busy = connection.classify(UpstreamUnavailable(429, b"slow down"))
+    assert busy is not None
+    assert (busy.status, busy.worker_fault, busy.retryable) == (503, False, True)
+    broken = connection.classify(UpstreamUnavailable(500, b"oops"))
+    assert broken is not None
+    assert (broken.status, broken.worker_fault, broken.retryable) == (502, True, True)
+    refused = connection.classify(httpx.ConnectError("refused"))
+    assert refused is not None
+    assert (refused.worker_fault, refused.retryable, refused.refused) == (True, True, False)
+    assert connection.classify(ValueError("not the worker's")) is None
