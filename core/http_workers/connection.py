@@ -24,8 +24,9 @@ __all__ = [
     "base_url",
 ]
 
-#: Statuses of an upstream that another upstream may not answer alike: tried elsewhere.
-_RETRIED: Final = frozenset({408, 429, 500, 502, 503, 504})
+#: Statuses of an upstream that another upstream may not answer alike: tried elsewhere. A 401
+#: or 403 refuses turnout's key for the worker (its config), not the client's: never passed on.
+_RETRIED: Final = frozenset({401, 403, 408, 429, 500, 502, 503, 504})
 
 
 class _Model(msgspec.Struct):
