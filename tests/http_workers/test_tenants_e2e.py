@@ -98,11 +98,11 @@ def test_the_worker_key_comes_from_the_environment_and_is_never_logged(
             assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
             shown = httpx.get(router.base_url + "/workers", timeout=5).text
             assert secret not in shown
-            # A wrong key is the worker's configuration, not the client's: a 502, not a 401.
+            # A wrong key is the worker's configuration, not the client's: never a 401.
             monkeypatch.setenv("TURNOUT_TEST_UPSTREAM_KEY", "a-wrong-key")
             with pytest.raises(openai.APIStatusError) as refused:
                 chat(router, "any")
-            assert refused.value.status_code == 502
+            assert refused.value.status_code in (502, 503)  # 503 once its probes fail too
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert secret not in logged
     assert "a-wrong-key" not in logged
