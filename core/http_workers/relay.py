@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import httpx
 import msgspec
@@ -49,7 +49,14 @@ if TYPE_CHECKING:
     from turnout.generation.context import RequestContext
     from turnout.generation.models import ModelTable
 
-__all__ = ["EMBEDDINGS_PATH", "FORWARDED_PATHS", "HttpRelay", "WholeAnswer"]
+__all__ = [
+    "EMBEDDINGS_PATH",
+    "FORWARDED_PATHS",
+    "HttpRelay",
+    "RequestPeek",
+    "WholeAnswer",
+    "peek_request",
+]
 
 log = logging.getLogger(__name__)
 
@@ -65,18 +72,44 @@ _USAGE_MARK: Final = b'"total_tokens"'
 _STREAM_HEAD: Final = ((b"cache-control", b"no-cache"), (b"x-accel-buffering", b"no"))
 
 
-class _Peek(msgspec.Struct):
-    """What the relay reads of a request body (the rest is forwarded unread)."""
+class RequestPeek(msgspec.Struct):
+    """What the relay reads of a request body (the rest is forwarded unread). Any JSON value
+    is taken: the upstream judges the fields, the relay only reads what is usable."""
 
-    model: str | None = None
-    stream: bool = False
-    n: int = 1
-    max_tokens: int | None = None
-    max_completion_tokens: int | None = None
-    max_output_tokens: int | None = None
+    model: Any = None
+    stream: Any = False
+    n: Any = 1
+    max_tokens: Any = None
+    max_completion_tokens: Any = None
+    max_output_tokens: Any = None
+
+    @property
+    def model_name(self) -> str | None:
+        """The requested model (None: the default one)."""
+        return self.model if isinstance(self.model, str) else None
+
+    @property
+    def streams(self) -> bool:
+        """Whether the client asks for a stream."""
+        return self.stream is True
+
+    @property
+    def choices(self) -> int:
+        """Answers asked for (``n``)."""
+        n = self.n
+        return n if isinstance(n, int) and n > 0 else 1
+
+    @property
+    def limit(self) -> int | None:
+        """The most tokens one answer may have, if the request says."""
+        for value in (self.max_completion_tokens, self.max_tokens, self.max_output_tokens):
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
 
 
-_peek = msgspec.json.Decoder(_Peek).decode
+#: What the relay reads of a body (raises ``msgspec.DecodeError``/``ValidationError``).
+peek_request = msgspec.json.Decoder(RequestPeek).decode
 
 
 class _Usage(msgspec.Struct):
@@ -173,8 +206,8 @@ class HttpRelay:
         """The answer of a request for ``path`` when its model is forwarded; None when it is
         not (the usual path serves it, and answers its errors)."""
         try:
-            peek = _peek(body)
-            model = models.resolve_name(peek.model)
+            peek = peek_request(body)
+            model = models.resolve_name(peek.model_name)
         except (msgspec.DecodeError, msgspec.ValidationError, ApiError):
             return None
         if not self.forwards(model):
@@ -190,15 +223,15 @@ class HttpRelay:
         return await self._forward(path, body, peek, model, ctx)
 
     async def _forward(
-        self, path: str, body: bytes, peek: _Peek, model: str, ctx: RequestContext
+        self, path: str, body: bytes, peek: RequestPeek, model: str, ctx: RequestContext
     ) -> ASGIApp:
         record = current_record()
         if record is not None:
             record.model = model
         reservation = await self._reserve(body, peek)
         opened: list[UpstreamStream] = []
-        bodies: dict[str | None, bytes] = {peek.model: body}
-        one_shot = not peek.stream or path == EMBEDDINGS_PATH
+        bodies: dict[str | None, bytes] = {peek.model_name: body}
+        one_shot = not peek.streams or path == EMBEDDINGS_PATH
         headers = {"content-type": "application/json", "x-request-id": ctx.worker_request_id}
 
         async def start(
@@ -209,7 +242,7 @@ class HttpRelay:
         ) -> tuple[UpstreamStream, list[bytes]]:
             connection = worker.connection
             assert isinstance(connection, HttpConnection)
-            upstream = worker.labels.get("upstream_model") or peek.model
+            upstream = worker.labels.get("upstream_model") or peek.model_name
             content = bodies.get(upstream)
             if content is None:
                 content = bodies[upstream] = _renamed(body, upstream)
@@ -269,15 +302,14 @@ class HttpRelay:
             return WholeAnswer(whole, upstream.status, upstream.content_type)
         return _Relayed(session, upstream, first, meter, reservation)
 
-    async def _reserve(self, body: bytes, peek: _Peek) -> Reservation | None:
+    async def _reserve(self, body: bytes, peek: RequestPeek) -> Reservation | None:
         """A limited tenant's tokens, reserved before the request is sent (429 when they do not
         fit): the prompt guessed from the body's size, plus what it may generate."""
         admission = current_admission()
         if admission is None or not admission.tenant.settings.tokens_per_minute:
             return None
-        limit = peek.max_completion_tokens or peek.max_tokens or peek.max_output_tokens
         cost = token_cost(
-            len(body) // _BYTES_PER_TOKEN, peek.n, limit, None, self._default_max_tokens
+            len(body) // _BYTES_PER_TOKEN, peek.choices, peek.limit, None, self._default_max_tokens
         )
         return await admission.reserve_input_tokens(cost)
 

@@ -118,3 +118,14 @@ def test_what_is_not_forwarded_is_refused_clearly(upstreams: list[RunningRouter]
         )
         assert messages.status_code in (400, 503), messages.text
         assert "tokenizer" in messages.text
+
+
+def test_the_fields_the_relay_reads_may_hold_any_json() -> None:
+    """The upstream judges the fields (a lenient server takes a null ``stream``): the relay
+    reads what is usable and forwards the request either way."""
+    from turnout.http_workers.relay import peek_request
+
+    loose = peek_request(b'{"model": 3, "stream": null, "n": null, "max_tokens": "9"}')
+    assert (loose.model_name, loose.streams, loose.choices, loose.limit) == (None, False, 1, None)
+    tight = peek_request(b'{"model": "m", "stream": true, "n": 2, "max_completion_tokens": 7}')
+    assert (tight.model_name, tight.streams, tight.choices, tight.limit) == ("m", True, 2, 7)
