@@ -727,11 +727,19 @@ def compare_env(
     one result table per round (``sink``: where the traced target's spans go; the spans it
     received during that target's run are recorded)."""
     urls, pd_flags = _env_workers(env, sims)
-    routers = _start_routers(
-        router_specs(env, args, names), urls, log_dir, env, pd_flags, cpus=_cpu_plan(args)
-    )
-    # kv: the routers are what is compared (direct would be a round robin without a router)
-    targets = ([] if args.no_direct or env == "kv" else ["direct"]) + list(routers)
+    upstreams = _http_upstreams(urls, log_dir) if env == "http" else []
+    if upstreams:
+        urls = [upstream.url for upstream in upstreams]
+    try:
+        routers = _start_routers(
+            router_specs(env, args, names), urls, log_dir, env, pd_flags, cpus=_cpu_plan(args)
+        )
+    except BaseException:
+        _stop_all(upstreams)
+        raise
+    # kv: the routers are what is compared (direct would be a round robin without a router);
+    # http: the load generator speaks gRPC to the sims directly, not to the HTTP servers
+    targets = ([] if args.no_direct or env in ("kv", "http") else ["direct"]) + list(routers)
     per_round: list[dict[str, dict[str, Any]]] = [{} for _ in range(args.rounds)]
     try:
         for scenario in scenarios:
@@ -765,7 +773,28 @@ def compare_env(
     finally:
         for router in routers.values():
             router.stop()
+        _stop_all(upstreams)
     return per_round, {target: r.version for target, r in routers.items()}
+
+
+def _http_upstreams(sim_urls: list[str], log_dir: Path) -> list[Router]:
+    """The ``http`` environment's OpenAI-compatible HTTP servers: a turnout in front of each
+    sim (the routers measured balance over them as HTTP workers)."""
+    upstreams: list[Router] = []
+    try:
+        for index, url in enumerate(sim_urls):
+            upstream = start_turnout([url], log_dir, policy="round_robin", name=f"http-up{index}")
+            print(f"http upstream {index} ready at {upstream.url}", flush=True)
+            upstreams.append(upstream)
+    except BaseException:
+        _stop_all(upstreams)
+        raise
+    return upstreams
+
+
+def _stop_all(routers: list[Router]) -> None:
+    for router in routers:
+        router.stop()
 
 
 def flush_caches(urls: list[str], idle_wait_s: float = 30.0) -> None:
@@ -871,15 +900,24 @@ def profile(args: argparse.Namespace, log_dir: Path, sim_dir: Path) -> dict[str,
     for env, scenarios in by_env(args.scenarios):
         with _sims(args, env, sim_dir) as sims:
             spec = router_specs(env, args, ["turnout"])[0]
-            router = _start_routers(
-                [spec], [sim.url for sim in sims], log_dir, env, cpus=_cpu_plan(args)
-            )[spec.target]
-            version = router.version
+            urls = [sim.url for sim in sims]
+            upstreams = _http_upstreams(urls, log_dir) if env == "http" else []
             try:
-                for scenario in scenarios:
-                    results[scenario] = _profile_one(args, command, router, scenario, log_dir)
+                router = _start_routers(
+                    [spec],
+                    [u.url for u in upstreams] or urls,
+                    log_dir,
+                    env,
+                    cpus=_cpu_plan(args),
+                )[spec.target]
+                version = router.version
+                try:
+                    for scenario in scenarios:
+                        results[scenario] = _profile_one(args, command, router, scenario, log_dir)
+                finally:
+                    router.stop()
             finally:
-                router.stop()
+                _stop_all(upstreams)
     return {"profile": results, "versions": {"turnout": version}}
 
 

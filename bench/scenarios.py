@@ -2,9 +2,9 @@
 which routers, and how the load is shaped.
 
 A scenario belongs to an *environment* (``plain``, ``paced``, ``parsers``, ``routing``, ``dp``,
-``pd``, ``kv``): the workers' flags and the routers' flags it needs. ``bench/run.py`` starts one
-set of workers and routers per environment and runs that environment's scenarios against them in
-turn.
+``pd``, ``kv``, ``http``): the workers' flags and the routers' flags it needs. ``bench/run.py``
+starts one set of workers and routers per environment and runs that environment's scenarios
+against them in turn.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ class Scenario:
     name: str
     #: Request shape: ``chat``, ``chat_stream``, ``generate`` or ``generate_stream``.
     request: str
-    #: Environment: ``plain``, ``paced``, ``parsers``, ``routing``, ``dp``, ``pd`` or ``kv``.
+    #: Environment: ``plain``, ``paced``, ``parsers``, ``routing``, ``dp``, ``pd``, ``kv`` or
+    #: ``http``.
     env: str
     about: str
 
@@ -107,10 +108,18 @@ SCENARIOS: Final[dict[str, Scenario]] = {
             "multi-turn chats and agent loops sharing system prompts and histories on sims with "
             "a prefix cache smaller than the working set and a prefill cost; hit rate, TTFT",
         ),
+        Scenario(
+            "http_passthrough",
+            "chat_stream",
+            "http",
+            "turnout and smg as plain balancers of two OpenAI-compatible HTTP servers (each a "
+            "turnout in front of one sim): streamed chats passed through; router CPU per request "
+            "and per chunk",
+        ),
     )
 }
 DEFAULT_SCENARIOS: Final = ("chat", "chat_stream", "generate")
-ENVS: Final = ("plain", "paced", "parsers", "routing", "dp", "pd", "kv")
+ENVS: Final = ("plain", "paced", "parsers", "routing", "dp", "pd", "kv", "http")
 #: The ``pd`` environment's workers, by index: one regular, one prefill, one decode.
 PD_ROLES: Final = ("regular", "prefill", "decode")
 

@@ -73,7 +73,18 @@ def test_missing_env_var_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
     [
         ({"server": {"port": "eighty"}}, "server.port: Expected `int`, got `str` (got 'eighty')"),
         ({"server": {"port": 70000}}, "server.port: must be between 0 and 65535, got 70000"),
-        ({"workers": [{"url": "http://x:1"}]}, "workers[0].url: expected grpc://host:port"),
+        ({"workers": [{"url": "ftp://x:1"}]}, "workers[0].url: expected grpc://host:port"),
+        (
+            {"workers": [{"url": "grpc://x:1", "kind": "http"}]},
+            "workers[0].url: an HTTP worker needs http://host:port",
+        ),
+        ({"workers": [{"url": "http://x:1", "role": "prefill"}]}, "workers[0].role: an HTTP"),
+        ({"workers": [{"url": "https://x", "dp_size": 2}]}, "workers[0].dp_size: not for an HTTP"),
+        (
+            {"workers": [{"url": "http://x:1", "api_key_env": "MY KEY"}]},
+            "workers[0].api_key_env: the name of an environment variable",
+        ),
+        ({"workers": [{"url": "http://x:1", "health_path": "health"}]}, "health_path: a path"),
         ({"workers": [{"url": "grpc://h:1", "id": "a\nb"}]}, "workers[0].id: worker id 'a\\nb'"),
         ({"workers": [{"url": "grpc://h\x1b:1"}]}, "workers[0].url: worker id 'h\\x1b:1' must"),
         ({"workers": [{"url": "grpc://h:1", "id": "w" * 129}]}, "must be 1 to 128 characters"),

@@ -283,7 +283,7 @@ def test_harmony_hint_says_what_to_install(tmp_path: Path) -> None:
     ("args", "expected"),
     [
         (["--tool-parser", "qwem"], "--tool-parser: unknown tool parser 'qwem'; valid names: "),
-        (["--worker-urls", "http://h:1"], "--worker-urls http://h:1: expected grpc://host:port"),
+        (["--worker-urls", "ftp://h:1"], "--worker-urls ftp://h:1: expected grpc://host:port"),
         (["--policy", "round_robin", "--decode-policy", "nope"], "--decode-policy: unknown policy"),
         (["--api-key", " "], "--api-key: Expected `str` matching"),
     ],

@@ -17,8 +17,10 @@ from turnout.config.schema import (
     policy_config,
 )
 from turnout.errors import ConfigError
+from turnout.http_workers.kind import http_worker_problem, is_http_worker
 from turnout.workers.ids import default_worker_id, worker_id_problem
 from turnout.workers.roles import bootstrap_port_problem
+from turnout.workers.settings import WorkerSpec
 
 
 def check_config(config: Config) -> None:
@@ -37,7 +39,9 @@ def check_config(config: Config) -> None:
         if model.policy is not None:
             _check_policy(f"models.{model_id}.policy", model.policy, named=False)
     for index, worker in enumerate(config.workers):
-        if worker.kind != "http":
+        if is_http_worker(worker):
+            _check_http_worker(f"workers[{index}]", worker)
+        else:
             _check_grpc_worker(index, worker.url, worker.kind)
         problem = bootstrap_port_problem(worker.role, worker.bootstrap_port)
         if problem is not None:
@@ -95,6 +99,13 @@ def _check_grpc_worker(index: int, url: str, kind: str | None) -> None:
         raise ConfigError(
             f"workers[{index}].kind: {kind!r} but the URL's scheme says {scheme_engine!r}"
         )
+
+
+def _check_http_worker(key: str, worker: WorkerSpec) -> None:
+    problem = http_worker_problem(worker)
+    if problem is not None:
+        field, message = problem
+        raise ConfigError(f"{key}.{field}: {message}")
 
 
 def _check_tenant_keys(config: Config) -> None:

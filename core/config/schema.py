@@ -8,6 +8,7 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from turnout.admission.settings import AdmissionSettings
+from turnout.http_workers.settings import HttpWorkersSettings
 from turnout.observability.tracing import TracingConfig
 from turnout.workers.settings import (
     BreakerSettings,
@@ -339,6 +340,8 @@ class Config(_Section):
     retry: RetrySettings = msgspec.field(default_factory=RetrySettings)
     load_monitor: LoadMonitorSettings = msgspec.field(default_factory=LoadMonitorSettings)
     wire: WireSettings = msgspec.field(default_factory=WireSettings)
+    #: How turnout talks to OpenAI-compatible HTTP workers (``url: http://…``).
+    http_workers: HttpWorkersSettings = msgspec.field(default_factory=HttpWorkersSettings)
     #: OpenTelemetry traces (off unless configured here or by ``OTEL_*`` variables).
     tracing: TracingConfig = msgspec.field(default_factory=TracingConfig)
     #: Tenants by name: API keys, allowed models and limits. Keys of ``server.api_keys`` stay
@@ -366,6 +369,7 @@ class Config(_Section):
             retry=self.retry,
             load_monitor=self.load_monitor,
             wire=self.wire,
+            http=self.http_workers,
             drain_timeout_s=self.drain_timeout_s,
         )
 

@@ -277,6 +277,24 @@ class Dispatcher:
         _succeeded(won.slot, won.route, routing, won.span)
         return Answered(won.result, won.slot.worker, won.attempts)
 
+    async def relay(
+        self,
+        model: str,
+        routing: RoutingRequest,
+        start: _Start[tuple[ResponseStream, list[Any]]],
+        timeout: float | None = None,  # noqa: ASYNC109 - the request's deadline, passed on
+    ) -> WorkerSession:
+        """A forwarded request on one of ``model``'s HTTP workers (:mod:`turnout.http_workers`):
+        ``start`` sends it to a selected worker and returns its answer's stream with what came
+        first. Selection, retries before the first response, back-off, breakers and spans as
+        for :meth:`open_stream`."""
+        loop = asyncio.get_running_loop()
+        deadline_at = None if timeout is None else loop.time() + timeout
+        attempts = self.attempts(deadline_at)
+        won = await self._attempt(model, routing, None, attempts, "HTTP", start, http=True)
+        stream, first = won.result
+        return WorkerSession(won.slot, stream, first, won.route, routing, won.attempts, won.span)
+
     async def _attempt(  # noqa: PLR0917 - the dispatch entry points' arguments, passed on
         self,
         model: str,
@@ -285,8 +303,11 @@ class Dispatcher:
         attempts: Attempts,
         rpc: str,
         start: _Start[T],
+        *,
+        http: bool = False,
     ) -> _Won[T]:
-        """Run ``start`` on selected workers until one succeeds (see :meth:`open_stream`).
+        """Run ``start`` on selected workers until one succeeds (see :meth:`open_stream`);
+        among the model's HTTP workers with ``http`` (``request`` unused).
 
         The winner's slot stays acquired and its span open: the caller owns them.
         """
@@ -297,14 +318,15 @@ class Dispatcher:
         # Each worker mints its own ids for an adapter: a retry starts from the given one.
         default_lora_id = getattr(request, "lora_id", "")
         while True:
-            candidates = self.registry.candidates(model, attempts.tried, adapter)
+            candidates = self.registry.candidates(model, attempts.tried, adapter, http=http)
             if not candidates:
                 raise self._no_worker(model, attempts, adapter)
             slot = route.select(routing, candidates, tracing)
             worker = slot.worker
             attempt = attempts.next()
             slot.acquire()
-            slot.pin(request)
+            if not http:
+                slot.pin(request)
             if adapter is not None:
                 worker.pin_adapter(request, adapter, default_lora_id)
             span: Span | None = None
@@ -371,7 +393,7 @@ class Dispatcher:
             delay = attempts.failed(
                 [worker.id],
                 failure.retryable,
-                lambda: bool(self.registry.candidates(model, attempts.tried, adapter)),
+                lambda: bool(self.registry.candidates(model, attempts.tried, adapter, http=http)),
             )
             _log_failure(worker, failure, attempt.number, retrying=delay is not None)
             if span is not None:

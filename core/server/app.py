@@ -24,6 +24,7 @@ from turnout.generation.context import RequestContext
 from turnout.generation.flow import Endpoint, run_endpoint
 from turnout.generation.models import ModelTable
 from turnout.generation.prompt_size import PromptLimit, limit_from_labels, widest_limit
+from turnout.http_workers.relay import HttpRelay, WholeAnswer
 from turnout.observability.logs import current_record, random_suffix
 from turnout.observability.metrics import CONTENT_TYPE
 from turnout.observability.tracing import start_tracing
@@ -142,6 +143,12 @@ class GenerationApp:
         ctx = request_context(scope["headers"], running, self._prefix)
         body = await read_body(receive, running.config.server.max_body_bytes)
         ctx.body_size = len(body)
+        relay = running.http_relay
+        if relay is not None and relay.models:
+            forwarded = await relay.answer(scope["path"], body, ctx, running.models)
+            if forwarded is not None:
+                await forwarded(scope, receive, send)
+                return
         request = decode_body(body, self._body_type)
         answer = await self._answer(self._endpoint, request, ctx, running)
         await answer(scope, receive, send)
@@ -188,7 +195,13 @@ async def embeddings_route(
 ) -> Response[bytes]:
     """``POST /v1/embeddings``."""
     ctx = request_context(request.scope["headers"], services, "embd")
-    answer = await embed(decode_body(await request.body(), EmbeddingRequest), ctx, services)
+    body = await request.body()
+    relay = services.http_relay
+    if relay is not None and relay.models:
+        forwarded = await relay.answer(request.scope["path"], body, ctx, services.models)
+        if isinstance(forwarded, WholeAnswer):  # embeddings are answered in one piece
+            return forwarded.response()
+    answer = await embed(decode_body(body, EmbeddingRequest), ctx, services)
     response = answer_json(answer)
     response.headers["x-request-id"] = ctx.request_id
     return response
@@ -313,6 +326,13 @@ def create_app(
             config_source=config_source,
             reload_all=reload_all,
             tracing=tracing,
+            http_relay=HttpRelay(
+                registry,
+                dispatcher,
+                ops.metrics,
+                timeout=config.server.request_timeout_s or None,
+                default_max_tokens=config.limits.default_max_tokens,
+            ),
         )
         provide_services.services = services
 
@@ -320,7 +340,12 @@ def create_app(
         if ops.limiter is not None:
             await ops.limiter.start()
         ops.metrics.workers.attach(registry.all)
-        registry.add_listener(lambda model, _workers: models.ensure_loading(model))
+        registry.add_listener(
+            # A model served over HTTP only needs no tokenizer here.
+            lambda model, workers: (
+                None if workers and all(w.http for w in workers) else models.ensure_loading(model)
+            )
+        )
         await registry.start()
         try:
             await discovery.start(config.discovery)

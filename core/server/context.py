@@ -11,6 +11,7 @@ from turnout.discovery import DiscoveryManager
 from turnout.embeddings import Embedder
 from turnout.generation.models import ModelTable
 from turnout.generation.pipeline import Opener
+from turnout.http_workers.relay import HttpRelay
 from turnout.observability.logs import new_request_id
 from turnout.plugin_loader import Plugins
 from turnout.routing.dispatch import Dispatcher
@@ -57,6 +58,8 @@ class Services:
     reload_all: ReloadAll | None = None
     #: OpenTelemetry tracing; None while it is off.
     tracing: Tracing | None = None
+    #: Forwards the requests of models served by HTTP workers (None: not set up).
+    http_relay: HttpRelay | None = None
 
     @property
     def migration_attempts(self) -> int:

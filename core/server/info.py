@@ -74,11 +74,17 @@ def readiness(services: NamedDependency[Services]) -> Any:
         problem = registry.readiness_problem(model)
         if problem is not None:
             problems[model] = problem
-        elif not services.models.loaded(model):
+        elif not services.models.loaded(model) and not _forwarded(services, model):
             problems[model] = "tokenizer not loaded yet"
     if problems:
         return answer_json({"status": "not ready", "models": problems, **waiting}, 503)
     return answer_json({"status": "ready", "models": models, **waiting})
+
+
+def _forwarded(services: Services, model: str) -> bool:
+    """Whether ``model``'s requests go to its HTTP workers (no tokenizer needed here)."""
+    relay = services.http_relay
+    return relay is not None and relay.forwards(model)
 
 
 def _waiting_workers(registry: WorkerRegistry) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from litestar.params import FromPath, FromQuery, JSONBody
 from litestar.types import Guard
 
 from turnout.errors import ApiError
+from turnout.http_workers.kind import http_worker_problem, is_http_worker
 from turnout.server.error_handlers import EXCEPTION_HANDLERS
 from turnout.server.query import QueryFlag, query_flag
 from turnout.wire import parse_worker_url
@@ -84,10 +85,15 @@ class WorkersController(Controller):
 
         Answers 201 with the worker (``state`` tells whether it is ready yet).
         """
-        try:
-            parse_worker_url(data.url)
-        except ValueError as exc:
-            raise ApiError(400, str(exc), param="url", code="invalid_value") from None
+        if is_http_worker(data):
+            http_problem = http_worker_problem(data)
+            if http_problem is not None:
+                raise ApiError(400, http_problem[1], param=http_problem[0], code="invalid_value")
+        else:
+            try:
+                parse_worker_url(data.url)
+            except ValueError as exc:
+                raise ApiError(400, str(exc), param="url", code="invalid_value") from None
         worker_id = data.id if data.id is not None else default_worker_id(data.url)
         problem = worker_id_problem(worker_id)
         if problem is not None:

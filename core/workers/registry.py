@@ -8,9 +8,10 @@ import functools
 import logging
 import time
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from turnout.errors import ConfigError
+from turnout.http_workers.kind import is_http_worker
 from turnout.workers.adapters import Adapter
 from turnout.workers.connection import WorkerConnection
 from turnout.workers.dp import Slot
@@ -21,6 +22,9 @@ from turnout.workers.kv_events import KvEventSource, KvSubscriber
 from turnout.workers.roles import Role, role_from_labels
 from turnout.workers.settings import WireSettings, WorkerSpec, WorkersSettings
 from turnout.workers.worker import Worker, WorkerState
+
+if TYPE_CHECKING:
+    from turnout.http_workers.connection import HttpClient
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +69,8 @@ class WorkerRegistry:
         self._running = False
         #: Per worker, the failure last logged as a warning (to log each reason once).
         self._warned: dict[str, str] = {}
+        #: The one client of the HTTP workers, made when the first one is added.
+        self._http_client: HttpClient | None = None
 
     # -- queries (cheap, per request) ---------------------------------------------------------
 
@@ -96,17 +102,24 @@ class WorkerRegistry:
         return list(self._by_model.get(model, ()))
 
     def candidates(
-        self, model: str, exclude: Iterable[str] = (), adapter: str | None = None
+        self,
+        model: str,
+        exclude: Iterable[str] = (),
+        adapter: str | None = None,
+        *,
+        http: bool = False,
     ) -> list[Slot]:
         """Where a request for ``model`` may go: each routable regular worker serving it (with
         LoRA ``adapter`` loaded, when one is named), minus the worker ids in ``exclude``; a
-        worker with DP ranks offers each rank instead."""
+        worker with DP ranks offers each rank instead. Its gRPC workers, or with ``http`` its
+        HTTP workers (which take forwarded requests only)."""
         workers = self._regular.get(model, ())
         skip = exclude if isinstance(exclude, (set, frozenset)) else set(exclude)
         found: list[Slot] = []
         for w in workers:
             if (
                 w.routable
+                and w.http is http
                 and (not skip or w.id not in skip)
                 and (adapter is None or w.has_adapter(adapter))
             ):
@@ -192,7 +205,9 @@ class WorkerRegistry:
                 raise WorkerConflict(f"{spec.url} is already registered as {other.id!r}")
         worker = Worker(
             spec,
-            self._connect(engine_url(spec.url, spec.kind)),
+            self._http_connection(spec)
+            if is_http_worker(spec)
+            else self._connect(engine_url(spec.url, spec.kind)),
             self.settings.health,
             self.settings.circuit_breaker,
             self._clock,
@@ -313,8 +328,19 @@ class WorkerRegistry:
         for worker in self._workers.values():
             with contextlib.suppress(Exception):
                 await worker.connection.close()
+        if self._http_client is not None:
+            await self._http_client.aclose()
 
     # -- internals -------------------------------------------------------------------------------
+
+    def _http_connection(self, spec: WorkerSpec) -> WorkerConnection:
+        """The connection of an HTTP worker, over the registry's one HTTP client."""
+        from turnout.http_workers.connection import HttpClient, HttpConnection
+
+        client = self._http_client
+        if client is None:
+            client = self._http_client = HttpClient(self.settings.http)
+        return HttpConnection(spec, client)
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[Any] = asyncio.get_running_loop().create_task(coro)

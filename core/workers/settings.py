@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, TypeVar
 
 import msgspec
 
+from turnout.http_workers.settings import HttpWorkersSettings
 from turnout.workers.roles import Role
 
 Positive = Annotated[float, msgspec.Meta(gt=0)]
@@ -132,10 +133,15 @@ class WorkerSpec(_Section):
     #: A prefill worker's KV bootstrap port; unset: what the worker reports, else 8998.
     bootstrap_port: Annotated[int, msgspec.Meta(ge=1, le=65535)] | None = None
     #: The protocol the worker speaks; unset: from the URL's scheme (``vllm+grpc://``,
-    #: ``trtllm+grpc://``; ``grpc://`` is SGLang).
+    #: ``trtllm+grpc://``; ``grpc://`` is SGLang; ``http(s)://`` an OpenAI-compatible server).
     kind: Literal["sglang", "vllm", "trtllm", "http"] | None = None
     health: HealthOverride | None = None
     circuit_breaker: BreakerOverride | None = None
+    #: An HTTP worker's API key: the name of the environment variable holding it (sent as
+    #: ``Authorization: Bearer``; the key itself is never logged nor shown).
+    api_key_env: str | None = None
+    #: The path an HTTP worker is probed on (any 2xx answer is healthy).
+    health_path: str = "/v1/models"
 
 
 class WireSettings(_Section):
@@ -174,6 +180,8 @@ class WorkersSettings(_Section):
     retry: RetrySettings = msgspec.field(default_factory=RetrySettings)
     load_monitor: LoadMonitorSettings = msgspec.field(default_factory=LoadMonitorSettings)
     wire: WireSettings = msgspec.field(default_factory=WireSettings)
+    #: The client of HTTP workers.
+    http: HttpWorkersSettings = msgspec.field(default_factory=HttpWorkersSettings)
     #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.
     drain_timeout_s: NonNegative = 600.0
 

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from turnout.deadlines import Deadline
+from turnout.http_workers.kind import is_http_worker
 from turnout.wire.proto.common_pb2 import EngineLoad
 from turnout.workers.adapters import Adapter
 from turnout.workers.breaker import CircuitBreaker, CircuitState
@@ -77,6 +78,8 @@ class Worker:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.spec = spec
+        #: An OpenAI-compatible HTTP server (:mod:`turnout.http_workers`), not a gRPC worker.
+        self.http = is_http_worker(spec)
         self._id = spec.id or default_worker_id(spec.url)
         self._url = spec.url
         self.connection = connection
@@ -318,6 +321,7 @@ class Worker:
         return {
             "id": self.id,
             "url": self.url,
+            **({"kind": "http"} if self.http else {}),
             "model": self.model_id,
             "role": self.role.value,
             **({"bootstrap_port": self.bootstrap_port} if self.role is Role.PREFILL else {}),

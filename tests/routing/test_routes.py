@@ -77,9 +77,12 @@ async def test_auth_add_list_get_and_errors(workers) -> None:
         r = await client.post("/workers", json={"url": w.url}, headers=AUTH)
         assert r.status_code == 409
         assert_openai_error(r.json(), "worker_exists")
-        r = await client.post("/workers", json={"url": "http://x:1"}, headers=AUTH)
+        r = await client.post("/workers", json={"url": "ftp://x:1"}, headers=AUTH)
         assert r.status_code == 400
         assert r.json()["error"]["param"] == "url"
+        r = await client.post("/workers", json={"url": "http://x:1", "dp_size": 2}, headers=AUTH)
+        assert r.status_code == 400
+        assert r.json()["error"]["param"] == "dp_size"
         r = await client.post("/workers", json={"url": w.url, "bogus": 1}, headers=AUTH)
         assert r.status_code == 400
         assert_openai_error(r.json(), "invalid_value")

@@ -1,0 +1,124 @@
+"""HTTP workers that fail: one that refuses connections before the first byte (its requests
+are retried on the other), one that hangs (504 JSON once the first-byte deadline passes)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import httpx
+import openai
+
+from turnout.testing.router import RunningRouter, run_router
+
+from .conftest import REMOTE, front
+
+CHAT = {"model": REMOTE, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+
+
+def worker_of(router: RunningRouter, url: str) -> dict[str, Any]:
+    workers = httpx.get(router.base_url + "/workers", timeout=5).json()["workers"]
+    found: dict[str, Any] = next(w for w in workers if w["url"] == url)
+    return found
+
+
+def test_a_refused_connection_is_retried_on_the_other_upstream(
+    upstreams: list[RunningRouter],
+) -> None:
+    # Probed rarely and hard to call unhealthy: the stopped upstream stays in rotation, so
+    # that requests meet it.
+    health = {"interval_s": 60, "pending_interval_s": 0.1, "timeout_s": 2, "failure_threshold": 50}
+    config = {"health": health, "defaults": {"policy": "round_robin"}}
+    with contextlib.ExitStack() as doomed_stack:
+        doomed = doomed_stack.enter_context(run_router())
+        urls = [doomed.base_url, upstreams[0].base_url]
+        with front(urls, config) as router:
+            doomed_stack.close()  # the upstream stops: its port refuses connections
+            client = openai.OpenAI(base_url=router.base_url + "/v1", api_key="x", max_retries=0)
+            for _ in range(4):
+                answer = client.chat.completions.create(**CHAT)
+                assert answer.choices[0].message.content
+            stream = client.chat.completions.create(**CHAT, stream=True)
+            assert "".join(c.choices[0].delta.content or "" for c in stream if c.choices)
+            dead = worker_of(router, doomed.base_url)
+            assert dead["failures_total"] >= 2
+            assert "ConnectError" in str(dead["last_error"])
+            metrics = httpx.get(router.base_url + "/metrics", timeout=5).text
+            assert f'turnout_retries_total{{model="{REMOTE}"}}' in metrics
+
+
+def test_a_hung_upstream_is_a_504_json_error(upstreams: list[RunningRouter]) -> None:
+    hung = upstreams[1]
+    config = {"wire": {"first_response_timeout_s": 1.0}}
+    with front([hung.base_url], config) as router:
+        hung.sims[0].knobs.update({"hang": True})
+        try:
+            for stream in (False, True):
+                answer = httpx.post(
+                    router.base_url + "/v1/chat/completions",
+                    json={**CHAT, "stream": stream},
+                    timeout=30,
+                )
+                assert answer.status_code == 504, answer.text
+                error = answer.json()["error"]
+                assert error["code"] == "upstream_error"
+                assert "1s" in error["message"]
+        finally:
+            hung.sims[0].knobs.update({"hang": False})
+
+
+def test_a_client_that_leaves_a_stream_closes_the_upstream_request(
+    upstreams: list[RunningRouter],
+) -> None:
+    upstream = upstreams[0]
+    sim = upstream.sims[0]
+    with front([upstream.base_url]) as router:
+        sim.knobs.update({"delay_ms": 20})
+        try:
+            before = set(sim.records.outcomes)
+            body = {**CHAT, "max_tokens": 500, "stream": True, "ignore_eos": True}
+            with httpx.stream(
+                "POST", router.base_url + "/v1/chat/completions", json=body, timeout=30
+            ) as answer:
+                assert answer.status_code == 200
+                pieces = answer.iter_raw()
+                next(pieces)
+                next(pieces)
+            # The upstream turnout saw its client (this router) leave, and aborted its worker.
+
+            def ended() -> list[str]:
+                return [v for k, v in sim.records.outcomes.items() if k not in before]
+
+            router.wait_until(lambda: bool(ended()), timeout=10)
+            assert ended()[0] in ("abort", "cancelled")
+        finally:
+            sim.knobs.update({"delay_ms": 0})
+
+
+def test_how_upstream_failures_count() -> None:
+    """Which failures open the circuit, which are tried elsewhere, which are sent again."""
+    from turnout.http_workers.connection import (
+        HttpClient,
+        HttpConnection,
+        UpstreamClosed,
+        UpstreamUnavailable,
+    )
+    from turnout.http_workers.settings import HttpWorkersSettings
+    from turnout.workers.settings import WorkerSpec
+
+    connection = HttpConnection(
+        WorkerSpec(url="http://127.0.0.1:9"), HttpClient(HttpWorkersSettings())
+    )
+    closed = connection.classify(UpstreamClosed("Server disconnected"))
+    assert closed is not None
+    assert (closed.refused, closed.worker_fault, closed.retryable) == (True, False, True)
+    busy = connection.classify(UpstreamUnavailable(429, b"slow down"))
+    assert busy is not None
+    assert (busy.status, busy.worker_fault, busy.retryable) == (503, False, True)
+    broken = connection.classify(UpstreamUnavailable(500, b"oops"))
+    assert broken is not None
+    assert (broken.status, broken.worker_fault, broken.retryable) == (502, True, True)
+    refused = connection.classify(httpx.ConnectError("refused"))
+    assert refused is not None
+    assert (refused.worker_fault, refused.retryable, refused.refused) == (True, True, False)
+    assert connection.classify(ValueError("not the worker's")) is None
