@@ -152,6 +152,13 @@ def build_parser() -> argparse.ArgumentParser:
         "OTLP/gRPC to a sink in the bench process): target turnout-traced",
     )
     parser.add_argument("--workers", type=int, default=2, help="simulated workers")
+    parser.add_argument(
+        "--engine",
+        choices=("sglang", "vllm", "trtllm"),
+        default="sglang",
+        help="the protocol the simulated workers serve (turnout sim --engine); smg finds it "
+        "itself, turnout by the URL scheme, direct through turnout's client",
+    )
     parser.add_argument("--tokens-per-chunk", type=int, default=1, help="worker stream interval")
     parser.add_argument("--prompt-tokens", type=int, default=300)
     parser.add_argument("--max-tokens", type=int, default=128)
@@ -241,6 +248,8 @@ def _check_args(args: argparse.Namespace) -> str | None:
     unknown = [s for s in args.scenarios if s not in SCENARIOS]
     if unknown or not args.scenarios:
         return f"--scenarios: unknown {unknown or 'empty'}; choose from {', '.join(SCENARIOS)}"
+    if args.engine != "sglang" and any(SCENARIOS[s].env == "pd" for s in args.scenarios):
+        return f"--engine {args.engine}: prefill-decode scenarios need SGLang workers"
     if args.routers is not None:
         bad = [r for r in args.routers if r not in ROUTERS]
         if bad:
@@ -1101,6 +1110,7 @@ def _config(args: argparse.Namespace, names: list[str]) -> dict[str, Any]:
         keys += ["process_counts", *(k for k in vars(args) if k.startswith("kv_"))]
     config = {key: getattr(args, key) for key in keys}
     config["routers"] = names or ["turnout"]
+    config["engine"] = args.engine
     config["tracing"] = args.tracing
     plan = _cpu_plan(args)
     config["router_cpus"] = None if plan is None else sorted(plan.routers)

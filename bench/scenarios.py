@@ -212,6 +212,9 @@ def sim_args(env: str, args: argparse.Namespace, index: int, script_dir: Path) -
     """Flags of ``turnout sim`` for worker ``index`` of ``env`` (scripts written to
     ``script_dir``)."""
     flags = ["--tokens-per-chunk", str(args.tokens_per_chunk)]
+    engine = getattr(args, "engine", "sglang")
+    if engine != "sglang":
+        flags += ["--engine", engine]
     if env == "paced":
         low, high = parse_delay_range(args.paced_delay_ms)
         flags += ["--delay-ms", f"{low:g}", "--delay-jitter-ms", f"{high - low:g}"]

@@ -274,13 +274,15 @@ def start_smg(
     """``smg launch`` in front of ``worker_urls``; the tokenizer directory has a config.json,
     so smg makes no hub look-ups. ``extra`` flags are appended (parsers)."""
     from turnout import demo_model
+    from turnout.wire.engines import split_scheme
 
     port = free_port()
     argv = [
         command,
         "launch",
         "--worker-urls",
-        *worker_urls,
+        # smg tells a worker's engine by itself, from a plain grpc:// URL.
+        *(split_scheme(url)[1] for url in worker_urls),
         "--tokenizer-path",
         str(demo_model.path()),
         "--host",

@@ -96,6 +96,13 @@ class ResponsesApi:
                 param="previous_response_id",
                 code="previous_response_not_found",
             )
+        status = stored.response.get("status")
+        if status in ("queued", "in_progress"):  # a background response: no answer to follow
+            raise bad_request(
+                f"previous response {response_id!r} has not finished (it is {status}): "
+                "follow it once it has",
+                "previous_response_id",
+            )
         return stored
 
     async def conversation_items(self, conversation_id: str) -> list[Item]:

@@ -49,8 +49,9 @@ def responses_routes(
     ) -> ASGIApp:
         """A kept response; with ``stream``, a background response's events after
         ``starting_after``, then the live ones until it ends."""
+        streams = query_flag(stream, "stream")  # (a bad value is a 400 before the look-up)
         stored = await kept(response_id)
-        if query_flag(stream, "stream"):
+        if streams:
             keepalive_s = services.config.server.keepalive_interval_s
             return background.resumed(stored, starting_after, keepalive_s)
         return JsonAnswer(_encode(stored.response))

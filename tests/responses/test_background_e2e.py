@@ -131,6 +131,10 @@ def test_cancel_aborts_on_the_worker_and_ends_cancelled(
     sim = router.sims[0]
     wait_for(lambda: sim.records.generated.get(request_id, 0) > 5, "tokens generated", within=20)
     assert client.responses.retrieve(submitted.id).status == "in_progress"
+    # Nothing to follow up on yet.
+    with pytest.raises(openai.BadRequestError) as unfinished:
+        client.responses.create(model=MODEL, input="and?", previous_response_id=submitted.id)
+    assert unfinished.value.body["param"] == "previous_response_id"  # type: ignore[index]
     cancelled = client.responses.cancel(submitted.id)
     assert cancelled.status == "cancelled"
     wait_for(lambda: request_id in sim.records.outcomes, "the worker's outcome", within=10)
