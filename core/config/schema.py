@@ -272,6 +272,30 @@ class ResponsesConfig(_Section):
     reasoning_key: Annotated[str, msgspec.Meta(min_length=16)] | None = None
 
 
+class McpConfig(_Section):
+    """MCP tools of ``/v1/responses`` (``{"type": "mcp", "server_url": …}``): the servers a
+    request may name, and the bounds of what the router does with them (see
+    :mod:`turnout.responses.mcp`)."""
+
+    #: Hosts whose ``server_url`` a request may name: ``mcp.example.com``, or
+    #: ``*.example.com`` for its subdomains. Empty: requests' MCP tools are refused.
+    allowed_hosts: list[Annotated[str, msgspec.Meta(pattern=r"^(\*\.)?[^*\s/:]+$")]] = (
+        msgspec.field(default_factory=list)
+    )
+    #: Let server URLs reach private, loopback and link-local addresses (servers inside the
+    #: cluster). Off: every address a host resolves to must be public.
+    allow_private_addresses: bool = False
+    #: Generations of one response that end in MCP calls; the response ends (incomplete)
+    #: after this many.
+    max_tool_rounds: Annotated[int, msgspec.Meta(ge=1, le=64)] = 8
+    #: Deadline of one tool call (connect, handshake and call), and of listing a server's tools.
+    call_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    #: Bytes of one answer of an MCP server (a larger one makes the call fail).
+    max_result_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
+    #: Tools of one server shown to the model (a server listing more is cut to these).
+    max_tools: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 128
+
+
 class MigrationConfig(_Section):
     """Failover of a running answer: a worker that fails after the first token hands the rest
     of the answer to another worker (the prompt and the tokens generated so far as its input)."""
@@ -318,6 +342,8 @@ class Config(_Section):
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     #: The Responses API's store of responses.
     responses: ResponsesConfig = msgspec.field(default_factory=ResponsesConfig)
+    #: MCP tools of the Responses API.
+    mcp: McpConfig = msgspec.field(default_factory=McpConfig)
     #: Failover of running answers to another worker.
     migration: MigrationConfig = msgspec.field(default_factory=MigrationConfig)
     #: ``DELETE /workers/{id}`` waits this long for in-flight requests before removing anyway.

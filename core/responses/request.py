@@ -24,6 +24,7 @@ from turnout.generation.requests import (
     check_top_k,
 )
 from turnout.generation.unsupported import unsupported
+from turnout.responses.mcp.servers import check_mcp_tool
 
 #: ``include`` values turnout serves: output text logprobs, and sealed reasoning.
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -96,7 +97,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     #: ``disabled`` (the default): a prompt over the context is a 400. ``auto``: the oldest
     #: input items are dropped until it fits.
     truncation: str | None = None
-    #: Counts built-in tool calls, which turnout has none of.
+    #: MCP calls the router makes in one response at most.
     max_tool_calls: Annotated[int, Meta(ge=0)] | None = None
     # SGLang / vLLM extensions.
     top_k: Annotated[int, Meta(ge=-1, le=INT32_MAX)] | None = None
@@ -199,12 +200,15 @@ def _check_conversation(request: ResponsesRequest) -> None:
 def _check_tools(tools: list[dict[str, Any]]) -> None:
     for i, tool in enumerate(tools):
         kind = tool.get("type")
+        if kind == "mcp":
+            check_mcp_tool(tool, f"tools[{i}]")
+            continue
         if kind != "function":
             raise unsupported(
                 f"tools[{i}].type",
-                f"tools of type {kind!r} are not supported: only function tools "
-                "(built-in tools such as web_search, file_search, code_interpreter and MCP "
-                "servers are OpenAI's)",
+                f"tools of type {kind!r} are not supported: only function and mcp tools "
+                "(built-in tools such as web_search, file_search and code_interpreter are "
+                "OpenAI's)",
             )
         name = tool.get("name")
         if not isinstance(name, str) or not name:

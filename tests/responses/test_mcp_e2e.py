@@ -1,0 +1,270 @@
+"""MCP tools in /v1/responses end to end: the official openai client over HTTP, the router,
+a simulated worker scripted to call the tools, and a real MCP server built with the ``mcp``
+SDK (tests/responses/mcp_server.py) that the router calls through the SDK's client."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+import yaml
+
+from tests.server.harness import MODEL, Router, run_router
+
+from .events import check_response, fold_events
+from .mcp_server import garbage_server, mcp_server
+from .test_responses_e2e import last_prompt, raw_stream
+
+
+def _call(name: str, arguments: dict[str, Any]) -> str:
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+#: Rules on the whole prompt first (a tool's result, once it is there), then the questions.
+RULES = [
+    {"match": "Error: ", "match_on": "prompt", "reply": "The tool failed."},
+    {"match": "XYZZY-FIXTURE", "match_on": "prompt", "reply": "The fixture says XYZZY-FIXTURE."},
+    {"match": "5\\.0", "match_on": "prompt", "reply": "The sum is 5."},
+    {"match": "Bearer s3cret", "match_on": "prompt", "reply": "I am known."},
+    {"match": "add two numbers", "reply": "Let me add.\n" + _call("add", {"a": 2, "b": 3})},
+    {"match": "read the fixture", "reply": _call("read_fixture", {"name": "note.txt"})},
+    {"match": "please hang", "reply": _call("hang", {})},
+    {"match": "something huge", "reply": _call("huge", {"size": 200_000})},
+    {"match": "who am i", "reply": _call("whoami", {})},
+    # Tool results are user turns to the demo model's template: this one calls on and on.
+    {"match": "add forever", "match_on": "prompt", "reply": _call("add", {"a": 1, "b": 1})},
+]
+MCP_CONFIG = {
+    "allowed_hosts": ["127.0.0.1"],
+    "allow_private_addresses": True,
+    "call_timeout_s": 3,
+    "max_result_bytes": 65536,
+    "max_tool_rounds": 2,
+}
+
+
+@pytest.fixture(scope="module")
+def server_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    fixtures = tmp_path_factory.mktemp("fixtures")
+    (fixtures / "note.txt").write_text("XYZZY-FIXTURE is written here.")
+    with mcp_server(fixtures) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
+    script = tmp_path_factory.mktemp("sim") / "script.yaml"
+    script.write_text(yaml.safe_dump({"rules": RULES}))
+    with run_router(
+        {"mcp": MCP_CONFIG},
+        sims=1,
+        sim_kwargs={"script": script},
+        model={"tool_parser": "qwen"},
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+def client(router: Router) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{router.base_url}/v1", api_key="unused", max_retries=0)
+
+
+def mcp_tool(url: str, **fields: Any) -> dict[str, Any]:
+    return {"type": "mcp", "server_label": "tests", "server_url": url,
+            "require_approval": "never", **fields}  # fmt: skip
+
+
+def post(router: Router, body: dict[str, Any]) -> httpx.Response:
+    return httpx.post(f"{router.base_url}/v1/responses", json={"model": MODEL, **body}, timeout=60)
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_the_model_calls_a_tool_and_answers_with_its_result(
+    client: openai.OpenAI, router: Router, server_url: str, stream: bool
+) -> None:
+    fields: dict[str, Any] = {"model": MODEL, "tools": [mcp_tool(server_url)]}
+    if stream:
+        with client.responses.stream(input="add two numbers", **fields) as events:
+            response = events.get_final_response()
+    else:
+        response = client.responses.create(input="add two numbers", **fields)
+    listed, said, call, answer = response.output
+    assert listed.type == "mcp_list_tools"
+    assert {tool.name for tool in listed.tools} >= {"add", "read_fixture"}
+    assert said.type == "message"
+    assert call.type == "mcp_call"
+    assert (call.name, call.server_label, call.error) == ("add", "tests", None)
+    assert json.loads(call.arguments) == {"a": 2, "b": 3}
+    assert call.output == "5.0"
+    assert answer.type == "message"
+    assert response.output_text == "Let me add.The sum is 5."
+    assert response.status == "completed"
+    assert response.usage is not None
+    assert response.usage.output_tokens > 0
+    tool = response.tools[0]
+    assert tool.type == "mcp"
+    assert tool.headers is None
+    # The second generation read the call and its output.
+    prompt = last_prompt(router)
+    assert prompt.index('"a": 2') < prompt.index("5.0")
+    kept = client.responses.retrieve(response.id)
+    assert [item.type for item in kept.output] == [item.type for item in response.output]
+
+
+def test_the_stream_has_openais_mcp_events(router: Router, server_url: str) -> None:
+    events = raw_stream(router, {"input": "read the fixture", "tools": [mcp_tool(server_url)]})
+    final = fold_events(events)
+    check_response(final)
+    kinds = [event["type"] for event in events]
+    assert kinds.index("response.mcp_list_tools.in_progress") < kinds.index(
+        "response.mcp_list_tools.completed"
+    )
+    order = [
+        "response.mcp_call.in_progress",
+        "response.mcp_call_arguments.delta",
+        "response.mcp_call_arguments.done",
+        "response.mcp_call.completed",
+    ]
+    assert [kinds.index(kind) for kind in order] == sorted(kinds.index(kind) for kind in order)
+    assert final["output"][1]["output"] == "XYZZY-FIXTURE is written here."
+    assert final["output"][-1]["content"][0]["text"] == "The fixture says XYZZY-FIXTURE."
+
+
+def test_an_approval_round_trip(client: openai.OpenAI, server_url: str) -> None:
+    tools: Any = [mcp_tool(server_url, require_approval="always", allowed_tools=["add"])]
+    first = client.responses.create(model=MODEL, input="add two numbers", tools=tools)
+    listed, _said, asked = first.output
+    assert [tool.name for tool in listed.tools] == ["add"]
+    assert asked.type == "mcp_approval_request"
+    assert asked.name == "add"
+    assert json.loads(asked.arguments) == {"a": 2, "b": 3}
+    assert first.status == "completed"
+    second = client.responses.create(
+        model=MODEL,
+        previous_response_id=first.id,
+        tools=tools,
+        input=[{"type": "mcp_approval_response", "approval_request_id": asked.id,
+                "approve": True}],
+    )  # fmt: skip
+    call, _answer = second.output  # the tools were listed by the first response
+    assert call.type == "mcp_call"
+    assert call.approval_request_id == asked.id
+    assert call.output == "5.0"
+    assert second.output_text == "The sum is 5."
+    refused = client.responses.create(
+        model=MODEL,
+        previous_response_id=first.id,
+        tools=tools,
+        input=[{"type": "mcp_approval_response", "approval_request_id": asked.id,
+                "approve": False, "reason": "not today"}],
+    )  # fmt: skip
+    assert [item.type for item in refused.output] == ["message"]
+    # The model read the refusal (the simulated one echoes the last turn it was given).
+    assert "did not approve this call: not today" in refused.output_text
+
+
+def test_headers_reach_the_server_and_are_never_echoed(
+    client: openai.OpenAI, router: Router, server_url: str
+) -> None:
+    tools: Any = [mcp_tool(server_url, headers={"Authorization": "Bearer s3cret"})]
+    response = client.responses.create(model=MODEL, input="who am i", tools=tools)
+    assert response.output[1].output == "Bearer s3cret"  # type: ignore[union-attr]
+    assert response.tools[0].headers is None  # type: ignore[union-attr]
+    kept = httpx.get(f"{router.base_url}/v1/responses/{response.id}", timeout=10)
+    assert '"headers":null' in kept.text.replace(" ", "")
+    assert "Bearer s3cret" not in json.dumps(kept.json()["tools"])
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_hanging_tool_is_an_mcp_call_error(router: Router, server_url: str, stream: bool) -> None:
+    body = {"input": "please hang", "tools": [mcp_tool(server_url)]}
+    if stream:
+        events = raw_stream(router, body)
+        assert "response.mcp_call.failed" in [event["type"] for event in events]
+        response = fold_events(events)
+    else:
+        reply = post(router, body)
+        assert reply.status_code == 200, reply.text
+        response = reply.json()
+    check_response(response)
+    call = response["output"][1]
+    assert call["type"] == "mcp_call"
+    assert call["status"] == "failed"
+    assert call["output"] is None
+    assert call["error"]["type"] == "http_error"
+    assert call["error"]["code"] == 504
+    assert response["output"][-1]["content"][0]["text"] == "The tool failed."
+
+
+def test_a_huge_result_is_an_mcp_call_error(router: Router, server_url: str) -> None:
+    reply = post(router, {"input": "something huge", "tools": [mcp_tool(server_url)]})
+    assert reply.status_code == 200, reply.text
+    call = reply.json()["output"][1]
+    assert call["error"]["code"] == 413
+    assert "65536 bytes" in call["error"]["message"]
+
+
+def test_malformed_json_rpc_fails_the_listing_not_the_response(router: Router) -> None:
+    with garbage_server() as url:
+        reply = post(router, {"input": "add two numbers", "tools": [mcp_tool(url)]})
+    assert reply.status_code == 200, reply.text
+    response = reply.json()
+    check_response(response)
+    listed = response["output"][0]
+    assert listed["type"] == "mcp_list_tools"
+    assert listed["error"]
+    assert listed["tools"] == []
+    # The model saw no MCP tool: nothing was called.
+    assert [item["type"] for item in response["output"]] == ["mcp_list_tools", "message"]
+
+
+def test_tool_rounds_are_bounded(router: Router, server_url: str) -> None:
+    reply = post(router, {"input": "add forever", "tools": [mcp_tool(server_url)]})
+    assert reply.status_code == 200, reply.text
+    output = reply.json()["output"]
+    calls = [item for item in output if item["type"] == "mcp_call"]
+    assert len(calls) == MCP_CONFIG["max_tool_rounds"]
+
+
+def test_servers_the_operator_does_not_allow_are_400s(server_url: str, tmp_path: Path) -> None:
+    with run_router(sims=1) as bare:
+        reply = post(bare, {"input": "hi", "tools": [mcp_tool(server_url)]})
+    assert reply.status_code == 400
+    error = reply.json()["error"]
+    assert error["code"] == "mcp_server_not_allowed"
+    assert error["param"] == "tools[0].server_url"
+    with run_router({"mcp": {"allowed_hosts": ["127.0.0.1", "localhost"]}}, sims=1) as listed:
+        for url in (server_url, server_url.replace("127.0.0.1", "localhost")):
+            reply = post(listed, {"input": "hi", "tools": [mcp_tool(url)]})
+            assert reply.status_code == 400, url
+            assert reply.json()["error"]["code"] == "mcp_server_not_allowed"
+            assert "private, loopback" in reply.json()["error"]["message"]
+
+
+def test_bad_mcp_tools_are_400s(router: Router, server_url: str) -> None:
+    cases = [
+        ({"server_label": "1bad"}, "tools[0].server_label"),
+        ({"server_url": "ftp://127.0.0.1/mcp"}, "tools[0].server_url"),
+        ({"server_url": "http://user:pw@127.0.0.1/mcp"}, "tools[0].server_url"),
+        ({"connector_id": "connector_gmail"}, "tools[0].connector_id"),
+        ({"headers": {"x": 1}}, "tools[0].headers"),
+        ({"require_approval": "sometimes"}, "tools[0].require_approval"),
+    ]
+    for fields, param in cases:
+        reply = post(router, {"input": "hi", "tools": [mcp_tool(server_url, **fields)]})
+        assert reply.status_code == 400, fields
+        error = reply.json()["error"]
+        assert error["param"] == param
+        assert isinstance(error["code"], str)
+    reply = post(
+        router,
+        {"input": [{"type": "mcp_approval_response", "approval_request_id": "mcpr_x",
+                    "approve": True}]},
+    )  # fmt: skip
+    assert reply.status_code == 400
+    assert reply.json()["error"]["code"] == "mcp_tools_missing"
