@@ -172,7 +172,7 @@ def check_request(request: ResponsesRequest) -> None:
     if request.top_logprobs and not request.logprobs:
         raise bad_request(f"top_logprobs needs include: [{LOGPROBS_INCLUDE!r}]", "top_logprobs")
     _check_tools(request.tools or [])
-    _check_tool_choice(request.tool_choice)
+    _check_tool_choice(request.tool_choice, request.tools or [])
     _check_text(request.text)
     effort = (request.reasoning or {}).get("effort")
     if effort is not None and not isinstance(effort, str):
@@ -220,11 +220,20 @@ def _check_tools(tools: list[dict[str, Any]]) -> None:
             )
 
 
-def _check_tool_choice(choice: str | dict[str, Any] | None) -> None:
+def _check_tool_choice(choice: str | dict[str, Any] | None, tools: list[dict[str, Any]]) -> None:
     if not isinstance(choice, dict):
         return
     kind = choice.get("type")
-    if kind == "allowed_tools":
+    if kind == "mcp":
+        labels = [tool.get("server_label") for tool in tools if tool.get("type") == "mcp"]
+        name = choice.get("name")
+        if choice.get("server_label") not in labels or not (name is None or isinstance(name, str)):
+            raise bad_request(
+                "tool_choice of type 'mcp' names the server_label of one of the request's mcp "
+                "tools (and a tool name)",
+                "tool_choice",
+            )
+    elif kind == "allowed_tools":
         for j, tool in enumerate(choice.get("tools") or []):
             if not isinstance(tool, dict) or tool.get("type") != "function":
                 raise unsupported(
@@ -234,7 +243,7 @@ def _check_tool_choice(choice: str | dict[str, Any] | None) -> None:
         raise unsupported(
             "tool_choice",
             f"tool_choice of type {kind!r} is not supported: only 'none', 'auto', 'required', "
-            "a function or allowed_tools",
+            "a function, an mcp server's tool or allowed_tools",
         )
 
 

@@ -125,13 +125,11 @@ async def _events(response: McpResponse) -> AsyncGenerator[Events, None]:
         async for batch in _generation(response, round_index, last):
             yield batch
         pending = renderer.pending
-        if not pending or renderer.asked_approval or renderer.called_functions:
-            for opened in pending:  # not called: the client answers first
-                yield renderer.called(opened, None, _not_called())
-            break
         for opened in pending:
             yield await _call(response, opened.item["server_label"], opened)
             calls += 1
+        if not pending or renderer.asked_approval or renderer.called_functions:
+            break  # the answer, or what the client answers first
         renderer.next_generation()
     await renderer.complete()
     yield renderer.closing()
@@ -144,7 +142,11 @@ async def _generation(response: McpResponse, round_index: int, last: bool) -> As
     if not last:
         tools += [_function_tool(tool) for tool in response.tools.values()]
     context = [*response.context, *response.renderer.output]
-    round_request = msgspec.structs.replace(request, tools=tools or None, stream=True)
+    # The tool choice holds for the first generation: later ones answer with what it found.
+    choice = _tool_choice(request.tool_choice, response.tools) if round_index == 0 else None
+    round_request = msgspec.structs.replace(
+        request, tools=tools or None, tool_choice=choice if tools else None, stream=True
+    )
 
     async def prompts(r: ResponsesRequest, runtime: ModelRuntime, ctx: RequestContext) -> Plan:
         plan = await response.planner(r, context, runtime, ctx)
@@ -167,6 +169,25 @@ async def _generation(response: McpResponse, round_index: int, last: bool) -> As
             yield batch
     finally:
         await payloads.aclose()
+
+
+def _tool_choice(
+    choice: str | dict[str, Any] | None, tools: dict[str, McpTool]
+) -> str | dict[str, Any] | None:
+    """The tool choice as the chat path reads it: ``{"type": "mcp", "server_label", "name"}``
+    is the function of that name, or any tool of that server."""
+    if not isinstance(choice, dict) or choice.get("type") != "mcp":
+        return choice
+    name = choice.get("name")
+    if isinstance(name, str) and name:
+        return {"type": "function", "name": name}
+    label = choice.get("server_label")
+    names = [name for name, tool in tools.items() if tool.server.label == label]
+    return {
+        "type": "allowed_tools",
+        "mode": "required",
+        "tools": [{"type": "function", "name": name} for name in names],
+    }
 
 
 def _function_tool(tool: McpTool) -> dict[str, Any]:
@@ -290,14 +311,6 @@ async def _call(response: McpResponse, label: str, opened: Any) -> Events:
     except McpFailure as exc:
         return response.renderer.called(opened, None, exc.error)
     return response.renderer.called(opened, output, None)
-
-
-def _not_called() -> dict[str, Any]:
-    return {
-        "type": "mcp_protocol_error",
-        "code": -32603,
-        "message": "not called: the response ended with calls the client answers first",
-    }
 
 
 def check_approval_input(items: Sequence[Item]) -> None:
