@@ -272,6 +272,28 @@ class ResponsesConfig(_Section):
     reasoning_key: Annotated[str, msgspec.Meta(min_length=16)] | None = None
 
 
+class McpServerConfig(_Section):
+    """An MCP server the operator runs or names: a request uses it by its label alone
+    (``{"type": "mcp", "server_label": "<name>"}``, no ``server_url``), and never sees its
+    URL, command or headers."""
+
+    #: Its streamable HTTP endpoint (an URL ending in ``/sse``: the SSE transport). Operator
+    #: servers may be on any host and address.
+    url: Annotated[str, msgspec.Meta(pattern=r"^https?://")] | None = None
+    #: Or a command the router starts for each use (stdio), and its arguments.
+    command: list[str] | None = None
+    #: The environment of that command (besides a minimal default one).
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    #: Sent with every request to ``url`` (use ``${ENV_VAR}`` for tokens).
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    #: The models (ids) whose requests may use it; unset: every model.
+    models: list[str] | None = None
+    #: Whether calls wait for the client's approval, unless the request says (``require_approval``).
+    require_approval: Literal["always", "never"] = "never"
+    #: The tools requests may see (unset: all of them).
+    allowed_tools: list[str] | None = None
+
+
 class McpConfig(_Section):
     """MCP tools of ``/v1/responses`` (``{"type": "mcp", "server_url": …}``): the servers a
     request may name, and the bounds of what the router does with them (see
@@ -294,6 +316,10 @@ class McpConfig(_Section):
     max_result_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
     #: Tools of one server shown to the model (a server listing more is cut to these).
     max_tools: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 128
+    #: Servers the operator configures, by label (what requests name them by).
+    servers: dict[
+        Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")], McpServerConfig
+    ] = msgspec.field(default_factory=dict)
 
 
 class MigrationConfig(_Section):

@@ -173,8 +173,8 @@ class ResponsesApi:
             return None
         check_request(request)
         config = mcp_config(backend)
-        clients = await mcp_clients(request, config)
         model_id = backend.models.resolve_name(request.model)
+        clients = await mcp_clients(request, config, model_id)
         history, items = await self._context(request)
 
         async def planner(

@@ -2,7 +2,8 @@
 streamable HTTP on a loopback port in a subprocess; and a hostile one that answers MCP
 requests with what is not JSON-RPC.
 
-``python -m tests.responses.mcp_server PORT FIXTURES`` runs the server: tools ``add(a, b)``,
+``python -m tests.responses.mcp_server PORT FIXTURES`` runs the server (``stdio`` for
+``PORT``: on stdin and stdout): tools ``add(a, b)``,
 ``read_fixture(name)`` (a file of the fixtures directory), ``hang()`` (never answers),
 ``huge(size)`` (a text of ``size`` bytes) and ``whoami()`` (the ``authorization`` header it
 was called with). It logs nothing of the requests' headers but what ``whoami`` answers.
@@ -26,7 +27,8 @@ from tests.support import wait_for
 from turnout.testing.router import free_port
 
 
-def _serve(port: int, fixtures: Path) -> None:
+def _serve(port: int | None, fixtures: Path) -> None:
+    """Serve on ``port`` (streamable HTTP), or on stdin and stdout (``port`` None)."""
     server = MCPServer("turnout-tests")
 
     @server.tool()
@@ -58,7 +60,10 @@ def _serve(port: int, fixtures: Path) -> None:
         """The authorization header of the call."""
         return str((ctx.headers or {}).get("authorization", "nobody"))
 
-    server.run("streamable-http", host="127.0.0.1", port=port, stateless_http=True)
+    if port is None:
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host="127.0.0.1", port=port, stateless_http=True)
 
 
 def _listening(port: int) -> bool:
@@ -126,4 +131,4 @@ def garbage_server() -> Iterator[str]:
 
 
 if __name__ == "__main__":
-    _serve(int(sys.argv[1]), Path(sys.argv[2]))
+    _serve(None if sys.argv[1] == "stdio" else int(sys.argv[1]), Path(sys.argv[2]))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,6 +23,7 @@ import anyio
 import httpx2
 from mcp.client.session import ClientSession
 from mcp.client.sse import sse_client
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import PaginatedRequestParams
@@ -31,6 +33,8 @@ from turnout.responses.mcp.servers import ListedTool, McpFailure, McpServer
 
 log = logging.getLogger(__name__)
 
+#: Where stdio servers' own messages go (the router's stderr, as the SDK's default).
+_STDERR = sys.stderr
 #: JSON-RPC's "parse error": the server's answer was not a JSON-RPC message.
 _PARSE_ERROR = -32700
 
@@ -125,7 +129,13 @@ class McpClient:
         url = self.server.url
         make = self._factory(budget)
         async with contextlib.AsyncExitStack() as stack:
-            if url.rstrip("/").endswith("/sse"):
+            if self.server.command:
+                command, *args = self.server.command
+                parameters = StdioServerParameters(
+                    command=command, args=args, env=dict(self.server.env) or None
+                )
+                streams = stdio_client(parameters, errlog=_STDERR)
+            elif url.rstrip("/").endswith("/sse"):
                 headers = dict(self.server.headers)
                 streams = sse_client(
                     url, headers=headers, timeout=self.timeout_s,

@@ -37,6 +37,7 @@ from turnout.responses.mcp.servers import (
     McpFailure,
     allowed_addresses,
     is_mcp,
+    operator_server,
     request_servers,
 )
 from turnout.responses.request import ResponsesRequest
@@ -66,7 +67,9 @@ class McpResponse:
     tools: dict[str, McpTool] = field(default_factory=dict)
 
 
-async def mcp_clients(request: ResponsesRequest, config: McpConfig) -> dict[str, McpClient]:
+async def mcp_clients(
+    request: ResponsesRequest, config: McpConfig, model_id: str
+) -> dict[str, McpClient]:
     """A client per MCP server of the request, by label (the 400s of a server that may not
     be reached)."""
     servers = request_servers(request.tools or [])
@@ -82,9 +85,12 @@ async def mcp_clients(request: ResponsesRequest, config: McpConfig) -> dict[str,
     clients = {}
     positions = [i for i, tool in enumerate(request.tools or []) if is_mcp(tool)]
     for server, i in zip(servers, positions, strict=True):
-        addresses = await allowed_addresses(server, config, f"tools[{i}].server_url")
+        operator = not server.url
+        chosen = operator_server(server, config, model_id, f"tools[{i}]") if operator else server
+        param = f"tools[{i}].server_url"
+        addresses = await allowed_addresses(chosen, config, param, operator=operator)
         clients[server.label] = McpClient(
-            server, addresses, config.call_timeout_s, config.max_result_bytes
+            chosen, addresses, config.call_timeout_s, config.max_result_bytes
         )
     return clients
 

@@ -65,22 +65,31 @@ class McpServer:
     """One MCP server a request names."""
 
     label: str
+    #: Its URL; empty for a server of the operator's that the request names by label only.
     url: str
     #: Sent with every request to the server; never logged, echoed or stored.
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     #: The tools the model may see (None: all of them).
     allowed: ToolFilter | None = None
-    #: ``"always"``, ``"never"``, or the filters of the tools that need (or do not need) it.
-    approval: str | tuple[ToolFilter | None, ToolFilter | None] = "always"
+    #: ``"always"``, ``"never"``, or the filters of the tools that need (or do not need) it;
+    #: None: the request did not say (the operator's setting, else OpenAI's ``always``).
+    approval: str | tuple[ToolFilter | None, ToolFilter | None] | None = None
+    #: A stdio server of the operator's: the command and its arguments, its environment.
+    command: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict, repr=False)
+    #: The tools the operator lets requests see (None: all of them).
+    operator_allowed: frozenset[str] | None = None
 
     def allows(self, name: str, annotations: Mapping[str, Any] | None) -> bool:
         """Whether the model may see tool ``name``."""
+        if self.operator_allowed is not None and name not in self.operator_allowed:
+            return False
         return self.allowed is None or self.allowed.matches(name, annotations)
 
     def needs_approval(self, name: str, annotations: Mapping[str, Any] | None) -> bool:
         """Whether a call of ``name`` waits for the client's approval (OpenAI's default:
         every call does)."""
-        if isinstance(self.approval, str):
+        if self.approval is None or isinstance(self.approval, str):
             return self.approval != "never"
         always, never = self.approval
         if always is not None and always.matches(name, annotations):
@@ -137,6 +146,14 @@ def check_mcp_tool(tool: Mapping[str, Any], where: str) -> McpServer:
             f"{where}.server_label",
         )
     url = tool.get("server_url")
+    if url is None:  # a server of the operator's, named by its label
+        return McpServer(
+            label,
+            "",
+            _headers(tool, where),
+            _allowed(tool.get("allowed_tools"), f"{where}.allowed_tools"),
+            _approval(tool.get("require_approval"), f"{where}.require_approval"),
+        )
     if not isinstance(url, str) or not url:
         raise bad_request(f"{where}.server_url must be a URL", f"{where}.server_url")
     parts = urlsplit(url)
@@ -214,9 +231,11 @@ def _allowed(value: object, where: str) -> ToolFilter | None:
     return None if value is None else _filter(value, where)
 
 
-def _approval(value: object, where: str) -> str | tuple[ToolFilter | None, ToolFilter | None]:
+def _approval(
+    value: object, where: str
+) -> str | tuple[ToolFilter | None, ToolFilter | None] | None:
     if value is None:
-        return "always"
+        return None
     if value in ("always", "never"):
         return str(value)
     if not isinstance(value, dict) or set(value) - {"always", "never"}:
@@ -232,21 +251,52 @@ def _not_allowed(message: str, param: str) -> ApiError:
     return ApiError(400, message, param=param, code="mcp_server_not_allowed")
 
 
-async def allowed_addresses(server: McpServer, config: McpConfig, param: str) -> list[IPAddress]:
+def operator_server(server: McpServer, config: McpConfig, model_id: str, where: str) -> McpServer:
+    """A server of the operator's that a request names by label, with what the operator
+    configured (a 400 ``mcp_server_not_found`` when there is none, for this model)."""
+    found = config.servers.get(server.label)
+    if found is None or (found.models is not None and model_id not in found.models):
+        raise ApiError(
+            400,
+            f"no MCP server {server.label!r} is configured for model {model_id!r}: name a "
+            "server_url, or a label of the operator's mcp.servers",
+            param=f"{where}.server_label",
+            code="mcp_server_not_found",
+        )
+    approval = server.approval if server.approval is not None else found.require_approval
+    return McpServer(
+        server.label,
+        found.url or "",
+        {**server.headers, **found.headers},
+        server.allowed,
+        approval,
+        tuple(found.command or ()),
+        dict(found.env),
+        None if found.allowed_tools is None else frozenset(found.allowed_tools),
+    )
+
+
+async def allowed_addresses(
+    server: McpServer, config: McpConfig, param: str, *, operator: bool = False
+) -> list[IPAddress]:
     """The addresses the router may connect to for ``server`` (a 400
     ``mcp_server_not_allowed`` unless its host is one the operator lists and, unless the
-    operator allows private addresses, every address it resolves to is public). The caller
-    connects to these addresses only: a second DNS answer is never used."""
+    operator allows private addresses, every address it resolves to is public; a server
+    of the operator's, ``operator``, may be anywhere). The caller connects to these
+    addresses only: a second DNS answer is never used."""
+    if server.command:
+        return []
     parts = urlsplit(server.url)
     host = parts.hostname or ""
-    if not host_allowed(host, config.allowed_hosts):
+    if not operator and not host_allowed(host, config.allowed_hosts):
         raise _not_allowed(
             f"MCP server host {host!r} is not allowed: the operator lists the hosts MCP "
             "servers may be on (mcp.allowed_hosts)",
             param,
         )
     port = parts.port or (443 if parts.scheme == "https" else 80)
-    accept = _any_address if config.allow_private_addresses else is_public_address
+    anywhere = operator or config.allow_private_addresses
+    accept = _any_address if anywhere else is_public_address
     try:
         return await resolve_public(host, port, accept=accept)
     except ImageNotAllowed:
