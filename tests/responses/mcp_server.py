@@ -2,8 +2,8 @@
 streamable HTTP on a loopback port in a subprocess; and a hostile one that answers MCP
 requests with what is not JSON-RPC.
 
-``python -m tests.responses.mcp_server PORT FIXTURES`` runs the server (``stdio`` for
-``PORT``: on stdin and stdout): tools ``add(a, b)``,
+``python -m tests.responses.mcp_server PORT FIXTURES [sse]`` runs the server (``stdio``
+for ``PORT``: on stdin and stdout; ``sse``: the SSE transport): tools ``add(a, b)``,
 ``read_fixture(name)`` (a file of the fixtures directory), ``hang()`` (never answers),
 ``huge(size)`` (a text of ``size`` bytes) and ``whoami()`` (the ``authorization`` header it
 was called with). It logs nothing of the requests' headers but what ``whoami`` answers.
@@ -27,8 +27,8 @@ from tests.support import wait_for
 from turnout.testing.router import free_port
 
 
-def _serve(port: int | None, fixtures: Path) -> None:
-    """Serve on ``port`` (streamable HTTP), or on stdin and stdout (``port`` None)."""
+def _serve(port: int | None, fixtures: Path, sse: bool = False) -> None:
+    """Serve on ``port`` (streamable HTTP, or SSE), or on stdin and stdout (``port`` None)."""
     server = MCPServer("turnout-tests")
 
     @server.tool()
@@ -62,6 +62,8 @@ def _serve(port: int | None, fixtures: Path) -> None:
 
     if port is None:
         server.run("stdio")
+    elif sse:
+        server.run("sse", host="127.0.0.1", port=port)
     else:
         server.run("streamable-http", host="127.0.0.1", port=port, stateless_http=True)
 
@@ -73,18 +75,20 @@ def _listening(port: int) -> bool:
 
 
 @contextlib.contextmanager
-def mcp_server(fixtures: Path) -> Iterator[str]:
-    """The URL of a running test MCP server (stopped at the end)."""
+def mcp_server(fixtures: Path, *, sse: bool = False) -> Iterator[str]:
+    """The URL of a running test MCP server (stopped at the end): streamable HTTP, or the
+    SSE transport (``sse``)."""
     port = free_port()
+    command = [sys.executable, "-m", "tests.responses.mcp_server", str(port), str(fixtures)]
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.responses.mcp_server", str(port), str(fixtures)],
+        [*command, *(["sse"] if sse else [])],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     try:
         wait_for(lambda: _listening(port) or process.poll() is not None, "the MCP server")
         assert process.poll() is None, "the MCP server exited"
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://127.0.0.1:{port}/{'sse' if sse else 'mcp'}"
     finally:
         process.terminate()
         try:
@@ -131,4 +135,5 @@ def garbage_server() -> Iterator[str]:
 
 
 if __name__ == "__main__":
-    _serve(None if sys.argv[1] == "stdio" else int(sys.argv[1]), Path(sys.argv[2]))
+    where, folder = sys.argv[1], Path(sys.argv[2])
+    _serve(None if where == "stdio" else int(where), folder, sse=sys.argv[3:] == ["sse"])

@@ -116,6 +116,20 @@ def test_the_model_calls_a_tool_and_answers_with_its_result(
     assert [item.type for item in kept.output] == [item.type for item in response.output]
 
 
+def test_an_sse_server_is_called_too(
+    client: openai.OpenAI, tmp_path: Path, server_url: str
+) -> None:
+    (tmp_path / "note.txt").write_text("XYZZY-FIXTURE over SSE.")
+    with mcp_server(tmp_path, sse=True) as url:
+        assert url.endswith("/sse")
+        tools: Any = [mcp_tool(url)]
+        response = client.responses.create(model=MODEL, input="read the fixture", tools=tools)
+    call = response.output[1]
+    assert call.type == "mcp_call"
+    assert call.output == "XYZZY-FIXTURE over SSE."
+    assert response.output_text == "The fixture says XYZZY-FIXTURE."
+
+
 def test_the_stream_has_openais_mcp_events(router: Router, server_url: str) -> None:
     events = raw_stream(router, {"input": "read the fixture", "tools": [mcp_tool(server_url)]})
     final = fold_events(events)
