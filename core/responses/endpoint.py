@@ -20,7 +20,7 @@ from turnout.errors import ApiError, bad_request
 from turnout.generation import chat
 from turnout.generation.context import RequestContext
 from turnout.generation.flow import Backend, Endpoint, Generated
-from turnout.generation.models import ModelRuntime
+from turnout.generation.models import ModelRuntime, UnknownAdapter
 from turnout.generation.plan import Plan
 from turnout.generation.requests import ChatCompletionRequest, ChatMessage
 from turnout.responses.conversations import ConversationStore, find_conversation
@@ -173,7 +173,10 @@ class ResponsesApi:
             return None
         check_request(request)
         config = mcp_config(backend)
-        model_id = backend.models.resolve_name(request.model)
+        try:  # as the flow resolves it (an adapter's name, too)
+            model_id = backend.models.resolve_model(request.model, None)[0]
+        except UnknownAdapter:
+            model_id = (await backend.models.resolve_model_fresh(request.model, None))[0]
         clients = await mcp_clients(request, config, model_id)
         history, items = await self._context(request)
 

@@ -286,3 +286,24 @@ def test_bad_mcp_tools_are_400s(router: Router, server_url: str) -> None:
     )  # fmt: skip
     assert reply.status_code == 400
     assert reply.json()["error"]["code"] == "mcp_tools_missing"
+
+
+def test_replayed_mcp_items_are_read_back(router: Router, server_url: str) -> None:
+    """A stateless client (``store: false``) sends the output back as input: the listed
+    tools are not listed again, the calls and their outputs reach the prompt."""
+    tools = [mcp_tool(server_url)]
+    first = post(router, {"input": "add two numbers", "tools": tools, "store": False}).json()
+    assert [item["type"] for item in first["output"]] == [
+        "mcp_list_tools", "message", "mcp_call", "message",
+    ]  # fmt: skip
+    replay = [{"role": "user", "content": "add two numbers"}, *first["output"]]
+    replay.append({"role": "user", "content": "thanks, bye"})
+    second = post(router, {"input": replay, "tools": tools, "store": False})
+    assert second.status_code == 200, second.text
+    body = second.json()
+    assert [item["type"] for item in body["output"]] == ["message"]
+    prompt = last_prompt(router)
+    assert prompt.index('"a": 2') < prompt.index("5.0") < prompt.index("thanks, bye")
+    bad = post(router, {"input": [{**first["output"][2], "arguments": 3}], "tools": tools})
+    assert bad.status_code == 400
+    assert bad.json()["error"]["param"] == "input[0].arguments"
