@@ -17,6 +17,7 @@ A one-shot answer is the fold of the very same stream: its last event's response
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -88,7 +89,16 @@ async def mcp_clients(
         operator = not server.url
         chosen = operator_server(server, config, model_id, f"tools[{i}]") if operator else server
         param = f"tools[{i}].server_url"
-        addresses = await allowed_addresses(chosen, config, param, operator=operator)
+        try:
+            async with asyncio.timeout(config.call_timeout_s):  # name resolution, too
+                addresses = await allowed_addresses(chosen, config, param, operator=operator)
+        except TimeoutError:
+            raise ApiError(
+                400,
+                f"the host of MCP server {server.label!r} could not be resolved in time",
+                param=param,
+                code="mcp_server_unresolvable",
+            ) from None
         clients[server.label] = McpClient(
             chosen, addresses, config.call_timeout_s, config.max_result_bytes
         )
