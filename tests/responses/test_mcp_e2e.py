@@ -4,6 +4,7 @@ SDK (tests/responses/mcp_server.py) that the router calls through the SDK's clie
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -307,3 +308,43 @@ def test_replayed_mcp_items_are_read_back(router: Router, server_url: str) -> No
     bad = post(router, {"input": [{**first["output"][2], "arguments": 3}], "tools": tools})
     assert bad.status_code == 400
     assert bad.json()["error"]["param"] == "input[0].arguments"
+
+
+def test_the_openai_agents_sdk_runs_a_hosted_mcp_tool_with_approval(
+    router: Router, server_url: str
+) -> None:
+    """The openai-agents SDK's ``HostedMCPTool``: it answers the approval request itself
+    (replaying the items, no ``previous_response_id``) and reads the call's result."""
+    agents = pytest.importorskip("agents")
+    agents.set_tracing_disabled(True)
+    approved: list[str] = []
+
+    def approve(request: Any) -> Any:
+        approved.append(request.data.name)
+        return {"approve": True}
+
+    async def run() -> Any:
+        client = openai.AsyncOpenAI(
+            base_url=f"{router.base_url}/v1", api_key="unused", max_retries=0
+        )
+        tool = agents.HostedMCPTool(
+            tool_config={"type": "mcp", "server_label": "tests", "server_url": server_url,
+                         "require_approval": "always"},
+            on_approval_request=approve,
+        )  # fmt: skip
+        agent = agents.Agent(
+            name="adder",
+            instructions="Be brief.",
+            model=agents.OpenAIResponsesModel(model=MODEL, openai_client=client),
+            tools=[tool],
+        )
+        try:
+            return await agents.Runner.run(agent, "add two numbers")
+        finally:
+            await client.close()
+
+    result = asyncio.run(run())
+    assert result.final_output == "The sum is 5."
+    assert approved == ["add"]
+    kinds = [type(item).__name__ for item in result.new_items]
+    assert kinds.index("MCPApprovalRequestItem") < kinds.index("ToolCallItem")
