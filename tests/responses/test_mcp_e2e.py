@@ -276,6 +276,10 @@ def test_bad_mcp_tools_are_400s(router: Router, server_url: str) -> None:
         error = reply.json()["error"]
         assert error["param"] == param
         assert isinstance(error["code"], str)
+    answer = {"type": "mcp_approval_response", "approval_request_id": "mcpr_x", "approve": True}
+    reply = post(router, {"input": [answer], "tools": [mcp_tool(server_url)], "stream": True})
+    assert reply.status_code == 400
+    assert reply.json()["error"]["code"] == "mcp_approval_request_not_found"
     choice = {"type": "mcp", "server_label": "elsewhere"}
     reply = post(router, {"input": "hi", "tools": [mcp_tool(server_url)], "tool_choice": choice})
     assert reply.status_code == 400

@@ -113,6 +113,7 @@ def mcp_config(backend: Backend) -> McpConfig:
 
 async def run_mcp(response: McpResponse) -> Generated:
     """The answer: the event stream, or its fold (the last event's response)."""
+    _check_approvals(response.context)
     events = _events(response)
     if response.request.streams:
         return Streamed(events, typed_events=True)
@@ -250,18 +251,23 @@ async def _list_tools(response: McpResponse) -> AsyncIterator[Events]:
             opened, events = response.renderer.listing(client.server)
             yield events
             try:
-                tools = await client.list_tools()
+                found = await client.list_tools()
             except McpFailure as exc:
                 yield response.renderer.listed(opened, None, str(exc))
                 continue
-            tools = [t for t in tools if client.server.allows(t.name, t.annotations)]
-            tools = tools[: response.config.max_tools]
+            tools = _shown(found, client, response.config)
             yield response.renderer.listed(opened, tools, None)
-        for tool in tools:
+        for tool in _shown(tools, client, response.config):
             if tool.name in response.tools:
                 log.info("MCP tool %r of %r hidden: another server has it", tool.name, label)
                 continue
             response.tools[tool.name] = McpTool(client.server, tool)
+
+
+def _shown(tools: list[ListedTool], client: McpClient, config: McpConfig) -> list[ListedTool]:
+    """The tools of a server the model may see."""
+    shown = [tool for tool in tools if client.server.allows(tool.name, tool.annotations)]
+    return shown[: config.max_tools]
 
 
 def _listed_before(items: Sequence[Item]) -> dict[str, list[ListedTool]]:
@@ -297,13 +303,7 @@ async def _approved_calls(response: McpResponse) -> AsyncIterator[Events]:
         request_id = item["approval_request_id"]
         if request_id in answered:
             continue
-        asked = requests.get(request_id)
-        if asked is None:
-            raise bad_request(
-                f"mcp_approval_response answers {request_id!r}, which is no approval request "
-                "of the context (send it, or previous_response_id)",
-                "input",
-            )
+        asked = requests[request_id]  # there is one (_check_approvals)
         client = response.clients.get(asked["server_label"])
         tool = response.tools.get(asked["name"])
         if client is None or tool is None:
@@ -327,6 +327,21 @@ async def _call(response: McpResponse, label: str, opened: Any) -> Events:
     except McpFailure as exc:
         return response.renderer.called(opened, None, exc.error)
     return response.renderer.called(opened, output, None)
+
+
+def _check_approvals(context: Sequence[Item]) -> None:
+    """Each approval the client sends answers an approval request of the context (a 400
+    before anything is streamed otherwise)."""
+    asked = {item["id"] for item in context if item["type"] == "mcp_approval_request"}
+    for item in context:
+        if item["type"] == "mcp_approval_response" and item["approval_request_id"] not in asked:
+            raise ApiError(
+                400,
+                f"mcp_approval_response answers {item['approval_request_id']!r}, which is no "
+                "approval request of the context (send it, or previous_response_id)",
+                param="input",
+                code="mcp_approval_request_not_found",
+            )
 
 
 def check_approval_input(items: Sequence[Item]) -> None:
