@@ -12,8 +12,10 @@ wrong becomes an :class:`McpFailure` carrying OpenAI's ``error`` object of the i
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
+import ssl
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -37,6 +39,13 @@ log = logging.getLogger(__name__)
 _STDERR = sys.stderr
 #: JSON-RPC's "parse error": the server's answer was not a JSON-RPC message.
 _PARSE_ERROR = -32700
+
+
+@functools.cache
+def _tls() -> ssl.SSLContext:
+    """The TLS context of every MCP connection, made once: loading the certificate
+    authorities takes tens of milliseconds of the event loop."""
+    return ssl.create_default_context()
 
 
 class _TooLarge(Exception):
@@ -80,7 +89,7 @@ class _PinnedTransport(httpx2.AsyncBaseTransport):
         self._host = host
         self._address = str(address)
         self._budget = budget
-        self._inner = httpx2.AsyncHTTPTransport(trust_env=False)
+        self._inner = httpx2.AsyncHTTPTransport(verify=_tls(), trust_env=False)
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
         if request.url.host != self._host:  # the SDK follows redirects on the origin only
