@@ -6,5 +6,7 @@
   :class:`~turnout.generation.flow.Endpoint`;
 - :mod:`~turnout.responses.render`: the typed stream events, and the response folded from them;
 - :mod:`~turnout.responses.store`: where responses are kept for ``previous_response_id`` and
-  ``GET /v1/responses/{id}``.
+  ``GET /v1/responses/{id}``;
+- :mod:`~turnout.responses.mcp`: MCP tools, which the router calls between the generations of
+  one response.
 """
