@@ -5,13 +5,14 @@ requests with what is not JSON-RPC.
 ``python -m tests.responses.mcp_server PORT FIXTURES [sse]`` runs the server (``stdio``
 for ``PORT``: on stdin and stdout; ``sse``: the SSE transport): tools ``add(a, b)``,
 ``read_fixture(name)`` (a file of the fixtures directory), ``hang()`` (never answers),
-``huge(size)`` (a text of ``size`` bytes) and ``whoami()`` (the ``authorization`` header it
-was called with). It logs nothing of the requests' headers but what ``whoami`` answers.
+``huge(size)`` (a text of ``size`` bytes) and ``whoami()`` (a digest of the ``authorization``
+header it was called with).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import socket
 import subprocess
 import sys
@@ -57,8 +58,9 @@ def _serve(port: int | None, fixtures: Path, sse: bool = False) -> None:
 
     @server.tool()
     def whoami(ctx: Context) -> str:  # type: ignore[type-arg]
-        """The authorization header of the call."""
-        return str((ctx.headers or {}).get("authorization", "nobody"))
+        """Who the call's authorization header says the caller is (its digest: the header
+        itself stays out of every log)."""
+        return caller_digest((ctx.headers or {}).get("authorization", "nobody"))
 
     if port is None:
         server.run("stdio")
@@ -66,6 +68,11 @@ def _serve(port: int | None, fixtures: Path, sse: bool = False) -> None:
         server.run("sse", host="127.0.0.1", port=port)
     else:
         server.run("streamable-http", host="127.0.0.1", port=port, stateless_http=True)
+
+
+def caller_digest(authorization: str) -> str:
+    """What ``whoami`` answers for an ``authorization`` header."""
+    return "caller-" + hashlib.sha256(authorization.encode()).hexdigest()[:16]
 
 
 def _listening(port: int) -> bool:

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
+import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +21,7 @@ import yaml
 from tests.server.harness import MODEL, Router, run_router
 
 from .events import check_response, fold_events
-from .mcp_server import garbage_server, mcp_server
+from .mcp_server import caller_digest, garbage_server, mcp_server
 from .test_responses_e2e import last_prompt, raw_stream
 
 
@@ -31,7 +34,7 @@ RULES = [
     {"match": "Error: ", "match_on": "prompt", "reply": "The tool failed."},
     {"match": "XYZZY-FIXTURE", "match_on": "prompt", "reply": "The fixture says XYZZY-FIXTURE."},
     {"match": "5\\.0", "match_on": "prompt", "reply": "The sum is 5."},
-    {"match": "Bearer s3cret", "match_on": "prompt", "reply": "I am known."},
+    {"match": "caller-", "match_on": "prompt", "reply": "I am known."},
     {"match": "add two numbers", "reply": "Let me add.\n" + _call("add", {"a": 2, "b": 3})},
     {"match": "read the fixture", "reply": _call("read_fixture", {"name": "note.txt"})},
     {"match": "please hang", "reply": _call("hang", {})},
@@ -183,12 +186,15 @@ def test_an_approval_round_trip(client: openai.OpenAI, server_url: str) -> None:
     assert "did not approve this call: not today" in refused.output_text
 
 
-def test_headers_reach_the_server_and_are_never_echoed(
-    client: openai.OpenAI, router: Router, server_url: str
+def test_headers_reach_the_server_and_are_never_echoed_nor_logged(
+    client: openai.OpenAI, router: Router, server_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     tools: Any = [mcp_tool(server_url, headers={"Authorization": "Bearer s3cret"})]
-    response = client.responses.create(model=MODEL, input="who am i", tools=tools)
-    assert response.output[1].output == "Bearer s3cret"  # type: ignore[union-attr]
+    with caplog.at_level(logging.DEBUG):
+        response = client.responses.create(model=MODEL, input="who am i", tools=tools)
+    assert caplog.records  # the router's own loggers and the SDK's were heard
+    assert "s3cret" not in caplog.text
+    assert response.output[1].output == caller_digest("Bearer s3cret")  # type: ignore[union-attr]
     assert response.tools[0].headers is None  # type: ignore[union-attr]
     kept = httpx.get(f"{router.base_url}/v1/responses/{response.id}", timeout=10)
     assert '"headers":null' in kept.text.replace(" ", "")
@@ -236,6 +242,33 @@ def test_malformed_json_rpc_fails_the_listing_not_the_response(router: Router) -
     assert listed["tools"] == []
     # The model saw no MCP tool: nothing was called.
     assert [item["type"] for item in response["output"]] == ["mcp_list_tools", "message"]
+
+
+@pytest.mark.parametrize("listening", [True, False])
+def test_a_server_that_never_answers_or_is_not_there_fails_the_listing(
+    router: Router, listening: bool
+) -> None:
+    """A port that accepts connections and never answers (the listing's deadline), or no
+    server at all: an ``mcp_list_tools`` item with an error, the response answered."""
+    silent = socket.create_server(("127.0.0.1", 0))
+    port = silent.getsockname()[1]
+    accepted: list[socket.socket] = []
+    if listening:
+        thread = threading.Thread(target=lambda: accepted.append(silent.accept()[0]), daemon=True)
+        thread.start()
+    else:
+        silent.close()
+    try:
+        url = f"http://127.0.0.1:{port}/mcp"
+        reply = post(router, {"input": "add two numbers", "tools": [mcp_tool(url)]})
+    finally:
+        for connection in accepted:
+            connection.close()
+        silent.close()
+    assert reply.status_code == 200, reply.text
+    listed = reply.json()["output"][0]
+    assert listed["type"] == "mcp_list_tools"
+    assert ("did not answer within 3s" if listening else "cannot be reached") in listed["error"]
 
 
 def test_tool_rounds_are_bounded(router: Router, server_url: str) -> None:

@@ -18,7 +18,7 @@ from tests.server.harness import MODEL, Router, run_router
 from turnout.config import build_config
 from turnout.errors import ConfigError
 
-from .mcp_server import mcp_server
+from .mcp_server import caller_digest, mcp_server
 from .test_mcp_e2e import RULES
 
 
@@ -60,7 +60,7 @@ def test_a_configured_url_server_is_reached_on_loopback(router: Router) -> None:
     body = reply.json()
     call = body["output"][1]
     assert call["type"] == "mcp_call"  # the operator's servers need no approval by default
-    assert call["output"] == "Bearer s3cret"
+    assert call["output"] == caller_digest("Bearer s3cret")
     assert body["tools"] == [
         {"type": "mcp", "server_label": "local", "server_url": None, "allowed_tools": None,
          "require_approval": None, "headers": None}
