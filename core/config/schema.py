@@ -288,6 +288,8 @@ class McpServerConfig(_Section):
     headers: dict[str, str] = msgspec.field(default_factory=dict)
     #: The models (ids) whose requests may use it; unset: every model.
     models: list[str] | None = None
+    #: The tenants whose requests may use it; unset: every request.
+    tenants: list[str] | None = None
     #: Whether calls wait for the client's approval, unless the request says (``require_approval``).
     require_approval: Literal["always", "never"] = "never"
     #: The tools requests may see (unset: all of them).

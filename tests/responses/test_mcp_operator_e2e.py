@@ -94,3 +94,29 @@ def test_unknown_labels_and_other_models_servers_are_400s(router: Router) -> Non
 def test_a_configured_server_is_a_url_or_a_command(server: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match=r"mcp\.servers"):
         build_config({"mcp": {"servers": {"broken": server}}})
+
+
+def test_a_configured_server_may_be_for_some_tenants_only(fixtures: Path) -> None:
+    keys = {"a": "key-of-a", "b": "key-of-b"}
+    with mcp_server(fixtures) as url:
+        config = {
+            "server": {"api_keys": ["plain-key"]},
+            "tenants": {name: {"keys": [key]} for name, key in keys.items()},
+            "mcp": {"servers": {"team-a": {"url": url, "tenants": ["a"]}}},
+        }
+        with run_router(config, sims=1) as router:
+
+            def ask(key: str) -> httpx.Response:
+                return httpx.post(
+                    f"{router.base_url}/v1/responses",
+                    json={"model": MODEL, "input": "hi",
+                          "tools": [{"type": "mcp", "server_label": "team-a"}]},
+                    headers={"authorization": f"Bearer {key}"},
+                    timeout=60,
+                )  # fmt: skip
+
+            assert ask(keys["a"]).status_code == 200
+            for stranger in (keys["b"], "plain-key"):
+                refused = ask(stranger)
+                assert refused.status_code == 400
+                assert refused.json()["error"]["code"] == "mcp_server_not_found"

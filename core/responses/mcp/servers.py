@@ -19,6 +19,7 @@ from turnout.errors import ApiError, bad_request
 from turnout.generation.unsupported import unsupported
 from turnout.multimodal.addresses import IPAddress, host_allowed, is_public_address, resolve_public
 from turnout.multimodal.errors import ImageFetchFailed, ImageNotAllowed
+from turnout.tenants import current_tenant
 
 _LABEL = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,63}")
 #: MCP tool fields turnout does not serve → why.
@@ -253,13 +254,19 @@ def _not_allowed(message: str, param: str) -> ApiError:
 
 def operator_server(server: McpServer, config: McpConfig, model_id: str, where: str) -> McpServer:
     """A server of the operator's that a request names by label, with what the operator
-    configured (a 400 ``mcp_server_not_found`` when there is none, for this model)."""
+    configured (a 400 ``mcp_server_not_found`` when there is none for this model and the
+    request's tenant)."""
     found = config.servers.get(server.label)
-    if found is None or (found.models is not None and model_id not in found.models):
+    tenant = current_tenant()
+    if (
+        found is None
+        or (found.models is not None and model_id not in found.models)
+        or (found.tenants is not None and (tenant is None or tenant.name not in found.tenants))
+    ):
         raise ApiError(
             400,
-            f"no MCP server {server.label!r} is configured for model {model_id!r}: name a "
-            "server_url, or a label of the operator's mcp.servers",
+            f"no MCP server {server.label!r} is configured for model {model_id!r} and this "
+            "API key: name a server_url, or a label of the operator's mcp.servers",
             param=f"{where}.server_label",
             code="mcp_server_not_found",
         )
