@@ -36,6 +36,7 @@ RULES = [
     {"match": "5\\.0", "match_on": "prompt", "reply": "The sum is 5."},
     {"match": "caller-", "match_on": "prompt", "reply": "I am known."},
     {"match": "add two numbers", "reply": "Let me add.\n" + _call("add", {"a": 2, "b": 3})},
+    {"match": "add twice", "reply": f"{_call('add', {'a': 1, 'b': 2})}\n{_call('add', {'a': 3})}"},
     {"match": "read the fixture", "reply": _call("read_fixture", {"name": "note.txt"})},
     {"match": "please hang", "reply": _call("hang", {})},
     {"match": "something huge", "reply": _call("huge", {"size": 200_000})},
@@ -277,6 +278,18 @@ def test_tool_rounds_are_bounded(router: Router, server_url: str) -> None:
     output = reply.json()["output"]
     calls = [item for item in output if item["type"] == "mcp_call"]
     assert len(calls) == MCP_CONFIG["max_tool_rounds"]
+    assert all(call["output"] == "2.0" for call in calls)
+    body = {"input": "add forever", "tools": [mcp_tool(server_url)], "max_tool_calls": 1}
+    reply = post(router, body)
+    assert reply.status_code == 200, reply.text
+    calls = [item for item in reply.json()["output"] if item["type"] == "mcp_call"]
+    assert [call["output"] for call in calls] == ["2.0"]
+    body = {"input": "add twice", "tools": [mcp_tool(server_url)], "max_tool_calls": 1}
+    calls = [item for item in post(router, body).json()["output"] if item["type"] == "mcp_call"]
+    assert calls[0]["output"] == "3.0"
+    assert len(calls) == 2
+    assert calls[1]["status"] == "failed"
+    assert "max_tool_calls (1)" in calls[1]["error"]["message"]
 
 
 def test_servers_the_operator_does_not_allow_are_400s(server_url: str, tmp_path: Path) -> None:

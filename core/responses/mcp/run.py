@@ -143,6 +143,9 @@ async def _events(response: McpResponse) -> AsyncGenerator[Events, None]:
             yield batch
         pending = renderer.pending
         for opened in pending:
+            if budget is not None and calls >= budget:
+                yield renderer.called(opened, None, _over_budget(budget))
+                continue
             yield await _call(response, opened.item["server_label"], opened)
             calls += 1
         if not pending or renderer.asked_approval or renderer.called_functions:
@@ -327,6 +330,14 @@ async def _call(response: McpResponse, label: str, opened: Any) -> Events:
     except McpFailure as exc:
         return response.renderer.called(opened, None, exc.error)
     return response.renderer.called(opened, output, None)
+
+
+def _over_budget(budget: int) -> dict[str, Any]:
+    return {
+        "type": "mcp_protocol_error",
+        "code": -32600,
+        "message": f"not called: the response made max_tool_calls ({budget}) calls already",
+    }
 
 
 def _check_approvals(context: Sequence[Item]) -> None:
