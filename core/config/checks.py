@@ -52,6 +52,11 @@ def check_config(config: Config) -> None:
             key = "id" if worker.id is not None else "url"
             raise ConfigError(f"workers[{index}].{key}: worker id {worker_id!r} {problem}")
     _check_images("images", config.images)
+    for label, mcp in config.mcp.servers.items():
+        if (mcp.url is None) == (not mcp.command):
+            raise ConfigError(
+                f"mcp.servers.{label}: set url (an HTTP server) or command (a stdio server)"
+            )
     for model_id, model in config.models.items():
         if model.images is not None:
             _check_images(f"models.{model_id}.images", model.images)

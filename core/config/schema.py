@@ -303,6 +303,58 @@ class BackgroundConfig(_Section):
     max_total_event_bytes: Annotated[int, msgspec.Meta(ge=1)] = 256 * 1024 * 1024
 
 
+class McpServerConfig(_Section):
+    """An MCP server the operator runs or names: a request uses it by its label alone
+    (``{"type": "mcp", "server_label": "<name>"}``, no ``server_url``), and never sees its
+    URL, command or headers."""
+
+    #: Its streamable HTTP endpoint (an URL ending in ``/sse``: the SSE transport). Operator
+    #: servers may be on any host and address.
+    url: Annotated[str, msgspec.Meta(pattern=r"^https?://")] | None = None
+    #: Or a command the router starts for each use (stdio), and its arguments.
+    command: list[str] | None = None
+    #: The environment of that command (besides a minimal default one).
+    env: dict[str, str] = msgspec.field(default_factory=dict)
+    #: Sent with every request to ``url`` (use ``${ENV_VAR}`` for tokens).
+    headers: dict[str, str] = msgspec.field(default_factory=dict)
+    #: The models (ids) whose requests may use it; unset: every model.
+    models: list[str] | None = None
+    #: The tenants whose requests may use it; unset: every request.
+    tenants: list[str] | None = None
+    #: Whether calls wait for the client's approval, unless the request says (``require_approval``).
+    require_approval: Literal["always", "never"] = "never"
+    #: The tools requests may see (unset: all of them).
+    allowed_tools: list[str] | None = None
+
+
+class McpConfig(_Section):
+    """MCP tools of ``/v1/responses`` (``{"type": "mcp", "server_url": …}``): the servers a
+    request may name, and the bounds of what the router does with them (see
+    :mod:`turnout.responses.mcp`)."""
+
+    #: Hosts whose ``server_url`` a request may name: ``mcp.example.com``, or
+    #: ``*.example.com`` for its subdomains. Empty: requests' MCP tools are refused.
+    allowed_hosts: list[Annotated[str, msgspec.Meta(pattern=r"^(\*\.)?[^*\s/:]+$")]] = (
+        msgspec.field(default_factory=list)
+    )
+    #: Let server URLs reach private, loopback and link-local addresses (servers inside the
+    #: cluster). Off: every address a host resolves to must be public.
+    allow_private_addresses: bool = False
+    #: Generations of one response that end in MCP calls; the response ends (incomplete)
+    #: after this many.
+    max_tool_rounds: Annotated[int, msgspec.Meta(ge=1, le=64)] = 8
+    #: Deadline of one tool call (connect, handshake and call), and of listing a server's tools.
+    call_timeout_s: Annotated[float, msgspec.Meta(gt=0)] = 30.0
+    #: Bytes of one answer of an MCP server (a larger one makes the call fail).
+    max_result_bytes: Annotated[int, msgspec.Meta(ge=1024)] = 1024 * 1024
+    #: Tools of one server shown to the model (a server listing more is cut to these).
+    max_tools: Annotated[int, msgspec.Meta(ge=1, le=1024)] = 128
+    #: Servers the operator configures, by label (what requests name them by).
+    servers: dict[
+        Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z][A-Za-z0-9_-]{0,63}$")], McpServerConfig
+    ] = msgspec.field(default_factory=dict)
+
+
 class MigrationConfig(_Section):
     """Failover of a running answer: a worker that fails after the first token hands the rest
     of the answer to another worker (the prompt and the tokens generated so far as its input)."""
@@ -351,6 +403,8 @@ class Config(_Section):
     limits: LimitsConfig = msgspec.field(default_factory=LimitsConfig)
     #: The Responses API's store of responses.
     responses: ResponsesConfig = msgspec.field(default_factory=ResponsesConfig)
+    #: MCP tools of the Responses API.
+    mcp: McpConfig = msgspec.field(default_factory=McpConfig)
     #: Failover of running answers to another worker.
     migration: MigrationConfig = msgspec.field(default_factory=MigrationConfig)
     #: Background responses of the Responses API.

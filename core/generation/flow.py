@@ -109,6 +109,9 @@ class Endpoint(Generic[R]):
     #: Its stream is OpenAI's typed events (each payload names its event in ``type``), as the
     #: Responses API sends them; else ``data:`` lines ending with ``[DONE]``.
     typed_events: bool = False
+    #: Answers requests the one flow alone cannot (the Responses API's MCP tools: several
+    #: generations in one answer), or returns None for the one flow to answer.
+    runner: Callable[[R, RequestContext, Backend], Awaitable[Generated | None]] | None = None
 
 
 class Backend(Protocol):
@@ -170,6 +173,10 @@ async def run_endpoint(
     endpoint: Endpoint[R], request: R, ctx: RequestContext, backend: Backend
 ) -> Generated:
     """Answer one generation request: the stages of the module's docstring, in order."""
+    if endpoint.runner is not None:
+        generated = await endpoint.runner(request, ctx, backend)
+        if generated is not None:
+            return generated
     tracing = backend.tracing
     if tracing is None:
         plan = await prepare(endpoint, request, ctx, backend.models)

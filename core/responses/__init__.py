@@ -8,5 +8,7 @@
 - :mod:`~turnout.responses.store`: where responses are kept for ``previous_response_id`` and
   ``GET /v1/responses/{id}``; :mod:`~turnout.responses.conversations`: where conversations are;
 - :mod:`~turnout.responses.storage`: the backend of both (``responses.storage``): memory, Redis
-  (:mod:`~turnout.responses.redis_link`) or PostgreSQL (:mod:`~turnout.responses.postgres`).
+  (:mod:`~turnout.responses.redis_link`) or PostgreSQL (:mod:`~turnout.responses.postgres`);
+- :mod:`~turnout.responses.mcp`: MCP tools, which the router calls between the generations of
+  one response.
 """

@@ -19,12 +19,21 @@ from typing import Any
 from turnout.errors import ApiError, bad_request
 from turnout.generation import chat
 from turnout.generation.context import RequestContext
-from turnout.generation.flow import Endpoint
-from turnout.generation.models import ModelRuntime
+from turnout.generation.flow import Backend, Endpoint, Generated
+from turnout.generation.models import ModelRuntime, UnknownAdapter
 from turnout.generation.plan import Plan
 from turnout.generation.requests import ChatCompletionRequest, ChatMessage
 from turnout.responses.conversations import ConversationStore, find_conversation
 from turnout.responses.items import Item, chat_messages, input_items, new_id
+from turnout.responses.mcp.render import McpRenderer
+from turnout.responses.mcp.run import (
+    McpResponse,
+    check_approval_input,
+    mcp_clients,
+    mcp_config,
+    run_mcp,
+)
+from turnout.responses.mcp.servers import echoed_mcp_tool, is_mcp
 from turnout.responses.render import Keeper, ResponsesRenderer
 from turnout.responses.request import ResponsesRequest, check_request
 from turnout.responses.sealing import ReasoningSeal
@@ -84,6 +93,7 @@ class ResponsesApi:
             description="Create a model response (OpenAI's Responses API), streamed as typed "
             "events or as one JSON body.",
             typed_events=True,
+            runner=self._run_mcp,
         )
 
     async def previous(self, response_id: str) -> StoredResponse:
@@ -118,9 +128,9 @@ class ResponsesApi:
             )
         return found
 
-    async def _prompts(
-        self, request: ResponsesRequest, runtime: ModelRuntime, ctx: RequestContext
-    ) -> Plan:
+    async def _context(self, request: ResponsesRequest) -> tuple[list[Item], list[Item]]:
+        """The kept items a request follows (``previous_response_id`` or its
+        ``conversation``), and its input items."""
         history: list[Item] = []
         if request.previous_response_id is not None:
             history = (await self.previous(request.previous_response_id)).context()
@@ -128,16 +138,76 @@ class ResponsesApi:
         if conversation is not None:
             history = await self.conversation_items(conversation)
         items = input_items(await self._dereferenced(request.input), self.seal.open)
+        return history, items
+
+    async def _plan(
+        self,
+        request: ResponsesRequest,
+        history: Sequence[Item],
+        items: Sequence[Item],
+        runtime: ModelRuntime,
+        ctx: RequestContext,
+    ) -> Plan:
+        """The chat path's plan for the context (cut to fit with ``truncation: auto``)."""
         try:
-            plan = await self._chat_plan(request, history, items, runtime, ctx)
+            return await self._chat_plan(request, history, items, runtime, ctx)
         except ApiError as exc:
             if request.truncation != "auto" or exc.code != "context_length_exceeded":
                 raise
-            plan = await self._truncated_plan(request, [*history, *items], runtime, ctx, exc)
+            return await self._truncated_plan(request, [*history, *items], runtime, ctx, exc)
+
+    async def _prompts(
+        self, request: ResponsesRequest, runtime: ModelRuntime, ctx: RequestContext
+    ) -> Plan:
+        history, items = await self._context(request)
+        check_approval_input(items)
+        plan = await self._plan(request, history, items, runtime, ctx)
         plan.endpoint_state = _Context(
-            new_id("resp"), [*history, *items], current_owner(), conversation, tuple(items)
+            new_id("resp"),
+            [*history, *items],
+            current_owner(),
+            request.conversation_id,
+            tuple(items),
         )
         return plan
+
+    async def _run_mcp(
+        self, request: ResponsesRequest, ctx: RequestContext, backend: Backend
+    ) -> Generated | None:
+        """A request with MCP tools: generations and the router's calls in one response
+        (:mod:`turnout.responses.mcp`); None for any other."""
+        if not any(is_mcp(tool) for tool in request.tools or ()):
+            return None
+        check_request(request)
+        config = mcp_config(backend)
+        try:  # as the flow resolves it (an adapter's name, too)
+            model_id = backend.models.resolve_model(request.model, None)[0]
+        except UnknownAdapter:
+            model_id = (await backend.models.resolve_model_fresh(request.model, None))[0]
+        clients = await mcp_clients(request, config, model_id)
+        history, items = await self._context(request)
+
+        async def planner(
+            r: ResponsesRequest, context: list[Item], runtime: ModelRuntime, c: RequestContext
+        ) -> Plan:
+            return await self._plan(r, context, [], runtime, c)
+
+        state = _Context(
+            new_id("resp"), [*history, *items], current_owner(), request.conversation_id,
+            tuple(items),
+        )  # fmt: skip
+        response = response_object(request, state.response_id, model_id, ctx.created)
+        if state.conversation is not None:
+            response["conversation"] = {"id": state.conversation}
+        renderer = McpRenderer(
+            response,
+            logprobs=request.logprobs,
+            keep=self._keeper(request, state),
+            seal=self.seal.seal if request.seals_reasoning else None,
+        )
+        return await run_mcp(
+            McpResponse(request, ctx, backend, renderer, state.items, clients, config, planner)
+        )
 
     async def _chat_plan(
         self,
@@ -229,25 +299,30 @@ class ResponsesApi:
     ) -> ResponsesRenderer:
         context: _Context = plan.endpoint_state
         response = self._started(request, plan, ctx)
-        keep: Keeper | None = None
-        if request.stores or context.conversation is not None:
-            store, conversations = self.store, self.conversations
-
-            async def keep(finished: dict[str, Any]) -> None:
-                if request.stores:
-                    try:
-                        await store.put(StoredResponse(finished, context.items, context.tenant))
-                    except ApiError:
-                        pass  # the store is unavailable (the answer stands): it warns
-                    except Exception as exc:  # the answer stands; only follow-ups miss it
-                        log.warning("response %s could not be stored: %s", finished["id"], exc)
-                conversation = context.conversation
-                if conversation is not None and finished["status"] != "failed":
-                    added = [*context.added, *finished["output"]]
-                    await _add_to_conversation(conversations, conversation, added, finished["id"])
-
         seal = self.seal.seal if request.seals_reasoning else None
+        keep = self._keeper(request, context)
         return ResponsesRenderer(response, logprobs=request.logprobs, keep=keep, seal=seal)
+
+    def _keeper(self, request: ResponsesRequest, context: _Context) -> Keeper | None:
+        """What keeps the finished response (its store, its conversation), if anything."""
+        if not request.stores and context.conversation is None:
+            return None
+        store, conversations = self.store, self.conversations
+
+        async def keep(finished: dict[str, Any]) -> None:
+            if request.stores:
+                try:
+                    await store.put(StoredResponse(finished, context.items, context.tenant))
+                except ApiError:
+                    pass  # the store is unavailable (the answer stands): it warns
+                except Exception as exc:  # the answer stands; only follow-ups miss it
+                    log.warning("response %s could not be stored: %s", finished["id"], exc)
+            conversation = context.conversation
+            if conversation is not None and finished["status"] != "failed":
+                added = [*context.added, *finished["output"]]
+                await _add_to_conversation(conversations, conversation, added, finished["id"])
+
+        return keep
 
 
 async def _add_to_conversation(
@@ -390,6 +465,8 @@ def response_object(
 
 
 def _tool_object(tool: dict[str, Any]) -> dict[str, Any]:
+    if is_mcp(tool):
+        return echoed_mcp_tool(tool)
     return {
         "type": "function",
         "name": tool["name"],

@@ -35,6 +35,7 @@ _PREFIX = {
     "function_call": "fc",
     "function_call_output": "fco",
     "reasoning": "rs",
+    "mcp_approval_response": "mcpa",
 }
 
 
@@ -67,13 +68,15 @@ def input_items(value: str | list[Any], unseal: Unseal | None = None) -> list[It
             items.append(_call_output(raw, where))
         elif kind == "reasoning":
             items.append(_reasoning(raw, where, unseal))
+        elif isinstance(kind, str) and kind in _MCP_ITEMS:
+            items.append(_MCP_ITEMS[kind](raw, where))
         elif kind is None:
             raise bad_request(f"{where} needs a 'type' (or a 'role' for a message)", where)
         else:
             raise unsupported(
                 f"{where}.type",
                 f"input items of type {kind!r} are not supported: only message, "
-                "function_call, function_call_output and reasoning",
+                "function_call, function_call_output, reasoning and the MCP items",
             )
     return items
 
@@ -211,6 +214,79 @@ def _text_parts(value: object, kind: str, where: str) -> list[Item]:
     return parts
 
 
+def _mcp_call(raw: Mapping[str, Any], where: str) -> Item:
+    item = _mcp_named(raw, where)
+    for key in ("output", "approval_request_id"):
+        value = raw.get(key)
+        if value is not None and not isinstance(value, str):
+            raise bad_request(f"{where}.{key} must be a string", f"{where}.{key}")
+        item[key] = value
+    error = raw.get("error")
+    if error is not None and not isinstance(error, (dict, str)):
+        raise bad_request(f"{where}.error must be an object", f"{where}.error")
+    item["error"] = error
+    item["status"] = raw.get("status") or ("failed" if error is not None else "completed")
+    return item
+
+
+def _mcp_named(raw: Mapping[str, Any], where: str) -> Item:
+    """The fields every MCP call item has: id, server label, tool name, arguments."""
+    kind = raw["type"]
+    given = raw.get("id")
+    if not isinstance(given, str) or not given:
+        raise bad_request(f"{where}.id must be a non-empty string", f"{where}.id")
+    item: Item = {"id": given, "type": kind}
+    for key in ("server_label", "name", "arguments"):
+        item[key] = _text(raw, key, where)
+    return item
+
+
+def _mcp_list_tools(raw: Mapping[str, Any], where: str) -> Item:
+    given = raw.get("id")
+    if not isinstance(given, str) or not given:
+        raise bad_request(f"{where}.id must be a non-empty string", f"{where}.id")
+    tools = raw.get("tools")
+    if not isinstance(tools, list) or not all(
+        isinstance(tool, dict) and isinstance(tool.get("name"), str) for tool in tools
+    ):
+        raise bad_request(f"{where}.tools must list named tools", f"{where}.tools")
+    item: Item = {
+        "id": given,
+        "type": "mcp_list_tools",
+        "server_label": _text(raw, "server_label", where),
+        "tools": [dict(tool) for tool in tools],
+    }
+    if raw.get("error") is not None:
+        item["error"] = str(raw["error"])
+    return item
+
+
+def _mcp_approval_response(raw: Mapping[str, Any], where: str) -> Item:
+    approve = raw.get("approve")
+    if not isinstance(approve, bool):
+        raise bad_request(f"{where}.approve must be a boolean", f"{where}.approve")
+    reason = raw.get("reason")
+    if reason is not None and not isinstance(reason, str):
+        raise bad_request(f"{where}.reason must be a string", f"{where}.reason")
+    return {
+        "id": _identified(raw, "mcp_approval_response", where),
+        "type": "mcp_approval_response",
+        "approval_request_id": _text(raw, "approval_request_id", where),
+        "approve": approve,
+        "reason": reason,
+    }
+
+
+#: MCP item types → their readers (items a response with MCP tools output, replayed by
+#: clients, and the client's answer to an approval request).
+_MCP_ITEMS: Mapping[str, Callable[[Mapping[str, Any], str], Item]] = {
+    "mcp_list_tools": _mcp_list_tools,
+    "mcp_call": _mcp_call,
+    "mcp_approval_request": _mcp_named,
+    "mcp_approval_response": _mcp_approval_response,
+}
+
+
 @dataclass(slots=True)
 class Conversation:
     """Chat messages, and where each came from (``input[i]``, ``instructions``, or
@@ -248,9 +324,14 @@ class _Reader:
         #: The last message is an assistant turn that later calls may join.
         self._open_turn = False
         self._names: dict[str, str] = {}
+        #: MCP approval requests by id, until their answer.
+        self._asked: dict[str, Item] = {}
 
     def read(self, item: Item, origin: str) -> None:
         kind = item["type"]
+        if kind.startswith("mcp_"):
+            self._mcp(item, origin)
+            return
         if kind == "reasoning":
             parts = item["content"] or item["summary"]
             self._reasoning.append("".join(part["text"] for part in parts))
@@ -291,6 +372,35 @@ class _Reader:
     def end(self) -> None:
         self._flush_reasoning()
 
+    def _mcp(self, item: Item, origin: str) -> None:
+        """An MCP call reads as a function call and its output; an approval request is
+        remembered until its answer: a refusal reads as a call whose output says so; the
+        call an approval led to is an ``mcp_call`` item of its own. Tool lists are not
+        part of the conversation (the tools are)."""
+        kind = item["type"]
+        if kind == "mcp_approval_request":
+            self._asked[item["id"]] = item
+            return
+        if kind == "mcp_approval_response":
+            asked = self._asked.get(item["approval_request_id"])
+            if asked is None or item["approve"]:
+                return
+            reason = f": {item['reason']}" if item.get("reason") else ""
+            output = f"The user did not approve this call{reason}"
+            call = asked
+        elif kind == "mcp_call":
+            error = item.get("error")
+            if error is not None:
+                said = error.get("message") if isinstance(error, dict) else None
+                output = f"Error: {said or error}"
+            else:
+                output = item.get("output") or ""
+            call = item
+        else:
+            return
+        self.read(_as_call(call), origin)
+        self.read({"type": "function_call_output", "call_id": call["id"], "output": output}, origin)
+
     def _assistant(self, content: str | None, call: dict[str, Any] | None, origin: str) -> None:
         message = ChatMessage(role="assistant", content=content)
         if call is not None:
@@ -311,6 +421,16 @@ class _Reader:
     def _add(self, message: ChatMessage, origin: str) -> None:
         self._out.messages.append(message)
         self._out.origins.append(origin)
+
+
+def _as_call(item: Item) -> Item:
+    """An MCP call (or approval request) as the function call the model made."""
+    return {
+        "type": "function_call",
+        "call_id": item["id"],
+        "name": item["name"],
+        "arguments": item["arguments"],
+    }
 
 
 def _assistant_text(parts: Sequence[Item]) -> str:

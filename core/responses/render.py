@@ -40,7 +40,7 @@ def usage_object(usage: Usage) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
-class _Open:
+class OpenItem:
     """The output item being written."""
 
     item: Item
@@ -74,10 +74,10 @@ class ResponsesRenderer:
         self._output: list[Item] = []
         #: The message item (open until the choice ends) and the reasoning or call item being
         #: written.
-        self._message: _Open | None = None
-        self._current: _Open | None = None
+        self._message: OpenItem | None = None
+        self._current: OpenItem | None = None
         #: Function call items by the call's index in the choice.
-        self._calls: dict[int, _Open] = {}
+        self._calls: dict[int, OpenItem] = {}
         self._end: ChoiceEnd | None = None
         self._usage: Usage | None = None
         self._finished = False
@@ -143,8 +143,8 @@ class ResponsesRenderer:
     def _snapshot(self) -> dict[str, Any]:
         return {**self._response, "output": [dict(item) for item in self._output]}
 
-    def _start(self, item: Item, out: list[dict[str, Any]]) -> _Open:
-        opened = _Open(item, len(self._output), [])
+    def _start(self, item: Item, out: list[dict[str, Any]]) -> OpenItem:
+        opened = OpenItem(item, len(self._output), [])
         self._output.append(item)
         out.append(
             self._event(
@@ -153,7 +153,7 @@ class ResponsesRenderer:
         )
         return opened
 
-    def _part_event(self, kind: str, opened: _Open, part: Item) -> dict[str, Any]:
+    def _part_event(self, kind: str, opened: OpenItem, part: Item) -> dict[str, Any]:
         return self._event(
             kind,
             item_id=opened.item["id"],
@@ -256,7 +256,7 @@ class ResponsesRenderer:
         for opened in sorted(open_items, key=lambda o: o.output_index):
             self._close(opened, out)
 
-    def _close(self, opened: _Open | None, out: list[dict[str, Any]]) -> None:
+    def _close(self, opened: OpenItem | None, out: list[dict[str, Any]]) -> None:
         """Finish an item: its done events, its final form."""
         if opened is None:
             return

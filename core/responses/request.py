@@ -24,6 +24,7 @@ from turnout.generation.requests import (
     check_top_k,
 )
 from turnout.generation.unsupported import unsupported
+from turnout.responses.mcp.servers import check_mcp_tool
 
 #: ``include`` values turnout serves: output text logprobs, and sealed reasoning.
 LOGPROBS_INCLUDE = "message.output_text.logprobs"
@@ -95,7 +96,7 @@ class ResponsesRequest(msgspec.Struct, kw_only=True):
     #: ``disabled`` (the default): a prompt over the context is a 400. ``auto``: the oldest
     #: input items are dropped until it fits.
     truncation: str | None = None
-    #: Counts built-in tool calls, which turnout has none of.
+    #: MCP calls the router makes in one response at most.
     max_tool_calls: Annotated[int, Meta(ge=0)] | None = None
     # SGLang / vLLM extensions.
     top_k: Annotated[int, Meta(ge=-1, le=INT32_MAX)] | None = None
@@ -175,7 +176,7 @@ def check_request(request: ResponsesRequest) -> None:
     if request.top_logprobs and not request.logprobs:
         raise bad_request(f"top_logprobs needs include: [{LOGPROBS_INCLUDE!r}]", "top_logprobs")
     _check_tools(request.tools or [])
-    _check_tool_choice(request.tool_choice)
+    _check_tool_choice(request.tool_choice, request.tools or [])
     _check_text(request.text)
     effort = (request.reasoning or {}).get("effort")
     if effort is not None and not isinstance(effort, str):
@@ -203,12 +204,15 @@ def _check_conversation(request: ResponsesRequest) -> None:
 def _check_tools(tools: list[dict[str, Any]]) -> None:
     for i, tool in enumerate(tools):
         kind = tool.get("type")
+        if kind == "mcp":
+            check_mcp_tool(tool, f"tools[{i}]")
+            continue
         if kind != "function":
             raise unsupported(
                 f"tools[{i}].type",
-                f"tools of type {kind!r} are not supported: only function tools "
-                "(built-in tools such as web_search, file_search, code_interpreter and MCP "
-                "servers are OpenAI's)",
+                f"tools of type {kind!r} are not supported: only function and mcp tools "
+                "(built-in tools such as web_search, file_search and code_interpreter are "
+                "OpenAI's)",
             )
         name = tool.get("name")
         if not isinstance(name, str) or not name:
@@ -220,11 +224,20 @@ def _check_tools(tools: list[dict[str, Any]]) -> None:
             )
 
 
-def _check_tool_choice(choice: str | dict[str, Any] | None) -> None:
+def _check_tool_choice(choice: str | dict[str, Any] | None, tools: list[dict[str, Any]]) -> None:
     if not isinstance(choice, dict):
         return
     kind = choice.get("type")
-    if kind == "allowed_tools":
+    if kind == "mcp":
+        labels = [tool.get("server_label") for tool in tools if tool.get("type") == "mcp"]
+        name = choice.get("name")
+        if choice.get("server_label") not in labels or not (name is None or isinstance(name, str)):
+            raise bad_request(
+                "tool_choice of type 'mcp' names the server_label of one of the request's mcp "
+                "tools (and a tool name)",
+                "tool_choice",
+            )
+    elif kind == "allowed_tools":
         for j, tool in enumerate(choice.get("tools") or []):
             if not isinstance(tool, dict) or tool.get("type") != "function":
                 raise unsupported(
@@ -234,7 +247,7 @@ def _check_tool_choice(choice: str | dict[str, Any] | None) -> None:
         raise unsupported(
             "tool_choice",
             f"tool_choice of type {kind!r} is not supported: only 'none', 'auto', 'required', "
-            "a function or allowed_tools",
+            "a function, an mcp server's tool or allowed_tools",
         )
 
 

@@ -12,6 +12,13 @@ from pydantic import TypeAdapter
 
 _EVENT = TypeAdapter(ResponseStreamEvent)
 _LAST = ("response.completed", "response.incomplete", "response.failed")
+#: Events of an MCP item's progress, and the MCP items whose end brings what the router found.
+_MCP_STEPS = tuple(
+    f"response.{item}.{step}"
+    for item in ("mcp_call", "mcp_list_tools")
+    for step in ("in_progress", "completed", "failed")
+)
+_MCP_RESULTS = ("mcp_call", "mcp_list_tools")
 
 
 def check_event(event: dict[str, Any]) -> None:
@@ -40,7 +47,7 @@ def fold_events(events: list[dict[str, Any]]) -> dict[str, Any]:
         index = event.get("output_index")
         if kind == "response.output_item.added":
             assert index == len(output)
-            assert event["item"]["status"] == "in_progress"
+            assert event["item"].get("status", "in_progress") == "in_progress"
             output[index] = copy.deepcopy(event["item"])
         elif kind == "response.content_part.added":
             output[index]["content"].append(copy.deepcopy(event["part"]))
@@ -58,10 +65,22 @@ def fold_events(events: list[dict[str, Any]]) -> dict[str, Any]:
         elif kind == "response.function_call_arguments.done":
             assert output[index]["arguments"] == event["arguments"]
             assert output[index]["name"] == event["name"]
+        elif kind == "response.mcp_call_arguments.delta":
+            output[index]["arguments"] += event["delta"]
+        elif kind == "response.mcp_call_arguments.done":
+            assert output[index]["arguments"] == event["arguments"]
+        elif kind in _MCP_STEPS:
+            assert event["item_id"] == output[index]["id"]
         elif kind == "response.output_item.done":
             done = event["item"]
             assert done["id"] == output[index]["id"]
-            assert {**output[index], "status": done["status"]} == done
+            if done["type"] in _MCP_RESULTS:  # what the router's call (or listing) found
+                assert output[index]["type"] == done["type"]
+            else:
+                assert {**output[index], "status": done.get("status")} == {
+                    **done,
+                    "status": done.get("status"),
+                }
             output[index] = done
         else:
             assert kind in _LAST, kind

@@ -337,7 +337,10 @@ def test_cancel_refuses_a_foreground_response(client: openai.OpenAI) -> None:
     [
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": [{"type": "file_search", "vector_store_ids": ["v"]}]}, "tools[0].type"),
-        ({"tools": [{"type": "mcp", "server_label": "x"}]}, "tools[0].type"),
+        (
+            {"tools": [{"type": "mcp", "server_label": "x", "connector_id": "connector_gmail"}]},
+            "tools[0].connector_id",
+        ),
         ({"tool_choice": {"type": "web_search_preview"}}, "tool_choice"),
         ({"prompt": {"id": "pmpt_1"}}, "prompt"),
         ({"background_options": {"completion_window": "2h"}}, "background_options"),
