@@ -307,7 +307,36 @@ def _names(served: Served) -> dict[str, Schema]:
     return {"model": _model(served), "lora_path": _lora_path(served)}
 
 
-_STRUCTURAL_TAG = obj({"format": {"type": "object"}}, "format")
+#: Structural tag formats (xgrammar's), two levels deep: constant text, a JSON value, a tag
+#: around either, or a sequence or choice of them.
+_TAG_LEAF = {
+    "anyOf": [
+        obj({"type": {"const": "const_string"}, "value": STR}, "type", "value"),
+        obj({"type": {"const": "json_schema"}, "json_schema": JSON_SCHEMA}, "type", "json_schema"),
+    ]
+}
+_TAG = obj(
+    {"type": {"const": "tag"}, "begin": STR, "content": _TAG_LEAF, "end": STR},
+    "type",
+    "begin",
+    "content",
+    "end",
+)
+_TAG_FORMAT = {
+    "anyOf": [
+        *_TAG_LEAF["anyOf"],
+        _TAG,
+        obj(
+            {
+                "type": {"enum": ["sequence", "or"]},
+                "elements": {"type": "array", "items": {"anyOf": [_TAG_LEAF, _TAG]}, "minItems": 1},
+            },
+            "type",
+            "elements",
+        ),
+    ]
+}
+_STRUCTURAL_TAG = obj({"type": {"const": "structural_tag"}, "format": _TAG_FORMAT}, "format")
 
 
 def _generate_rules(served: Served) -> dict[str, Schema]:
