@@ -34,8 +34,9 @@ from turnout.server.openapi_schemas import (
 @dataclass(frozen=True, slots=True)
 class Served:
     """What the request schemas name from the running server: the model names a client may
-    send (ids and aliases), the LoRA adapters, the smallest vocabulary of the models, and
-    whether a request may leave the model out (one model served, or a default model)."""
+    send (ids and aliases), the LoRA adapters, the smallest vocabulary and context of the
+    models, and whether a request may leave the model out (one model served, or a default
+    model)."""
 
     models: tuple[str, ...] = ()
     adapters: tuple[str, ...] = ()
@@ -141,7 +142,7 @@ _TOOL_CHOICE = nullable(
         "anyOf": [
             {"enum": ["none", "auto", "required"]},
             obj(
-                {"type": {"const": "function"}, "function": obj({"name": STR}, "name")},
+                {"type": {"const": "function"}, "function": obj({"name": TEXT}, "name")},
                 "type",
                 "function",
             ),
@@ -519,7 +520,7 @@ _RESPONSES_TOOL = obj(
     "type",
     "name",
 )
-_NAMED_FUNCTION = obj({"type": {"const": "function"}, "name": STR}, "type", "name")
+_NAMED_FUNCTION = obj({"type": {"const": "function"}, "name": TEXT}, "type", "name")
 _RESPONSES_TOOL_CHOICE = nullable(
     {
         "anyOf": [
@@ -566,7 +567,7 @@ _ANTHROPIC_TOOL_CHOICE = nullable(
         "anyOf": [
             obj({"type": {"enum": ["auto", "any", "none"]}, **_NO_PARALLEL}, "type", closed=True),
             obj(
-                {"type": {"const": "tool"}, "name": STR, **_NO_PARALLEL},
+                {"type": {"const": "tool"}, "name": TEXT, **_NO_PARALLEL},
                 "type",
                 "name",
                 closed=True,
