@@ -132,6 +132,7 @@ def test_generated_bodies_are_taken(
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a few of /generate's bodies are hundreds of choices
 @pytest.mark.parametrize("path", ROUTES)
 def test_many_generated_bodies_are_taken(
     document: dict[str, Any], http: httpx.Client, path: str
