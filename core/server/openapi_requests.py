@@ -88,16 +88,23 @@ def _logit_bias(served: Served) -> Schema:
     )
 
 
-_TEXT_PART = obj({"type": {"const": "text"}, "text": STR}, "type", "text", closed=True)
+_TEXT_PART = obj({"type": {"const": "text"}, "text": STR}, "type", "text")
 _CHAT_TOOL_CALLS = {"type": "array", "items": TOOL_CALL}
 
 
 def _message(roles: list[str], content: Schema, **more: Schema) -> Schema:
+    """A message of ``roles`` (other keys are ignored, as clients echo OpenAI's ``refusal``
+    or ``annotations``; the fields a message type has are typed)."""
+    fields: dict[str, Schema] = {
+        "tool_calls": NULL,
+        "tool_call_id": nullable(STR),
+        "reasoning_content": nullable(STR),
+        **more,
+    }
     return obj(
-        {"role": {"enum": roles}, "content": content, "name": STR, **more},
+        {"role": {"enum": roles}, "content": content, "name": nullable(STR), **fields},
         "role",
-        *(["tool_call_id"] if "tool_call_id" in more else []),
-        closed=True,
+        *(["tool_call_id"] if more.get("tool_call_id") == STR else []),
     )
 
 
