@@ -105,8 +105,8 @@ class RequestBodiesSchema(OpenAPIRenderPlugin):
 
 def served_now(services: Callable[[], Services]) -> ServedNow:
     """What the app of ``services`` serves now: the models the requester may use (ids and
-    aliases), their LoRA adapters and the smallest of their vocabularies (None before the
-    app's lifespan has started)."""
+    aliases), their LoRA adapters, the smallest of their vocabularies and contexts (None
+    before the app's lifespan has started)."""
 
     def now() -> Served | None:
         try:

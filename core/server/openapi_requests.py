@@ -34,8 +34,9 @@ from turnout.server.openapi_schemas import (
 @dataclass(frozen=True, slots=True)
 class Served:
     """What the request schemas name from the running server: the model names a client may
-    send (ids and aliases), the LoRA adapters, the smallest vocabulary of the models, and
-    whether a request may leave the model out (one model served, or a default model)."""
+    send (ids and aliases), the LoRA adapters, the smallest vocabulary and context of the
+    models, and whether a request may leave the model out (one model served, or a default
+    model)."""
 
     models: tuple[str, ...] = ()
     adapters: tuple[str, ...] = ()
@@ -87,16 +88,23 @@ def _logit_bias(served: Served) -> Schema:
     )
 
 
-_TEXT_PART = obj({"type": {"const": "text"}, "text": STR}, "type", "text", closed=True)
+_TEXT_PART = obj({"type": {"const": "text"}, "text": STR}, "type", "text")
 _CHAT_TOOL_CALLS = {"type": "array", "items": TOOL_CALL}
 
 
 def _message(roles: list[str], content: Schema, **more: Schema) -> Schema:
+    """A message of ``roles`` (other keys are ignored, as clients echo OpenAI's ``refusal``
+    or ``annotations``; the fields a message type has are typed)."""
+    fields: dict[str, Schema] = {
+        "tool_calls": NULL,
+        "tool_call_id": nullable(STR),
+        "reasoning_content": nullable(STR),
+        **more,
+    }
     return obj(
-        {"role": {"enum": roles}, "content": content, "name": STR, **more},
+        {"role": {"enum": roles}, "content": content, "name": nullable(STR), **fields},
         "role",
-        *(["tool_call_id"] if "tool_call_id" in more else []),
-        closed=True,
+        *(["tool_call_id"] if more.get("tool_call_id") == STR else []),
     )
 
 
@@ -141,7 +149,7 @@ _TOOL_CHOICE = nullable(
         "anyOf": [
             {"enum": ["none", "auto", "required"]},
             obj(
-                {"type": {"const": "function"}, "function": obj({"name": STR}, "name")},
+                {"type": {"const": "function"}, "function": obj({"name": TEXT}, "name")},
                 "type",
                 "function",
             ),
@@ -307,7 +315,36 @@ def _names(served: Served) -> dict[str, Schema]:
     return {"model": _model(served), "lora_path": _lora_path(served)}
 
 
-_STRUCTURAL_TAG = obj({"format": {"type": "object"}}, "format")
+#: Structural tag formats (xgrammar's), two levels deep: constant text, a JSON value, a tag
+#: around either, or a sequence or choice of them.
+_TAG_LEAF = {
+    "anyOf": [
+        obj({"type": {"const": "const_string"}, "value": STR}, "type", "value"),
+        obj({"type": {"const": "json_schema"}, "json_schema": JSON_SCHEMA}, "type", "json_schema"),
+    ]
+}
+_TAG = obj(
+    {"type": {"const": "tag"}, "begin": STR, "content": _TAG_LEAF, "end": STR},
+    "type",
+    "begin",
+    "content",
+    "end",
+)
+_TAG_FORMAT = {
+    "anyOf": [
+        *_TAG_LEAF["anyOf"],
+        _TAG,
+        obj(
+            {
+                "type": {"enum": ["sequence", "or"]},
+                "elements": {"type": "array", "items": {"anyOf": [_TAG_LEAF, _TAG]}, "minItems": 1},
+            },
+            "type",
+            "elements",
+        ),
+    ]
+}
+_STRUCTURAL_TAG = obj({"type": {"const": "structural_tag"}, "format": _TAG_FORMAT}, "format")
 
 
 def _generate_rules(served: Served) -> dict[str, Schema]:
@@ -490,7 +527,7 @@ _RESPONSES_TOOL = obj(
     "type",
     "name",
 )
-_NAMED_FUNCTION = obj({"type": {"const": "function"}, "name": STR}, "type", "name")
+_NAMED_FUNCTION = obj({"type": {"const": "function"}, "name": TEXT}, "type", "name")
 _RESPONSES_TOOL_CHOICE = nullable(
     {
         "anyOf": [
@@ -537,7 +574,7 @@ _ANTHROPIC_TOOL_CHOICE = nullable(
         "anyOf": [
             obj({"type": {"enum": ["auto", "any", "none"]}, **_NO_PARALLEL}, "type", closed=True),
             obj(
-                {"type": {"const": "tool"}, "name": STR, **_NO_PARALLEL},
+                {"type": {"const": "tool"}, "name": TEXT, **_NO_PARALLEL},
                 "type",
                 "name",
                 closed=True,

@@ -173,7 +173,7 @@ class _Builder:
         low = schema.get("minProperties", 0)
         high = schema.get("maxProperties", 10**9)
         fixed = st.fixed_dictionaries(
-            {name: self.build(properties[name]) for name in properties if name in required},
+            {name: self.build(properties.get(name, True)) for name in sorted(required)},
             optional={
                 name: self.build(s) for name, s in properties.items() if name not in required
             },
