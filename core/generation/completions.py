@@ -10,6 +10,7 @@ from turnout.generation.flow import Endpoint
 from turnout.generation.models import ModelRuntime
 from turnout.generation.output import output_options
 from turnout.generation.plan import Plan, Prompt
+from turnout.generation.plan_checks import check_choices
 from turnout.generation.prompt_logprobs import prompt_logprobs_top, refuse_streamed_prompt_logprobs
 from turnout.generation.prompt_size import check_prompt_ids, encode_prompt, truncate_prompt
 from turnout.generation.requests import CompletionRequest, PromptItem
@@ -17,9 +18,6 @@ from turnout.generation.tool_choice import plan_tools
 from turnout.generation.unsupported import COMPLETIONS, refuse_unsupported, unsupported
 from turnout.generation.usage import running_usage
 from turnout.wire.sampling import Constraint, ConstraintKind
-
-#: Most choices (prompts × n) one request may ask for.
-MAX_CHOICES = 128
 
 
 def _check(request: CompletionRequest) -> None:
@@ -57,8 +55,7 @@ def given_prompts(prompt: str | list[PromptItem], param: str) -> list[str | list
 async def _prompts(request: CompletionRequest, runtime: ModelRuntime, ctx: RequestContext) -> Plan:
     """Each prompt tokenized (text) or checked (token ids), with its text (for echo)."""
     given = given_prompts(request.prompt, "prompt")
-    if len(given) * request.n > MAX_CHOICES:
-        raise bad_request(f"at most {MAX_CHOICES} choices (prompts × n) per request", "prompt")
+    check_choices(len(given), request.n, "prompt")
     prompts = []
     keep = request.truncate_prompt_tokens
     for item in given:

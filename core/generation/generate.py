@@ -14,6 +14,7 @@ from turnout.generation.generate_render import GenerateRenderer
 from turnout.generation.models import ModelRuntime
 from turnout.generation.output import output_options
 from turnout.generation.plan import Plan, Prompt
+from turnout.generation.plan_checks import check_choices
 from turnout.generation.prompt_size import check_prompt_ids, encode_prompt
 from turnout.generation.requests import GenerateRequestBody, NativeSamplingParams
 from turnout.generation.unsupported import GENERATE, refuse_unsupported, unsupported
@@ -79,6 +80,7 @@ async def _prompts(
     prompts = []
     if request.text is not None:
         texts = request.text if isinstance(request.text, list) else [request.text]
+        check_choices(len(texts), sampling.n, "text")
         for text in texts:
             ids = await encode_prompt(runtime, text, add_special_tokens=False, param="text")
             prompts.append(Prompt(ids, text))
@@ -89,6 +91,7 @@ async def _prompts(
             if _batch(request)
             else [cast(list[int], items)]
         )
+        check_choices(len(id_lists), sampling.n, "input_ids")
         for ids in id_lists:
             check_prompt_ids(runtime, ids, "input_ids")
             prompts.append(Prompt(ids))

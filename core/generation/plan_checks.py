@@ -13,7 +13,17 @@ from turnout.errors import bad_request
 from turnout.generation.plan import Plan
 from turnout.generation.requests import NativeSamplingParams, SamplingFields
 
-__all__ = ["check_plan", "vocabulary_size"]
+__all__ = ["MAX_CHOICES", "check_choices", "check_plan", "vocabulary_size"]
+
+#: Most choices (prompts × n) one request may ask for.
+MAX_CHOICES = 128
+
+
+def check_choices(prompts: int, n: int, param: str) -> None:
+    """A 400 (naming ``param``) when ``prompts`` × ``n`` choices are more than one request may
+    ask for: each is a sequence the workers generate and the router holds."""
+    if prompts * n > MAX_CHOICES:
+        raise bad_request(f"at most {MAX_CHOICES} choices (prompts × n) per request", param)
 
 
 def _param(sampling: SamplingFields, name: str) -> str:

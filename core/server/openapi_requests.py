@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from turnout.embeddings.request import MAX_INPUTS
-from turnout.generation.completions import MAX_CHOICES
+from turnout.generation.plan_checks import MAX_CHOICES
 from turnout.generation.requests import INT32_MAX, RESERVED_TEMPLATE_KWARGS
 from turnout.generation.unsupported import CHAT, COMPLETIONS, GENERATE
 from turnout.responses.request import LOGPROBS_INCLUDE, SEALED_REASONING_INCLUDE
@@ -257,6 +257,27 @@ _CHOICES_WITHIN_LIMIT: list[Schema] = [
 ]
 
 
+#: ``/generate``: at most 128 choices (prompts of a batch × ``sampling_params.n``).
+_GENERATE_CHOICES_WITHIN_LIMIT: list[Schema] = [
+    {
+        "if": {
+            "anyOf": [
+                _given("text", {"type": "array", "minItems": k}),
+                _given("input_ids", {"type": "array", "minItems": k, "items": {"type": "array"}}),
+            ]
+        },
+        "then": {
+            "properties": {
+                "sampling_params": {
+                    "properties": {"n": {"maximum": MAX_CHOICES // k if k <= 16 else 1}}
+                }
+            }
+        },
+    }
+    for k in range(2, 18)
+]
+
+
 def _within_default(most: str, least: str, default: int) -> Schema:
     """``least`` may not pass ``most``'s default when ``most`` is not given."""
     return {
@@ -349,16 +370,15 @@ _STRUCTURAL_TAG = obj({"type": {"const": "structural_tag"}, "format": _TAG_FORMA
 
 def _generate_rules(served: Served) -> dict[str, Schema]:
     ids = {"type": "array", "items": _token_id(served), "minItems": 1}
-    text = {"anyOf": [TEXT, {"type": "array", "items": TEXT, "minItems": 1}]}
+    batch = {"minItems": 1, "maxItems": MAX_CHOICES}
+    text = {"anyOf": [TEXT, {"type": "array", "items": TEXT, **batch}]}
     return {
         "GenerateRequestBody": {
             "properties": {
                 **{name: _refused(why) for name, why in GENERATE.items()},
                 **_names(served),
                 "text": nullable(text),
-                "input_ids": nullable(
-                    {"anyOf": [ids, {"type": "array", "items": ids, "minItems": 1}]}
-                ),
+                "input_ids": nullable({"anyOf": [ids, {"type": "array", "items": ids, **batch}]}),
                 "logprob_start_len": {
                     "const": -1,
                     "description": "Only -1: prompt logprobs are not returned by /generate",
@@ -379,6 +399,7 @@ def _generate_rules(served: Served) -> dict[str, Schema]:
                     "if": _given("token_ids_logprob", {"type": "array", "minItems": 1}),
                     "then": _given("return_logprob", {"const": True}),
                 },
+                *_GENERATE_CHOICES_WITHIN_LIMIT,
             ],
         },
         "NativeSamplingParams": {

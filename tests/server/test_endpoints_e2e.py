@@ -7,6 +7,7 @@ import json
 
 import httpx
 import openai
+import pytest
 
 from tests.support import sse_events
 
@@ -64,6 +65,22 @@ def test_generate_single_and_batch(router: Router) -> None:
         json={"text": "tell me a long story", "sampling_params": {"max_new_tokens": 3}},
     ).json()
     assert limited["meta_info"]["finish_reason"] == {"type": "length", "length": 3}
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"text": ["a", "b", "c"], "sampling_params": {"n": 50}}, "text"),
+        ({"input_ids": [[1, 2]] * 129}, "input_ids"),
+    ],
+)
+def test_generate_batch_past_128_choices_is_refused(
+    router: Router, body: dict[str, object], param: str
+) -> None:
+    """Prompts × n is bounded as for completions: each choice is a sequence to generate."""
+    refused = httpx.post(f"{router.base_url}/generate", json=body, timeout=10)
+    assert refused.status_code == 400
+    assert refused.json()["error"]["param"] == param
 
 
 def test_generate_streaming_accumulates_text(router: Router) -> None:
