@@ -5,8 +5,10 @@ allowed ``engine_waiting``, less the work other routers gave it; one whose KV ca
 (``active_token_usage``, else ``token_usage``, at ``kv_usage_limit``: the evictable prefix
 cache does not count) or whose uncached prefill backlog is over
 ``waiting_prefill_tokens_limit`` offers only what this router already has on it (at least
-one, so that stale numbers cannot stop admission). An engine that pushes no load, or has no
-running limit, does not limit admission (unbounded).
+one, so that stale numbers cannot stop admission). As a pushed record lags a burst of new
+requests, an engine also offers no more requests than fit ``kv_usage_limit`` at the KV share
+its running requests took on average when it last ran any. An engine that pushes no load, or
+has no running limit, does not limit admission (unbounded).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from turnout.workers.worker import Worker
 class EngineCapacity:
     """Requests the engines of ``workers()`` can hold at once right now (call it)."""
 
-    __slots__ = ("_kv_limit", "_prefill_limit", "_waiting", "_workers")
+    __slots__ = ("_kv_limit", "_per_request", "_prefill_limit", "_waiting", "_workers")
 
     def __init__(
         self, workers: Callable[[], Iterable[Worker]], settings: AdmissionSettings
@@ -30,6 +32,8 @@ class EngineCapacity:
         self._waiting = settings.engine_waiting
         self._kv_limit = settings.kv_usage_limit
         self._prefill_limit = settings.waiting_prefill_tokens_limit
+        #: Per engine (candidate id): the KV share one running request took, last seen.
+        self._per_request: dict[str, float] = {}
 
     def __call__(self) -> float:
         total = 0
@@ -55,5 +59,23 @@ class EngineCapacity:
                     total += max(own, 1)  # one at a time: progress even on stale numbers
                     continue
                 others = slot.load - own
-                total += max(own, load.max_running_requests + self._waiting - others)
+                room = load.max_running_requests + self._waiting
+                per_request = self._share_per_request(slot.id, used, load.running_requests)
+                if per_request > 0:
+                    room = min(room, max(1, math.floor(self._kv_limit / per_request)))
+                total += max(own, room - others)
         return total if seen else math.inf
+
+    def _share_per_request(self, engine: str, used: float, running: int) -> float:
+        """The KV share of one running request on ``engine`` (0: not seen yet)."""
+        known = self._per_request
+        if running > 0 and used > 0:
+            if len(known) >= _MAX_ENGINES and engine not in known:
+                known.clear()  # engines come and go: keep the table bounded
+            known[engine] = used / running
+            return used / running
+        return known.get(engine, 0.0)
+
+
+#: Engines whose KV share per request is remembered at most.
+_MAX_ENGINES = 4096

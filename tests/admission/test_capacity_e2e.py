@@ -57,3 +57,30 @@ async def test_capacity_follows_the_pushed_load(http: httpx.AsyncClient) -> None
             assert all(r.status_code == 200 for r in answers)
             assert sim.rank_stats[0]["peak_waiting"] <= 1
             assert peak.take() == 4
+
+
+async def test_a_full_kv_cache_stops_admission(http: httpx.AsyncClient) -> None:
+    """Eight running slots but a small KV cache: the router stops admitting once the running
+    requests fill ``kv_usage_limit`` of it (the evictable prefix cache left behind by earlier
+    requests does not count, so admission goes on as it fills)."""
+    config = {"admission": admission(engine_capacity=True, kv_usage_limit=0.5)}
+    sim_kwargs = {"delay_ms": 20.0, "max_running": 8, "kv_cache_tokens": 4096}
+    with run_router(config=config, sims=1, sim_kwargs=sim_kwargs) as router:
+        sim = router.sims[0]
+        url = f"{router.base_url}{CHAT}"
+
+        def body(n: int) -> dict[str, object]:
+            words = " ".join(f"w{n}x{i}" for i in range(170))  # unique: no prefix hits
+            return chat(words, max_tokens=10)
+
+        first = await http.post(url, json=body(0))
+        assert first.status_code == 200
+        share = first.json()["usage"]["prompt_tokens"] / 4096
+        assert 0.1 < share < 0.25, share  # two or three fill half the cache
+        async with peak_running(sim) as peak:
+            for batch in range(3):  # the retained cache grows past the limit meanwhile
+                answers = await asyncio.gather(
+                    *(http.post(url, json=body(100 * (batch + 1) + n)) for n in range(8))
+                )
+                assert all(r.status_code == 200 for r in answers)
+            assert 2 <= peak.take() <= 4
