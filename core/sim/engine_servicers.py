@@ -11,19 +11,21 @@ protocol cannot ask (beam search, text prompts) is refused as the engine would
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final, cast
 
 import grpc
 import grpc.aio
 
 from turnout.sim.servicer import SimServicer
+from turnout.wire.proto import common_pb2
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 
 __all__ = [
     "ANY_OBJECT",
     "DEFAULT_REPETITION_PENALTY",
     "DEFAULT_TOP_P",
+    "CommonRpcs",
     "Context",
     "answer",
     "set_seed",
@@ -47,3 +49,24 @@ def answer(
 def set_seed(params: pb.SamplingParams, seed: int) -> None:
     """Carry ``seed`` as the router does: in ``custom_params``."""
     params.custom_params.update({"seed": seed})
+
+
+class CommonRpcs:
+    """The RPCs of ``common.proto`` that every engine's service has, served by the sim as
+    they are (mixed into each engine's servicer, which sets ``sim``)."""
+
+    sim: SimServicer
+
+    async def GetTokenizer(
+        self, request: common_pb2.GetTokenizerRequest, context: Context
+    ) -> AsyncIterator[common_pb2.GetTokenizerChunk]:
+        """The model's tokenizer files."""
+        async for chunk in self.sim.GetTokenizer(request, context):
+            yield chunk
+
+    async def SubscribeKvEvents(
+        self, request: common_pb2.SubscribeKvEventsRequest, context: Context
+    ) -> AsyncIterator[common_pb2.KvEventBatch]:
+        """The prefix caches' events, with each rank's load."""
+        async for batch in self.sim.SubscribeKvEvents(request, context):
+            yield batch

@@ -13,12 +13,12 @@ from turnout.sim.engine_servicers import (
     ANY_OBJECT,
     DEFAULT_REPETITION_PENALTY,
     DEFAULT_TOP_P,
+    CommonRpcs,
     Context,
     answer,
     set_seed,
 )
 from turnout.sim.servicer import SimServicer
-from turnout.wire.proto import common_pb2
 from turnout.wire.proto import sglang_scheduler_pb2 as pb
 from turnout.wire.proto import trtllm_service_pb2 as tpb
 from turnout.wire.proto import trtllm_service_pb2_grpc as tpb_grpc
@@ -168,7 +168,7 @@ class _TrtStream:
         return out
 
 
-class TrtllmSimServicer(tpb_grpc.TrtllmServiceServicer):
+class TrtllmSimServicer(CommonRpcs, tpb_grpc.TrtllmServiceServicer):
     """``trtllm.TrtllmService`` over a :class:`SimServicer`."""
 
     def __init__(self, sim: SimServicer) -> None:
@@ -238,17 +238,3 @@ class TrtllmSimServicer(tpb_grpc.TrtllmServiceServicer):
             embedding=answer.embedding,
             prompt_tokens=answer.prompt_tokens,
         )
-
-    async def GetTokenizer(
-        self, request: common_pb2.GetTokenizerRequest, context: Context
-    ) -> AsyncIterator[common_pb2.GetTokenizerChunk]:
-        """The model's tokenizer files."""
-        async for chunk in self.sim.GetTokenizer(request, context):
-            yield chunk
-
-    async def SubscribeKvEvents(
-        self, request: common_pb2.SubscribeKvEventsRequest, context: Context
-    ) -> AsyncIterator[common_pb2.KvEventBatch]:
-        """The prefix caches' events, with each rank's load."""
-        async for batch in self.sim.SubscribeKvEvents(request, context):
-            yield batch

@@ -12,6 +12,7 @@ from turnout.sim.engine_servicers import (
     ANY_OBJECT,
     DEFAULT_REPETITION_PENALTY,
     DEFAULT_TOP_P,
+    CommonRpcs,
     Context,
     answer,
     set_seed,
@@ -118,7 +119,7 @@ def sglang_to_vllm(response: pb.GenerateResponse) -> vpb.GenerateResponse:
     return out
 
 
-class VllmSimServicer(vpb_grpc.VllmEngineServicer):
+class VllmSimServicer(CommonRpcs, vpb_grpc.VllmEngineServicer):
     """``vllm.grpc.engine.VllmEngine`` over a :class:`SimServicer`."""
 
     def __init__(self, sim: SimServicer) -> None:
@@ -228,20 +229,6 @@ class VllmSimServicer(vpb_grpc.VllmEngineServicer):
             prompt_tokens=answer.prompt_tokens,
             embedding_dim=answer.embedding_dim,
         )
-
-    async def GetTokenizer(
-        self, request: common_pb2.GetTokenizerRequest, context: Context
-    ) -> AsyncIterator[common_pb2.GetTokenizerChunk]:
-        """The model's tokenizer files."""
-        async for chunk in self.sim.GetTokenizer(request, context):
-            yield chunk
-
-    async def SubscribeKvEvents(
-        self, request: common_pb2.SubscribeKvEventsRequest, context: Context
-    ) -> AsyncIterator[common_pb2.KvEventBatch]:
-        """The prefix caches' events, with each rank's load."""
-        async for batch in self.sim.SubscribeKvEvents(request, context):
-            yield batch
 
     async def FlushCache(
         self, request: common_pb2.FlushCacheRequest, context: Context
