@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import httpx
 import openai
 import pytest
 import yaml
@@ -60,6 +62,22 @@ def router(script_file: Path) -> Iterator[Router]:
         config={"defaults": {"policy": "round_robin"}},
     ) as running:
         yield running
+
+
+@pytest.fixture(scope="module")
+def document(router: Router) -> dict[str, Any]:
+    """The served OpenAPI document (of the module's router)."""
+    answer = httpx.get(f"{router.base_url}/openapi.json", timeout=30)
+    assert answer.status_code == 200, answer.text
+    found: dict[str, Any] = answer.json()
+    return found
+
+
+@pytest.fixture(scope="module")
+def http(router: Router) -> Iterator[httpx.Client]:
+    """A plain HTTP client of the module's router."""
+    with httpx.Client(base_url=router.base_url, timeout=60) as client:
+        yield client
 
 
 @pytest.fixture

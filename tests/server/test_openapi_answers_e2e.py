@@ -5,7 +5,6 @@ each event of a stream) validate against them."""
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -13,23 +12,8 @@ import jsonschema
 import pytest
 
 from .conftest import MODEL, TOOLS
-from .harness import Router
 
 PUBLIC = {"/health", "/liveness", "/readiness"}
-
-
-@pytest.fixture(scope="module")
-def document(router: Router) -> dict[str, Any]:
-    answer = httpx.get(f"{router.base_url}/openapi.json", timeout=30)
-    assert answer.status_code == 200, answer.text
-    found: dict[str, Any] = answer.json()
-    return found
-
-
-@pytest.fixture(scope="module")
-def http(router: Router) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=router.base_url, timeout=30) as client:
-        yield client
 
 
 def _validator(document: dict[str, Any], schema: dict[str, Any]) -> jsonschema.Draft202012Validator:

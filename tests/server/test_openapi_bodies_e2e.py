@@ -55,20 +55,6 @@ def router(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Router]:
         yield running
 
 
-@pytest.fixture(scope="module")
-def document(router: Router) -> dict[str, Any]:
-    answer = httpx.get(f"{router.base_url}/openapi.json", timeout=30)
-    assert answer.status_code == 200, answer.text
-    found: dict[str, Any] = answer.json()
-    return found
-
-
-@pytest.fixture(scope="module")
-def http(router: Router) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=router.base_url, timeout=60) as client:
-        yield client
-
-
 def bodies(document: dict[str, Any], path: str) -> st.SearchStrategy[Any]:
     """Request bodies of ``path`` as its documented schema admits them."""
     trimmed = copy.deepcopy(document)
