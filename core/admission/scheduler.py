@@ -82,6 +82,18 @@ class Scheduler:
         deadline = deadline_ms(headers.get(DEADLINE_HEADER))
         return Ticket(self, cls, tenant, weight=weight, arrived=self._now(), deadline_ms=deadline)
 
+    def successor(self, ticket: Ticket) -> Ticket:
+        """A new ticket of ``ticket``'s class, tenant and weight, arriving now and without a
+        deadline: for work a request leaves behind (a background response)."""
+        return Ticket(
+            self,
+            ticket.cls,
+            ticket.tenant,
+            weight=ticket.weight,
+            arrived=self._now(),
+            deadline_ms=None,
+        )
+
     def _now(self) -> float:
         clock = self._clock
         return clock() if clock is not None else asyncio.get_running_loop().time()

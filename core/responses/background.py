@@ -28,6 +28,8 @@ from typing import Any
 
 import msgspec
 
+from turnout.admission.context import current_ticket, ticket_scope
+from turnout.admission.ticket import Ticket
 from turnout.config import BackgroundConfig
 from turnout.errors import ApiError
 from turnout.generation.context import RequestContext
@@ -82,6 +84,9 @@ class _Job:
     tenant: Tenant | None
     admission: Admission | None
     events: EventLog
+    #: Its place in admission by class (the submitting request's class and tenant, no
+    #: deadline: a background response has no client waiting for its first token).
+    ticket: Ticket | None = None
     task: asyncio.Task[None] | None = None
     #: Its task began (a task cancelled before it began runs none of its code).
     entered: bool = False
@@ -149,6 +154,7 @@ class BackgroundResponses:
             current_tenant(),
             None if admission is None else admission.hand_over(),
             events,
+            _job_ticket(current_ticket()),
         )
         response_id = stored.id
         self._jobs[response_id] = job
@@ -212,6 +218,9 @@ class BackgroundResponses:
                     scopes.enter_context(tenant_scope(job.tenant))
                 if job.admission is not None:
                     scopes.enter_context(admission_scope(job.admission))
+                if job.ticket is not None:
+                    scopes.enter_context(ticket_scope(job.ticket))
+                    scopes.callback(job.ticket.release)
                 await slots.acquire()
                 try:
                     self._waiting -= 1
@@ -323,3 +332,9 @@ class BackgroundResponses:
                 break
             del logs[response_id]
             self._bytes -= events.bytes
+
+
+def _job_ticket(submitted: Ticket | None) -> Ticket | None:
+    """A background job's own admission ticket, of the class and tenant of the request that
+    submitted it (whose ticket ends with that request)."""
+    return None if submitted is None else submitted.scheduler.successor(submitted)

@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from tests.ops.helpers import chat, scrape, total
-from tests.server.harness import run_router
+from tests.server.harness import MODEL, run_router
 from tests.support import eventually
 
 from .conftest import CHAT, Loop, admission, classes, closed_loop, peak_running
@@ -214,3 +214,28 @@ async def test_a_held_share_stays_free_for_its_class(http: httpx.AsyncClient) ->
             assert quick.status_code == 200
             assert bulk_peak == 3
             assert peak.take() == 4  # the interactive one beside three bulk ones
+
+
+async def test_a_background_response_is_admitted_in_its_submitters_class(
+    http: httpx.AsyncClient,
+) -> None:
+    """The job of ``background: true`` outlives the request that submitted it; it waits for
+    admission with a ticket of its own, of the submitter's class."""
+    config = {"admission": admission(classes=classes(interactive=0.5, bulk=0.25))}
+    with run_router(config=config, sims=1) as router:
+        submitted = await http.post(
+            f"{router.base_url}/v1/responses",
+            json={"model": MODEL, "input": "a background task", "background": True, "store": True},
+            headers={"x-turnout-priority": "bulk"},
+        )
+        assert submitted.status_code == 200, submitted.text
+        response_id = submitted.json()["id"]
+
+        async def finished() -> bool:
+            polled = await http.get(f"{router.base_url}/v1/responses/{response_id}")
+            return polled.json()["status"] == "completed"
+
+        await eventually(finished, what="the background response to complete")
+        samples = scrape(router.base_url)
+        assert total(samples, "turnout_admission_admitted_total", **{"class": "bulk"}) == 1
+        assert total(samples, "turnout_admission_admitted_total") == 1
