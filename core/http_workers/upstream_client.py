@@ -446,10 +446,9 @@ class _Connection(asyncio.Protocol):
     def abort(self) -> None:
         """Close the connection now (an answer in progress is dropped)."""
         self._disarm()
+        self._wake()
         transport = self.transport
         if transport is not None:
-            if self._paused:
-                self._paused = False
             transport.abort()
 
     # -- asyncio.Protocol
@@ -461,7 +460,7 @@ class _Connection(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if not self.busy:
             # Nothing was asked: a connection that talks out of turn is not reused.
-            self._error = RemoteProtocolError("bytes on an idle connection")
+            self._fail(RemoteProtocolError("bytes on an idle connection"))
             return
         self._last_io = self.loop.time()
         self._received = True
@@ -606,6 +605,8 @@ class _Connection(asyncio.Protocol):
         end (the connection then goes back to the pool). Raises the connection's failure."""
         queue = self._queue
         while not queue:
+            if self.discarded:
+                return b""  # closed by its reader (a read in progress ends as at the end)
             if self._complete:
                 self._disarm()
                 self._client.release(self)
