@@ -25,7 +25,7 @@ import asyncio
 import ssl
 from collections import deque
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, cast
 from urllib.parse import urlsplit
 
 import httptools
@@ -454,8 +454,8 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport (uvloop's are not asyncio.Transport subclasses).
+        self.transport = cast("asyncio.Transport", transport)
 
     def data_received(self, data: bytes) -> None:
         if not self.busy:
