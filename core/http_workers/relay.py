@@ -269,7 +269,9 @@ class HttpRelay:
 
         routing = RoutingRequest(model, headers=ctx.headers, routing_key=ctx.routing_key)
         try:
-            session = await self._dispatcher.relay(model, routing, start, self._timeout)
+            session = await self._dispatcher.relay(
+                model, routing, start, self._timeout, request=f"POST {path}"
+            )
         except WorkerRequestError as exc:
             if exc.attempts > 1:
                 self._metrics.retries.labels(model).inc(exc.attempts - 1)
