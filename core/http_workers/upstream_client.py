@@ -149,7 +149,10 @@ class UpstreamClient:
     def _ssl_context(self) -> ssl.SSLContext:
         context = self._ssl
         if context is None:
-            context = self._ssl = ssl.create_default_context()
+            import certifi
+
+            # The CA bundle httpx trusts (the probes' client): one trust for both.
+            context = self._ssl = ssl.create_default_context(cafile=certifi.where())
         return context
 
     async def request(
@@ -269,6 +272,7 @@ class UpstreamClient:
             return
         connection.discarded = True
         connection.abort()
+        connection.forget_error()
         self.open -= 1
         self._wake_one()
 
@@ -451,6 +455,11 @@ class _Connection(asyncio.Protocol):
         if transport is not None:
             transport.abort()
 
+    def forget_error(self) -> None:
+        """Drop the failure kept for the reader (its traceback holds frames that hold this
+        connection: a reference cycle once it was raised)."""
+        self._error = None
+
     # -- asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -515,6 +524,10 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks
 
+    def on_message_begin(self) -> None:
+        if self._complete:
+            self._error = RemoteProtocolError("stray bytes after the answer")
+
     def on_header(self, name: bytes, value: bytes) -> None:
         name = name.lower()
         if name == b"content-type":
@@ -537,7 +550,8 @@ class _Connection(asyncio.Protocol):
         self._last_io = self.loop.time()
 
     def on_body(self, body: bytes) -> None:
-        self._pieces.append(body)
+        if not self._complete:
+            self._pieces.append(body)
 
     def on_message_complete(self) -> None:
         if self._informational:

@@ -5,12 +5,15 @@ expiry and bound, flow control and the idle deadline."""
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.multimodal.images_server import make_authority
 from turnout.http_workers.settings import HttpWorkersSettings
 from turnout.http_workers.upstream_client import (
     ConnectError,
@@ -78,11 +81,11 @@ class Upstream:
             writer.close()
 
     @asynccontextmanager
-    async def running(self) -> AsyncIterator[str]:
-        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+    async def running(self, tls: ssl.SSLContext | None = None) -> AsyncIterator[str]:
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0, ssl=tls)
         port = server.sockets[0].getsockname()[1]
         try:
-            yield f"http://127.0.0.1:{port}"
+            yield f"https://localhost:{port}" if tls else f"http://127.0.0.1:{port}"
         finally:
             server.close()
 
@@ -101,8 +104,10 @@ def answering(*answers: bytes) -> Handler:
 
 
 @asynccontextmanager
-async def client_of(**settings: Any) -> AsyncIterator[UpstreamClient]:
-    client = UpstreamClient(HttpWorkersSettings(**settings))
+async def client_of(
+    tls: ssl.SSLContext | None = None, **settings: Any
+) -> AsyncIterator[UpstreamClient]:
+    client = UpstreamClient(HttpWorkersSettings(**settings), ssl_context=tls)
     try:
         yield client
     finally:
@@ -317,3 +322,17 @@ async def test_the_pool_is_bounded() -> None:
             await post(client, url)
         busy.close()
         assert (await post(client, url)).status == 200
+
+
+async def test_an_https_upstream(tmp_path: Path) -> None:
+    """TLS with the client's one context; a certificate it does not trust is a connect error."""
+    authority = make_authority(tmp_path)
+    upstream = Upstream(answering(CHUNKED))
+    async with upstream.running(authority.server_context()) as url:
+        async with client_of(authority.client_context()) as client:
+            for _ in range(2):
+                assert await read_all(await post(client, url)) == BODY
+            assert upstream.connections == 1
+        async with client_of() as client:
+            with pytest.raises(ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
+                await post(client, url)
