@@ -189,10 +189,12 @@ class HttpConnection:
 
     def auth_headers(self) -> dict[str, str]:
         """``Authorization`` with the worker's key, read from its environment variable now
-        (a rotated key is taken without a restart). Raises when the variable is unset."""
+        (a rotated key is taken without a restart; raises when the variable is unset), else
+        the Basic credentials of the URL's user info, if any."""
         name = self._key_env
         if name is None:
-            return {}
+            basic = self.origin.basic_auth
+            return {} if basic is None else {"authorization": basic}
         key = os.environ.get(name)
         if not key:
             raise RuntimeError(f"environment variable {name} (api_key_env) is not set")

@@ -22,11 +22,12 @@ passing its answer back piece by piece.
 from __future__ import annotations
 
 import asyncio
+import base64
 import ssl
 from collections import deque
 from collections.abc import Iterable
 from typing import Final, cast
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import httptools
 
@@ -94,9 +95,9 @@ class InvalidHeader(ValueError):
 
 class Origin:
     """Where requests go: scheme, host and port (one pool each), the ``Host`` header and the
-    path prefix of a server's base URL."""
+    path prefix of a server's base URL, and the ``Authorization`` its user info makes (Basic)."""
 
-    __slots__ = ("host", "host_header", "port", "prefix", "tls", "url")
+    __slots__ = ("basic_auth", "host", "host_header", "port", "prefix", "tls", "url")
 
     def __init__(self, url: str) -> None:
         parts = urlsplit(url)
@@ -109,7 +110,12 @@ class Origin:
         host = f"[{self.host}]" if ":" in self.host else self.host
         self.host_header = host if self.port == default else f"{host}:{self.port}"
         self.prefix = parts.path.rstrip("/")
+        #: The URL without its user info (what may be shown).
         self.url = f"{parts.scheme}://{self.host_header}{self.prefix}"
+        self.basic_auth: str | None = None
+        if parts.username is not None:
+            pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+            self.basic_auth = "Basic " + base64.b64encode(pair.encode()).decode("ascii")
 
     @property
     def key(self) -> tuple[bool, str, int]:

@@ -336,3 +336,13 @@ async def test_an_https_upstream(tmp_path: Path) -> None:
         async with client_of() as client:
             with pytest.raises(ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
                 await post(client, url)
+
+
+def test_user_info_is_basic_auth_and_never_shown() -> None:
+    from turnout.http_workers.connection import HttpClient, HttpConnection
+    from turnout.workers.settings import WorkerSpec
+
+    spec = WorkerSpec(url="http://me:p%40ss@127.0.0.1:9/v1")
+    connection = HttpConnection(spec, HttpClient(HttpWorkersSettings()))
+    assert connection.auth_headers() == {"authorization": "Basic bWU6cEBzcw=="}  # me:p@ss
+    assert connection.origin.url == "http://127.0.0.1:9"
