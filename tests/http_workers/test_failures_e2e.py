@@ -127,6 +127,24 @@ def test_how_upstream_failures_count() -> None:
     assert (refused.worker_fault, refused.retryable, refused.refused) == (True, True, False)
     assert connection.classify(ValueError("not the worker's")) is None
 
+    # The relay's own client's failures count as httpx's did.
+    from turnout.http_workers import upstream_client as client
+
+    expected = {
+        client.UpstreamClosed("closed"): (502, False, True, True),
+        client.ConnectError("refused"): (502, True, True, False),
+        client.ReadError("reset mid-body"): (502, True, True, False),
+        client.RemoteProtocolError("garbage"): (502, True, True, False),
+        client.ConnectTimeout("slow"): (504, True, True, False),
+        client.ReadTimeout("silent"): (504, True, True, False),
+        client.PoolTimeout("busy"): (503, False, True, False),
+        client.InvalidHeader("a line break"): (503, True, False, False),
+    }
+    for error, counts in expected.items():
+        found = connection.classify(error)
+        assert found is not None, error
+        assert (found.status, found.worker_fault, found.retryable, found.refused) == counts, error
+
 
 def test_a_kept_alive_connection_the_upstream_closes_is_sent_again() -> None:
     """The keep-alive race, end to end: an upstream that closes each connection when its
