@@ -189,6 +189,7 @@ class UpstreamClient:
         if loop is None:
             loop = self._loop = asyncio.get_running_loop()
         limit = self.settings.max_connections
+        waited_until: float | None = None  # the pool's deadline, once a wait began
         while True:
             idle = pool.idle
             if idle:
@@ -205,8 +206,10 @@ class UpstreamClient:
                 break
             waiter: asyncio.Future[None] = loop.create_future()
             self._slot_waiters.append(waiter)
+            if waited_until is None:
+                waited_until = loop.time() + self.settings.pool_timeout_s
             try:
-                async with asyncio.timeout(self.settings.pool_timeout_s):
+                async with asyncio.timeout_at(waited_until):
                     await waiter
             except TimeoutError:
                 if waiter.done() and not waiter.cancelled():

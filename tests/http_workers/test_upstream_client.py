@@ -320,8 +320,26 @@ async def test_the_pool_is_bounded() -> None:
         busy = await post(client, url)
         with pytest.raises(PoolTimeout):
             await post(client, url)
+        # A request waiting for a connection takes the one freed.
+        waiting = asyncio.create_task(post(client, url))
+        await asyncio.sleep(0.05)
+        assert not waiting.done()
         busy.close()
-        assert (await post(client, url)).status == 200
+        assert (await asyncio.wait_for(waiting, 0.15)).status == 200
+
+
+async def test_an_idle_connection_makes_way_for_another_origin() -> None:
+    first, second = Upstream(answering(SIZED)), Upstream(answering(SIZED))
+    async with (
+        first.running() as one,
+        second.running() as other,
+        client_of(max_connections=1, pool_timeout_s=0.2) as client,
+    ):
+        assert await read_all(await post(client, one)) == BODY
+        assert client.idle_connections(one) == 1
+        assert await read_all(await post(client, other)) == BODY
+        assert (client.idle_connections(one), client.idle_connections(other)) == (0, 1)
+        assert client.open == 1
 
 
 async def test_an_https_upstream(tmp_path: Path) -> None:
