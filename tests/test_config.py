@@ -78,6 +78,7 @@ def test_missing_env_var_names_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
             {"workers": [{"url": "grpc://x:1", "kind": "http"}]},
             "workers[0].url: an HTTP worker needs http://host:port",
         ),
+        ({"workers": [{"url": "http://x:80a"}]}, "workers[0].url: an HTTP worker needs http://"),
         ({"workers": [{"url": "http://x:1", "role": "prefill"}]}, "workers[0].role: an HTTP"),
         ({"workers": [{"url": "https://x", "dp_size": 2}]}, "workers[0].dp_size: not for an HTTP"),
         (

@@ -3,15 +3,25 @@ failures count), over the one shared client of every HTTP worker (:class:`HttpCl
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 import httpx
 import msgspec
 
 from turnout.http_workers.settings import HttpWorkersSettings
+from turnout.http_workers.upstream_client import (
+    ConnectTimeout,
+    InvalidHeader,
+    Origin,
+    PoolTimeout,
+    ReadTimeout,
+    UpstreamClient,
+    UpstreamClosed,
+    UpstreamError,
+    UpstreamResponse,
+)
 from turnout.workers.adapters import Adapter
 from turnout.workers.errors import WorkerRequestError
 from turnout.workers.settings import WorkerSpec
@@ -49,17 +59,28 @@ def base_url(url: str) -> str:
 
 
 class HttpClient:
-    """The one ``httpx.AsyncClient`` of every HTTP worker: a bounded pool, deadlines on the
-    connection, the pool and each read (the idle time of a stream). Made on first use (on the
-    event loop that serves), closed by :meth:`aclose`."""
+    """The clients of every HTTP worker: forwarded requests go through one
+    :class:`~turnout.http_workers.upstream_client.UpstreamClient` (a bounded pool per origin,
+    deadlines on the connection, the pool and each read), probes and model listings through one
+    ``httpx.AsyncClient`` (not hot). Made on first use (on the event loop that serves), closed
+    by :meth:`aclose`."""
 
     def __init__(self, settings: HttpWorkersSettings) -> None:
         self.settings = settings
         self._client: httpx.AsyncClient | None = None
+        self._upstream: UpstreamClient | None = None
+
+    @property
+    def upstream(self) -> UpstreamClient:
+        """The client of forwarded requests."""
+        upstream = self._upstream
+        if upstream is None:
+            upstream = self._upstream = UpstreamClient(self.settings)
+        return upstream
 
     @property
     def client(self) -> httpx.AsyncClient:
-        """The shared client."""
+        """The probes' client."""
         client = self._client
         if client is None:
             s = self.settings
@@ -84,6 +105,9 @@ class HttpClient:
 
     async def aclose(self) -> None:
         """Close every pooled connection."""
+        upstream, self._upstream = self._upstream, None
+        if upstream is not None:
+            await upstream.aclose()
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
@@ -97,60 +121,40 @@ class UpstreamUnavailable(Exception):
         self.status = status
 
 
-class UpstreamClosed(Exception):
-    """The upstream closed the connection before it answered anything (a kept-alive connection
-    it was closing meanwhile, or a server that went away): nothing of the request ran."""
-
-
 class UpstreamStream:
     """An upstream's answer as a :class:`~turnout.workers.connection.ResponseStream`: its body
     in the pieces it arrives in (each a batch of one ``bytes``), never re-encoded."""
 
-    __slots__ = ("_chunks", "_response", "content_type", "finished", "status")
+    __slots__ = ("_response", "content_type", "finished", "status")
 
-    def __init__(self, response: httpx.Response, *, finished: bool = False) -> None:
+    def __init__(self, response: UpstreamResponse) -> None:
         self._response = response
-        self._chunks: AsyncIterator[bytes] = response.aiter_raw()
-        self.status = response.status_code
-        self.content_type = response.headers.get("content-type", "application/json")
-        self.finished = finished
+        self.status = response.status
+        self.content_type = response.content_type
+        self.finished = False
 
     async def next_batch(self) -> list[bytes]:
         """The next piece of the body (an empty list at its end)."""
         if self.finished:
             return []
-        try:
-            chunk = await anext(self._chunks)
-        except StopAsyncIteration:
+        piece = await self._response.read()
+        if not piece:
             self.finished = True
-            await self._response.aclose()
             return []
-        return [chunk]
+        return [piece]
 
     async def aclose(self) -> None:
         """Stop reading: the connection is closed (the upstream sees the client leave)."""
         self.finished = True
-        await self._response.aclose()
+        self._response.close()
 
     def cancel(self, reason: str) -> None:
-        """Stop reading now; the connection closes on the loop. (An HTTP worker streams no
-        KV events, so nothing takes it out of rotation to cut its answers: this completes
-        the stream protocol.)"""
+        """Stop reading now: a read in progress fails, the connection is closed. (An HTTP
+        worker streams no KV events, so nothing takes it out of rotation to cut its answers:
+        this completes the stream protocol.)"""
         if not self.finished:
             self.finished = True
-            closing = asyncio.ensure_future(self._response.aclose())
-            _closing.add(closing)
-            closing.add_done_callback(_closed)
-
-
-#: Closes in progress (a task is only weakly held by the loop).
-_closing: set[asyncio.Future[None]] = set()
-
-
-def _closed(task: asyncio.Future[None]) -> None:
-    _closing.discard(task)
-    if not task.cancelled():
-        task.exception()
+            self._response.close()
 
 
 class HttpConnection:
@@ -161,6 +165,8 @@ class HttpConnection:
     def __init__(self, spec: WorkerSpec, client: HttpClient) -> None:
         self._http = client
         self.base = base_url(spec.url)
+        #: Where forwarded requests go (the pool they share).
+        self.origin = Origin(self.base)
         self._health_url = self.base + spec.health_path
         self._models_url = self.base + "/v1/models"
         self._key_env = spec.api_key_env
@@ -173,15 +179,22 @@ class HttpConnection:
 
     @property
     def http_client(self) -> httpx.AsyncClient:
-        """The shared client."""
+        """The probes' client."""
         return self._http.client
+
+    @property
+    def upstream(self) -> UpstreamClient:
+        """The client of forwarded requests."""
+        return self._http.upstream
 
     def auth_headers(self) -> dict[str, str]:
         """``Authorization`` with the worker's key, read from its environment variable now
-        (a rotated key is taken without a restart). Raises when the variable is unset."""
+        (a rotated key is taken without a restart; raises when the variable is unset), else
+        the Basic credentials of the URL's user info, if any."""
         name = self._key_env
         if name is None:
-            return {}
+            basic = self.origin.basic_auth
+            return {} if basic is None else {"authorization": basic}
         key = os.environ.get(name)
         if not key:
             raise RuntimeError(f"environment variable {name} (api_key_env) is not set")
@@ -254,7 +267,7 @@ class HttpConnection:
                 retryable=True,
                 detail=f"{base}: {exc}",
             )
-        if isinstance(exc, httpx.PoolTimeout):
+        if isinstance(exc, (PoolTimeout, httpx.PoolTimeout)):
             return WorkerRequestError(
                 "no connection to the worker is free",
                 status=503,
@@ -262,7 +275,7 @@ class HttpConnection:
                 retryable=True,
                 detail=f"{base}: the HTTP pool is exhausted ({exc})",
             )
-        if isinstance(exc, httpx.TimeoutException):
+        if isinstance(exc, (ConnectTimeout, ReadTimeout, httpx.TimeoutException)):
             return WorkerRequestError(
                 "the worker did not answer in time",
                 status=504,
@@ -270,7 +283,7 @@ class HttpConnection:
                 retryable=True,
                 detail=f"{base}: {type(exc).__name__}: {exc}",
             )
-        if isinstance(exc, httpx.TransportError):
+        if isinstance(exc, (UpstreamError, httpx.TransportError)):
             return WorkerRequestError(
                 "the worker could not be reached",
                 status=502,
@@ -278,7 +291,9 @@ class HttpConnection:
                 retryable=True,
                 detail=f"{base}: {type(exc).__name__}: {exc}",
             )
-        if isinstance(exc, RuntimeError) and "api_key_env" in str(exc):
+        if isinstance(exc, InvalidHeader) or (
+            isinstance(exc, RuntimeError) and "api_key_env" in str(exc)
+        ):
             return WorkerRequestError(
                 "the worker is not configured", status=503, worker_fault=True, detail=str(exc)
             )

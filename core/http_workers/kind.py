@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from typing import Final, Protocol
+from urllib.parse import urlsplit
 
 from turnout.workers.roles import Role
 
@@ -45,11 +46,19 @@ def is_http_worker(spec: _Spec) -> bool:
     return spec.url.startswith(HTTP_SCHEMES)
 
 
+def _port_ok(url: str) -> bool:
+    try:
+        urlsplit(url).port  # noqa: B018 - raises on a port that is not one
+    except ValueError:
+        return False
+    return True
+
+
 def http_worker_problem(spec: _HttpSpec) -> tuple[str, str] | None:
     """(field, why) when ``spec`` is no usable HTTP worker: it needs an
     ``http(s)://host[:port][/prefix]`` URL, is a regular worker (no prefill-decode, no DP
     ranks) and names its key by an environment variable."""
-    if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", spec.url):
+    if not re.fullmatch(r"https?://[^/\s?#]+(/[^\s?#]*)?", spec.url) or not _port_ok(spec.url):
         return "url", f"an HTTP worker needs http://host:port or https://host, got {spec.url!r}"
     if spec.role not in (None, Role.REGULAR):
         return "role", "an HTTP worker is a regular worker (no prefill-decode)"

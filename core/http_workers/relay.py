@@ -17,7 +17,6 @@ import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-import httpx
 import msgspec
 from litestar import Response
 from litestar.types import ASGIApp, Receive, Scope, Send
@@ -26,7 +25,6 @@ from turnout.deadlines import Deadline
 from turnout.errors import ApiError
 from turnout.http_workers.connection import (
     HttpConnection,
-    UpstreamClosed,
     UpstreamStream,
     UpstreamUnavailable,
     retried_status,
@@ -232,7 +230,7 @@ class HttpRelay:
         opened: list[UpstreamStream] = []
         bodies: dict[str | None, bytes] = {peek.model_name: body}
         one_shot = not peek.streams or path == EMBEDDINGS_PATH
-        headers = {"content-type": "application/json", "x-request-id": ctx.worker_request_id}
+        headers = (("content-type", "application/json"), ("x-request-id", ctx.worker_request_id))
 
         async def start(
             worker: Worker,
@@ -246,21 +244,14 @@ class HttpRelay:
             content = bodies.get(upstream)
             if content is None:
                 content = bodies[upstream] = _renamed(body, upstream)
-            client = connection.http_client
-            request = client.build_request(
-                "POST",
-                connection.base + path,
-                content=content,
-                headers={**headers, **connection.auth_headers(), **dict(metadata)},
-            )
+            sent = [*headers, *connection.auth_headers().items(), *metadata]
             with first_wait:
-                try:
-                    response = await client.send(request, stream=True)
-                except httpx.RemoteProtocolError as exc:
-                    raise UpstreamClosed(str(exc)) from exc
+                response = await connection.upstream.request(
+                    connection.origin, "POST", path, sent, content
+                )
                 stream = UpstreamStream(response)
                 try:
-                    status = response.status_code
+                    status = response.status
                     if one_shot or status >= 400:
                         whole = await _read_all(stream, connection.settings.max_response_bytes)
                         if retried_status(status):
@@ -278,7 +269,9 @@ class HttpRelay:
 
         routing = RoutingRequest(model, headers=ctx.headers, routing_key=ctx.routing_key)
         try:
-            session = await self._dispatcher.relay(model, routing, start, self._timeout)
+            session = await self._dispatcher.relay(
+                model, routing, start, self._timeout, request=f"POST {path}"
+            )
         except WorkerRequestError as exc:
             if exc.attempts > 1:
                 self._metrics.retries.labels(model).inc(exc.attempts - 1)

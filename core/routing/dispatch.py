@@ -21,7 +21,7 @@ from turnout.routing.attempts import Attempts, no_first_response, out_of_rotatio
 from turnout.routing.pd import PdSession, PrefillDecode
 from turnout.routing.route import Route
 from turnout.routing.session import WorkerSession, record_failure
-from turnout.routing.spans import end_attempt, start_attempt
+from turnout.routing.spans import end_attempt, start_attempt, start_http_attempt
 from turnout.routing.types import Policy, RoutingRequest
 from turnout.workers.connection import ResponseStream
 from turnout.workers.dp import Slot, candidate_ids
@@ -283,15 +283,18 @@ class Dispatcher:
         routing: RoutingRequest,
         start: _Start[tuple[ResponseStream, list[Any]]],
         timeout: float | None = None,  # noqa: ASYNC109 - the request's deadline, passed on
+        *,
+        request: str = "POST",
     ) -> WorkerSession:
         """A forwarded request on one of ``model``'s HTTP workers (:mod:`turnout.http_workers`):
         ``start`` sends it to a selected worker and returns its answer's stream with what came
-        first. Selection, retries before the first response, back-off, breakers and spans as
-        for :meth:`open_stream`."""
+        first; ``request`` names it (``"POST /v1/chat/completions"``: its spans and errors).
+        Selection, retries before the first response, back-off, breakers and spans as for
+        :meth:`open_stream`."""
         loop = asyncio.get_running_loop()
         deadline_at = None if timeout is None else loop.time() + timeout
         attempts = self.attempts(deadline_at)
-        won = await self._attempt(model, routing, None, attempts, "HTTP", start, http=True)
+        won = await self._attempt(model, routing, None, attempts, request, start, http=True)
         stream, first = won.result
         return WorkerSession(won.slot, stream, first, won.route, routing, won.attempts, won.span)
 
@@ -332,7 +335,11 @@ class Dispatcher:
             span: Span | None = None
             metadata: Metadata = ()
             if tracing is not None:
-                span, metadata = start_attempt(tracing, slot, attempt.number, rpc)
+                span, metadata = (
+                    start_http_attempt(tracing, slot, attempt.number, rpc)
+                    if http
+                    else start_attempt(tracing, slot, attempt.number, rpc)
+                )
             wait = attempt.wait
             wait_until = inf if wait is None else loop.time() + wait
             first_wait = self._first_responses.at(wait_until, loop)

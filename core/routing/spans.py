@@ -1,7 +1,9 @@
 """The spans of worker selection and of each attempt on a worker (tracing on only).
 
-An attempt's span is a client span named as gRPC spans are (``package.Service/Method``); its
-W3C context goes to the worker as metadata, so that the worker's spans join the trace.
+An attempt's span is a client span named as gRPC spans are (``package.Service/Method``), or
+for an HTTP worker as HTTP client spans are (``POST /v1/chat/completions``, with
+``http.request.method`` and ``url.full``); its W3C context goes to the worker as metadata, so
+that the worker's spans join the trace.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ if TYPE_CHECKING:
     from turnout.workers.dp import Slot
     from turnout.workers.errors import WorkerRequestError
 
-__all__ = ["SERVICE", "end_attempt", "select_span", "start_attempt"]
+__all__ = ["SERVICE", "end_attempt", "select_span", "start_attempt", "start_http_attempt"]
 
 #: The gRPC service every worker call belongs to.
 SERVICE: Final = "sglang.grpc.scheduler.SglangScheduler"
@@ -49,6 +51,35 @@ def start_attempt(
     if role is not None:
         attributes["turnout.role"] = role
     span = tracing.start_span(f"{SERVICE}/{rpc}", attributes, client=True)
+    return span, tracing.worker_metadata(span)
+
+
+def start_http_attempt(
+    tracing: Tracing, slot: Slot, attempt: int, request: str
+) -> tuple[Span, Metadata]:
+    """The span of attempt ``attempt`` of an HTTP ``request`` (``"POST /v1/..."``) on an HTTP
+    worker's ``slot``, and the headers that make it the parent of the upstream's spans."""
+    method, _, path = request.partition(" ")
+    address = urlsplit(slot.url)
+    host = address.hostname or ""
+    netloc = f"[{host}]" if ":" in host else host
+    if address.port is not None:
+        netloc += f":{address.port}"
+    # The worker's base without its user info, query or fragment (none may hold a secret).
+    base = address.path.rstrip("/").removesuffix("/v1")
+    attributes: dict[str, AttributeValue] = {
+        "http.request.method": method,
+        "server.address": host,
+        "url.full": f"{address.scheme}://{netloc}{base}{path}",
+        "turnout.worker.id": slot.id,
+        "turnout.attempt": attempt,
+        "turnout.retry": attempt > 1,
+    }
+    if address.port is not None:
+        attributes["server.port"] = address.port
+    if attempt > 1:
+        attributes["http.request.resend_count"] = attempt - 1
+    span = tracing.start_span(request, attributes, client=True)
     return span, tracing.worker_metadata(span)
 
 

@@ -3,11 +3,13 @@ upstream another real turnout in front of a simulated worker (``turnout.testing.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
+import uvloop
 
 from turnout.testing.router import MODEL, RunningRouter, run_router
 
@@ -34,6 +36,13 @@ def front(
     }
     with run_router(data, sims=0) as router:
         yield router
+
+
+def pytest_asyncio_loop_factories(
+    config: pytest.Config, item: pytest.Item
+) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """Async tests here run on both loops turnout serves on (uvloop's transports differ)."""
+    return {"asyncio": asyncio.new_event_loop, "uvloop": uvloop.new_event_loop}
 
 
 def served_by(router: RunningRouter) -> int:

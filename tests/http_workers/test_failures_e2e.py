@@ -3,7 +3,11 @@ are retried on the other), one that hangs (504 JSON once the first-byte deadline
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
+import threading
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -122,3 +126,84 @@ def test_how_upstream_failures_count() -> None:
     assert refused is not None
     assert (refused.worker_fault, refused.retryable, refused.refused) == (True, True, False)
     assert connection.classify(ValueError("not the worker's")) is None
+
+    # The relay's own client's failures count as httpx's did.
+    from turnout.http_workers import upstream_client as client
+
+    expected = {
+        client.UpstreamClosed("closed"): (502, False, True, True),
+        client.ConnectError("refused"): (502, True, True, False),
+        client.ReadError("reset mid-body"): (502, True, True, False),
+        client.RemoteProtocolError("garbage"): (502, True, True, False),
+        client.ConnectTimeout("slow"): (504, True, True, False),
+        client.ReadTimeout("silent"): (504, True, True, False),
+        client.PoolTimeout("busy"): (503, False, True, False),
+        client.InvalidHeader("a line break"): (503, True, False, False),
+    }
+    for error, counts in expected.items():
+        found = connection.classify(error)
+        assert found is not None, error
+        assert (found.status, found.worker_fault, found.retryable, found.refused) == counts, error
+
+
+def test_a_kept_alive_connection_the_upstream_closes_is_sent_again() -> None:
+    """The keep-alive race, end to end: an upstream that closes each connection when its
+    second request arrives, unanswered. Every request succeeds: the one that met the closing
+    connection is sent again at once on a new one."""
+    from .test_upstream_client import read_request
+
+    unanswered = 0
+    answer = json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "model": REMOTE,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "ok"}}],
+        }
+    ).encode()
+    models = json.dumps({"object": "list", "data": [{"id": REMOTE}]}).encode()
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal unanswered
+        posts = 0
+        try:
+            while (request := await read_request(reader)) is not None:
+                if request.startswith(b"POST"):
+                    posts += 1
+                    if posts == 2:
+                        unanswered += 1
+                        return
+                body = answer if request.startswith(b"POST") else models
+                head = b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                writer.write(head + b"content-length: %d\r\n\r\n%s" % (len(body), body))
+                await writer.drain()
+        finally:
+            writer.close()
+
+    ready = threading.Event()
+    stop: list[Callable[[], None]] = []
+    ports: list[int] = []
+
+    async def main() -> None:
+        server = await asyncio.start_server(serve, "127.0.0.1", 0)
+        ports.append(server.sockets[0].getsockname()[1])
+        done = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        stop.append(lambda: loop.call_soon_threadsafe(done.set))
+        ready.set()
+        async with server:
+            await done.wait()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        with front([f"http://127.0.0.1:{ports[0]}"]) as router:
+            for _ in range(4):
+                got = httpx.post(router.base_url + "/v1/chat/completions", json=CHAT, timeout=30)
+                assert got.status_code == 200, got.text
+                assert got.json()["choices"][0]["message"]["content"] == "ok"
+            assert unanswered >= 3
+    finally:
+        stop[0]()
+        thread.join(10)

@@ -60,11 +60,20 @@ def test_stream_bytes_are_the_upstreams(upstreams: list[RunningRouter]) -> None:
         "stream": True,
         "seed": 1,
     }
-    direct = httpx.post(upstreams[0].base_url + "/v1/chat/completions", json=body, timeout=30)
-    with front([upstreams[0].base_url]) as router:
-        relayed = httpx.post(
-            router.base_url + "/v1/chat/completions", json={**body, "model": REMOTE}, timeout=30
-        )
+    sim = upstreams[0].sims[0]
+    # A token at a time: without a pause the upstream may put two tokens that reach it
+    # together into one event, and the two answers would differ upstream of the relay.
+    sim.knobs.update({"delay_ms": 5})
+    try:
+        direct = httpx.post(upstreams[0].base_url + "/v1/chat/completions", json=body, timeout=30)
+        with front([upstreams[0].base_url]) as router:
+            relayed = httpx.post(
+                router.base_url + "/v1/chat/completions",
+                json={**body, "model": REMOTE},
+                timeout=30,
+            )
+    finally:
+        sim.knobs.update({"delay_ms": 0})
     assert relayed.status_code == 200
     assert relayed.headers["content-type"].startswith("text/event-stream")
     strip = _without_ids

@@ -14,8 +14,8 @@ from turnout.testing.router import run_router
 
 from .conftest import REMOTE, front
 
-SERVER = "POST /v1/chat/completions"
-ATTEMPT = "sglang.grpc.scheduler.SglangScheduler/HTTP"
+#: Server spans (the router's and the upstream's) and attempt spans share HTTP's name.
+NAME = "POST /v1/chat/completions"
 
 
 @pytest.fixture(autouse=True)
@@ -45,19 +45,26 @@ def test_the_attempt_is_a_span_and_its_context_goes_upstream() -> None:
                 )
                 assert answer.status_code == 200
 
-            def mine(spans: list[ExportedSpan]) -> list[ExportedSpan]:
-                return [s for s in spans if s.trace_id == trace_id]
+            def mine(spans: list[ExportedSpan], kind: str) -> list[ExportedSpan]:
+                return [
+                    s for s in by_name(spans, NAME) if s.trace_id == trace_id and s.kind == kind
+                ]
 
-            spans = mine(
-                collector.wait_for(
-                    lambda got: (
-                        len(by_name(mine(got), SERVER)) == 4
-                        and len(by_name(mine(got), ATTEMPT)) == 2
-                    )
+            spans = collector.wait_for(
+                lambda got: (
+                    len(mine(got, "SPAN_KIND_SERVER")) == 4
+                    and len(mine(got, "SPAN_KIND_CLIENT")) == 2
                 )
             )
-    attempts = by_name(spans, ATTEMPT)
-    servers = by_name(spans, SERVER)
+            url = f"{upstream.base_url}/v1/chat/completions"
+    attempts = mine(spans, "SPAN_KIND_CLIENT")
+    servers = mine(spans, "SPAN_KIND_SERVER")
+    # An HTTP client span (not gRPC's), naming what it sent where, without secrets.
+    for attempt in attempts:
+        assert attempt.attributes["http.request.method"] == "POST"
+        assert attempt.attributes["url.full"] == url
+        assert attempt.attributes["server.address"] == "127.0.0.1"
+        assert "rpc.system" not in attempt.attributes
     # Each attempt's child is the upstream's server span; the router's own is its parent.
     for attempt in attempts:
         (upstream_server,) = [s for s in servers if s.parent_id == attempt.span_id]
