@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import random
 import time
@@ -180,13 +182,16 @@ async def _bulk(
     args: argparse.Namespace,
 ) -> None:
     words = args.contention_bulk_prompt_tokens
+    tag = next(_PHASES)
 
     async def client(c: int) -> None:
         n = 0
         while time.monotonic() < until:
             n += 1
-            # A different start per request: no prefix-cache hits between them.
-            text = f"batch {c} {n} " + " ".join(f"item{(i * 7 + c) % 97}" for i in range(words))
+            # A different start per request (and phase: the workers outlive a phase, and
+            # each target's): no prefix-cache hits between them.
+            items = " ".join(f"item{(i * 7 + c) % 97}" for i in range(words))
+            text = f"batch {tag} {c} {n} {items}"
             body = {
                 "model": MODEL,
                 "messages": [{"role": "user", "content": text}],
@@ -208,6 +213,10 @@ async def _bulk(
     await asyncio.gather(*(client(c) for c in range(args.contention_bulk_clients)))
 
 
+#: Numbers the bulk phases of a run (their prompts differ).
+_PHASES = itertools.count()
+
+
 async def _phase(
     url: str, sims: list[str], args: argparse.Namespace, *, interactive: bool, bulk: bool
 ) -> Phase:
@@ -220,20 +229,32 @@ async def _phase(
         phase.engines_before = await _counters(sims)
         start = time.monotonic()
         until = start + seconds
-        jobs = []
-        if bulk:
-            jobs.append(_bulk(http, url, phase, until, args))
-            if interactive:  # the bulk load fills the workers before the trickle starts
-                await asyncio.sleep(min(2.0, args.contention_phase_s / 4))
-        if interactive:
-            jobs.append(_interactive(http, url, phase, until, args.contention_interactive_rps))
-        await asyncio.gather(*jobs)
+        # The workers' counters as the window closes (requests then in flight still finish).
+        closing = asyncio.create_task(_counters(sims, at=until))
+        jobs: list[asyncio.Task[None]] = []
+        try:
+            if bulk:  # a task: it runs from now on, as the phase's throughput assumes
+                jobs.append(asyncio.create_task(_bulk(http, url, phase, until, args)))
+                if interactive:  # the bulk load fills the workers before the trickle starts
+                    await asyncio.sleep(min(2.0, args.contention_phase_s / 4))
+            if interactive:
+                rps = args.contention_interactive_rps
+                jobs.append(asyncio.create_task(_interactive(http, url, phase, until, rps)))
+            await asyncio.gather(*jobs)
+            phase.engines_after = await closing
+        finally:
+            for task in (*jobs, closing):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         phase.seconds = until - start
-        phase.engines_after = await _counters(sims)
     return phase
 
 
-async def _counters(sims: list[str]) -> list[dict[str, Any]]:
+async def _counters(sims: list[str], at: float | None = None) -> list[dict[str, Any]]:
+    """The workers' counters (``get_counters``), at ``time.monotonic()`` ``at`` (None: now)."""
+    if at is not None:
+        await asyncio.sleep(max(0.0, at - time.monotonic()))
     return list(await asyncio.gather(*(get_counters(url) for url in sims)))
 
 
