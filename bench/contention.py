@@ -88,6 +88,11 @@ class Phase:
     bulk_tokens: int = 0
     bulk_errors: int = 0
     seconds: float = 0.0
+    #: ``time.monotonic()`` of the phase's start, and the first bulk and interactive sends
+    #: (seconds after it; None: none).
+    started: float = 0.0
+    first_bulk_s: float | None = None
+    first_interactive_s: float | None = None
     #: The workers' counters (``get_counters``) at the start and the end of the phase.
     engines_before: list[dict[str, Any]] = field(default_factory=list)
     engines_after: list[dict[str, Any]] = field(default_factory=list)
@@ -147,6 +152,8 @@ async def _interactive(
             "stream": True,
         }
         sent = time.monotonic()
+        if phase.first_interactive_s is None:
+            phase.first_interactive_s = sent - phase.started
         try:
             async with http.stream(
                 "POST", f"{url}/v1/chat/completions", json=body, headers=INTERACTIVE
@@ -197,6 +204,8 @@ async def _bulk(
                 "messages": [{"role": "user", "content": text}],
                 "max_tokens": args.contention_bulk_max_tokens,
             }
+            if phase.first_bulk_s is None:
+                phase.first_bulk_s = time.monotonic() - phase.started
             try:
                 response = await http.post(f"{url}/v1/chat/completions", json=body, headers=BULK)
             except httpx.HTTPError:
@@ -227,7 +236,7 @@ async def _phase(
         seconds = max(seconds, args.contention_idle_samples / args.contention_interactive_rps)
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
         phase.engines_before = await _counters(sims)
-        start = time.monotonic()
+        start = phase.started = time.monotonic()
         until = start + seconds
         # The workers' counters as the window closes (requests then in flight still finish).
         closing = asyncio.create_task(_counters(sims, at=until))
