@@ -3,10 +3,13 @@ while an interactive tenant sends a trickle of short streamed chats.
 
 For each target (turnout without admission classes, with them, and with them and a held share
 for ``interactive``; smg without and with its priority scheduler) three phases run on the same
-simulated workers: the trickle alone (its idle TTFT), the bulk load alone (its uncontended
-throughput), and both at once. Reported: the interactive
-TTFT p50/p99 and the bulk throughput of each phase, and the ratios the issue sets targets for
-(contended p99 over idle p99, contended bulk throughput over uncontended).
+simulated workers: the trickle alone (its idle TTFT; at the same rate, but long enough for
+``--contention-idle-samples`` requests, so that its p99 is not one outlier), the bulk load
+alone (its uncontended throughput), and both at once. Reported: the interactive TTFT p50/p99
+and the bulk throughput of each phase, and the ratios the issue sets targets for (contended
+p99 over idle p99, contended bulk throughput over uncontended); and from the workers' own
+counters, how busy their running slots were and how many calls the router cancelled
+(preemptions), to tell an idle engine from a slow one.
 
 The load runs in this process (asyncio and httpx): a few dozen streams, far below what would
 make the driver the bottleneck.
@@ -16,6 +19,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import itertools
 import json
 import random
 import time
@@ -26,6 +31,7 @@ from typing import Any
 import httpx
 
 from bench.services import MODEL, Router, find_smg, start_sims, start_smg, start_turnout
+from turnout.sim import get_counters
 
 #: Class headers of both routers (each ignores the other's).
 INTERACTIVE = {"x-turnout-priority": "interactive", "x-smg-priority": "interactive"}
@@ -43,6 +49,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--contention-bulk-max-tokens", type=int, default=64)
     group.add_argument(
         "--contention-interactive-rps", type=float, default=2.0, help="interactive trickle"
+    )
+    group.add_argument(
+        "--contention-idle-samples",
+        type=int,
+        default=120,
+        help="interactive requests of the idle phase, at the same rate (it lasts longer)",
     )
     group.add_argument(
         "--contention-hold", type=float, default=0.125, help="interactive hold of turnout-hold"
@@ -76,6 +88,14 @@ class Phase:
     bulk_tokens: int = 0
     bulk_errors: int = 0
     seconds: float = 0.0
+    #: ``time.monotonic()`` of the phase's start, and the first bulk and interactive sends
+    #: (seconds after it; None: none).
+    started: float = 0.0
+    first_bulk_s: float | None = None
+    first_interactive_s: float | None = None
+    #: The workers' counters (``get_counters``) at the start and the end of the phase.
+    engines_before: list[dict[str, Any]] = field(default_factory=list)
+    engines_after: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         ttfts = sorted(self.ttfts)
@@ -91,6 +111,26 @@ class Phase:
             if self.seconds
             else None,
             "bulk_errors": self.bulk_errors,
+            **self._engines(),
+        }
+
+    def _engines(self) -> dict[str, Any]:
+        """How busy the workers' running slots were (the share of slot-seconds in use), the
+        calls cancelled on them and the prompt tokens they prefilled (not cached)."""
+        if not self.engines_before or not self.engines_after or not self.seconds:
+            return {}
+
+        def total(key: str, counters: list[dict[str, Any]]) -> float:
+            return sum(rank.get(key, 0) for c in counters for rank in c["ranks"])
+
+        def delta(key: str) -> float:
+            return total(key, self.engines_after) - total(key, self.engines_before)
+
+        return {
+            "engine_slot_seconds": round(delta("busy_slot_s"), 2),
+            "engine_calls": int(delta("requests")),
+            "engine_cancelled": int(delta("cancelled")),
+            "engine_prefill_tokens": int(delta("prompt_tokens") - delta("cached_tokens")),
         }
 
 
@@ -112,6 +152,8 @@ async def _interactive(
             "stream": True,
         }
         sent = time.monotonic()
+        if phase.first_interactive_s is None:
+            phase.first_interactive_s = sent - phase.started
         try:
             async with http.stream(
                 "POST", f"{url}/v1/chat/completions", json=body, headers=INTERACTIVE
@@ -147,18 +189,23 @@ async def _bulk(
     args: argparse.Namespace,
 ) -> None:
     words = args.contention_bulk_prompt_tokens
+    tag = next(_PHASES)
 
     async def client(c: int) -> None:
         n = 0
         while time.monotonic() < until:
             n += 1
-            # A different start per request: no prefix-cache hits between them.
-            text = f"batch {c} {n} " + " ".join(f"item{(i * 7 + c) % 97}" for i in range(words))
+            # A different start per request (and phase: the workers outlive a phase, and
+            # each target's): no prefix-cache hits between them.
+            items = " ".join(f"item{(i * 7 + c) % 97}" for i in range(words))
+            text = f"batch {tag} {c} {n} {items}"
             body = {
                 "model": MODEL,
                 "messages": [{"role": "user", "content": text}],
                 "max_tokens": args.contention_bulk_max_tokens,
             }
+            if phase.first_bulk_s is None:
+                phase.first_bulk_s = time.monotonic() - phase.started
             try:
                 response = await http.post(f"{url}/v1/chat/completions", json=body, headers=BULK)
             except httpx.HTTPError:
@@ -175,22 +222,49 @@ async def _bulk(
     await asyncio.gather(*(client(c) for c in range(args.contention_bulk_clients)))
 
 
-async def _phase(url: str, args: argparse.Namespace, *, interactive: bool, bulk: bool) -> Phase:
+#: Numbers the bulk phases of a run (their prompts differ).
+_PHASES = itertools.count()
+
+
+async def _phase(
+    url: str, sims: list[str], args: argparse.Namespace, *, interactive: bool, bulk: bool
+) -> Phase:
     phase = Phase()
     limits = httpx.Limits(max_connections=256, max_keepalive_connections=256)
+    seconds = args.contention_phase_s
+    if interactive and not bulk:  # the same rate, enough samples for a p99
+        seconds = max(seconds, args.contention_idle_samples / args.contention_interactive_rps)
     async with httpx.AsyncClient(timeout=120, limits=limits) as http:
-        start = time.monotonic()
-        until = start + args.contention_phase_s
-        jobs = []
-        if bulk:
-            jobs.append(_bulk(http, url, phase, until, args))
-            if interactive:  # the bulk load fills the workers before the trickle starts
-                await asyncio.sleep(min(2.0, args.contention_phase_s / 4))
-        if interactive:
-            jobs.append(_interactive(http, url, phase, until, args.contention_interactive_rps))
-        await asyncio.gather(*jobs)
+        phase.engines_before = await _counters(sims)
+        start = phase.started = time.monotonic()
+        until = start + seconds
+        # The workers' counters as the window closes (requests then in flight still finish).
+        closing = asyncio.create_task(_counters(sims, at=until))
+        jobs: list[asyncio.Task[None]] = []
+        try:
+            if bulk:  # a task: it runs from now on, as the phase's throughput assumes
+                jobs.append(asyncio.create_task(_bulk(http, url, phase, until, args)))
+                if interactive:  # the bulk load fills the workers before the trickle starts
+                    await asyncio.sleep(min(2.0, args.contention_phase_s / 4))
+            if interactive:
+                rps = args.contention_interactive_rps
+                jobs.append(asyncio.create_task(_interactive(http, url, phase, until, rps)))
+            await asyncio.gather(*jobs)
+            phase.engines_after = await closing
+        finally:
+            for task in (*jobs, closing):
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
         phase.seconds = until - start
     return phase
+
+
+async def _counters(sims: list[str], at: float | None = None) -> list[dict[str, Any]]:
+    """The workers' counters (``get_counters``), at ``time.monotonic()`` ``at`` (None: now)."""
+    if at is not None:
+        await asyncio.sleep(max(0.0, at - time.monotonic()))
+    return list(await asyncio.gather(*(get_counters(url) for url in sims)))
 
 
 def _targets(args: argparse.Namespace, names: list[str]) -> list[tuple[str, str, dict[str, Any]]]:
@@ -278,9 +352,13 @@ def run(args: argparse.Namespace, names: list[str], log_dir: Path) -> dict[str, 
                     ("contended", True, True),
                 ):
                     phase = asyncio.run(
-                        _phase(router.url, args, interactive=interactive, bulk=bulk)
+                        _phase(router.url, urls, args, interactive=interactive, bulk=bulk)
                     )
-                    figures[phase_name] = phase.summary()
+                    figures[phase_name] = summary = phase.summary()
+                    slot_seconds = summary.get("engine_slot_seconds")
+                    if slot_seconds is not None and phase.seconds:
+                        slots = args.workers * args.contention_max_running
+                        summary["engine_busy"] = round(slot_seconds / (phase.seconds * slots), 3)
                     print(f"  {phase_name}: {json.dumps(figures[phase_name])}", flush=True)
                     time.sleep(1.0)  # the workers drain
                 figures["verdict"] = _verdict(figures)
@@ -304,7 +382,7 @@ def _verdict(figures: dict[str, Any]) -> dict[str, Any]:
 def render(result: dict[str, Any]) -> str:
     """The scenario's table."""
     head = ("target", "idle p50", "idle p99", "cont p50", "cont p99", "bulk alone", "bulk cont")
-    head += ("p99 x idle", "bulk kept")
+    head += ("p99 x idle", "bulk kept", "busy alone", "busy cont", "cancelled")
     rows = [head]
     for target, figures in result.items():
         idle, contended, alone = figures["idle"], figures["contended"], figures["bulk_alone"]
@@ -318,10 +396,16 @@ def render(result: dict[str, Any]) -> str:
             contended["bulk_tokens_per_s"],
             verdict["p99_contended_over_idle"],
             verdict["bulk_contended_over_alone"],
+            alone.get("engine_busy"),
+            contended.get("engine_busy"),
+            contended.get("engine_cancelled"),
         )
         rows.append((target, *(_fmt(v) for v in values)))
     widths = [max(len(row[i]) for row in rows) for i in range(len(head))]
-    lines = ["contention: interactive TTFT (ms), bulk completion tokens/s"]
+    lines = [
+        "contention: interactive TTFT (ms), bulk completion tokens/s, share of the workers'"
+        " running slot-seconds in use, worker calls cancelled by the router (contended)"
+    ]
     lines += ["  ".join(cell.rjust(w) for cell, w in zip(row, widths, strict=True)) for row in rows]
     return "\n".join(lines)
 

@@ -115,6 +115,9 @@ class Dispatcher:
         #: The waits for first responses, on one loop timer (a timer per request costs more).
         self._first_responses = Deadlines()
         self._rng = rng or random.Random()
+        #: Narrows the candidates of a request to where it has a place now, before the policy
+        #: chooses (admission's engine capacity); None: every candidate.
+        self.placement: Callable[[list[Slot]], list[Slot]] | None = None
         self._routes: dict[str, Route] = {}
         self._role_routes: dict[tuple[str, Role], Route] = {}
         self._role_policy: RolePolicyFactory | None = None
@@ -324,6 +327,9 @@ class Dispatcher:
             candidates = self.registry.candidates(model, attempts.tried, adapter, http=http)
             if not candidates:
                 raise self._no_worker(model, attempts, adapter)
+            placement = self.placement
+            if placement is not None and len(candidates) > 1:
+                candidates = placement(candidates)
             slot = route.select(routing, candidates, tracing)
             worker = slot.worker
             attempt = attempts.next()

@@ -312,7 +312,10 @@ def create_app(
             config.admission.expected_output_tokens,
         )
         if ops.admission is not None and config.admission.engine_capacity:
-            ops.admission.capacity = EngineCapacity(registry.all, config.admission)
+            capacity = EngineCapacity(registry.all, config.admission)
+            ops.admission.capacity = capacity
+            # An admitted request goes where admission counted a place for it.
+            dispatcher.placement = capacity.with_room
         services = Services(
             config,
             plugins,

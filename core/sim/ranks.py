@@ -75,6 +75,10 @@ class RankStats:
     #: Prompt tokens admitted, and those of them served from the prefix cache.
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    #: Generate calls the caller cancelled before they ended (a router's abort).
+    cancelled: int = 0
+    #: Running slots in use integrated over time (slot-seconds, as of the last slot change).
+    busy_slot_s: float = 0.0
 
     def as_dict(self) -> dict[str, float]:
         """JSON-ready values."""
@@ -85,6 +89,8 @@ class RankStats:
             "queue_wait_s": round(self.queue_wait_s, 6),
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
+            "cancelled": self.cancelled,
+            "busy_slot_s": round(self.busy_slot_s, 6),
         }
 
 
@@ -110,6 +116,8 @@ class Rank:
         #: Prompt tokens of admitted requests that produced no output yet.
         self.prefill_pending_tokens = 0
         self.slots_used = 0
+        #: ``time.monotonic()`` of the last change of ``slots_used`` (for ``busy_slot_s``).
+        self._slots_changed = time.monotonic()
         self._slot_freed = asyncio.Condition()
         #: One prefill at a time: prefill compute is the rank's, whatever runs beside it.
         self.prefill_lock = asyncio.Lock()
@@ -135,6 +143,7 @@ class Rank:
             self.last_output = time.monotonic()  # silence counts from the end of idleness
         limit = self._max_running()
         if limit <= 0:
+            self._count_busy()
             self.slots_used += 1
             return
         self.waiting += 1
@@ -145,6 +154,7 @@ class Rank:
         try:
             async with self._slot_freed:
                 await self._slot_freed.wait_for(lambda: self.slots_used < self._max_running())
+                self._count_busy()
                 self.slots_used += 1
         finally:
             self.waiting -= 1
@@ -153,11 +163,18 @@ class Rank:
 
     async def release_slot(self) -> None:
         """Give a running slot back."""
+        self._count_busy()
         self.slots_used -= 1
         self.cache.log.poke()
         if self._max_running() > 0:
             async with self._slot_freed:
                 self._slot_freed.notify_all()
+
+    def _count_busy(self) -> None:
+        """Add the slot-seconds since the last change of ``slots_used`` (call before one)."""
+        now = time.monotonic()
+        self.stats.busy_slot_s += self.slots_used * (now - self._slots_changed)
+        self._slots_changed = now
 
     def begin_prefill(self, state: Running) -> None:
         """``state`` was admitted: its prompt is prefill work in hand until its first output."""

@@ -252,6 +252,7 @@ class SimServicer(pb_grpc.SglangSchedulerServicer):
             # The caller went away: gRPC cancels the handler, or closes this generator at a
             # yield when the stream is gone by the time a message is sent (an abort's last one).
             outcome = "cancelled"
+            rank.stats.cancelled += 1
             raise
         finally:
             self.records.outcomes[rid] = outcome

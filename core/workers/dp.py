@@ -50,6 +50,16 @@ class Slot(Protocol):
         """Requests in flight from this router plus those the worker reports."""
         ...
 
+    @property
+    def in_flight(self) -> int:
+        """Requests in flight from this router."""
+        ...
+
+    @property
+    def engine_load(self) -> EngineLoad | None:
+        """The last load record its engine pushed (None: none)."""
+        ...
+
     def acquire(self) -> None:
         """Count a request as in flight."""
         ...

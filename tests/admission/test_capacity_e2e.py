@@ -84,3 +84,32 @@ async def test_a_full_kv_cache_stops_admission(http: httpx.AsyncClient) -> None:
                 )
                 assert all(r.status_code == 200 for r in answers)
             assert 2 <= peak.take() <= 4
+
+
+async def test_an_admitted_request_goes_to_the_engine_with_the_free_place(
+    http: httpx.AsyncClient,
+) -> None:
+    """Two engines of one running slot each, round robin: a long request runs on one, a short
+    one ran on the other; the next request goes to the free engine, not (its turn by round
+    robin) to queue behind the long one."""
+    config = {
+        "admission": admission(engine_capacity=True),
+        "defaults": {"policy": "round_robin"},
+    }
+    sim_kwargs = {"delay_ms": 20.0, "max_running": 1}
+    with run_router(config=config, sims=2, sim_kwargs=sim_kwargs) as router:
+        url = f"{router.base_url}{CHAT}"
+        short = chat(max_tokens=2)
+
+        async def pushed() -> bool:
+            assert (await http.post(url, json=short)).status_code == 200
+            return value(scrape(router.base_url), "turnout_admission_capacity") == 2
+
+        await eventually(pushed, what="both engines' pushed loads")
+        long = asyncio.create_task(http.post(url, json=chat(max_tokens=60)))  # ~1.2 s
+        await eventually(lambda: sum(sim.running for sim in router.sims) == 1, what="long runs")
+        assert (await http.post(url, json=short)).status_code == 200
+        answer = await http.post(url, json=short)
+        assert answer.status_code == 200
+        assert not long.done()  # it did not wait for the long request's slot
+        assert (await long).status_code == 200

@@ -110,6 +110,8 @@ async def test_preemption_before_the_first_token(http: httpx.AsyncClient) -> Non
         assert len(bulk_sent) == 2
         samples = scrape(router.base_url)
         assert total(samples, "turnout_admission_preempted_total", **{"class": "bulk"}) == 1
+        # The worker counts the aborted call (the bench reads it as preemptions).
+        await eventually(lambda: sim.rank_stats[0]["cancelled"] == 1, what="one cancelled call")
 
 
 async def test_a_full_class_queue_is_429_and_a_long_wait_503(http: httpx.AsyncClient) -> None:
