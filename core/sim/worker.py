@@ -372,7 +372,10 @@ async def _control_call(url: str, method: str, payload: Any, timeout_s: float) -
     from turnout.wire.client import parse_worker_url
 
     target, _ = parse_worker_url(url)
-    async with grpc.aio.insecure_channel(target) as channel:
+    # A subchannel of its own: gRPC shares them between channels to one target, with their
+    # reconnect back-off, so a call right after the sim served again would fail at once.
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    async with grpc.aio.insecure_channel(target, options=options) as channel:
         call = channel.unary_unary(
             f"/{CONTROL_SERVICE}/{method}",
             request_serializer=_json_bytes,

@@ -37,7 +37,7 @@ from turnout.sim import SimWorker
 from turnout.wire import pb
 from turnout.workers.errors import WorkerRequestError
 from turnout.workers.registry import WorkerRegistry
-from turnout.workers.settings import WorkerSpec, WorkersSettings
+from turnout.workers.settings import HealthSettings, WorkerSpec, WorkersSettings
 
 MODEL = "turnout-demo"
 STREAMS = 20
@@ -174,7 +174,12 @@ async def sim() -> AsyncIterator[SimWorker]:
 
 @pytest.fixture
 async def backend(sim: SimWorker, models: ModelTable) -> AsyncIterator[Backend]:
-    registry = WorkerRegistry(WorkersSettings(workers=[WorkerSpec(url=sim.url, model=MODEL)]))
+    # No wedge or staleness verdicts: on a loaded test machine one would cut the streams
+    # this test holds open (what it measures is their heap, not failover).
+    health = HealthSettings(wedge_after_s=600, stale_after_s=600)
+    registry = WorkerRegistry(
+        WorkersSettings(workers=[WorkerSpec(url=sim.url, model=MODEL)], health=health)
+    )
     await registry.start()
     try:
         for worker in registry.all():

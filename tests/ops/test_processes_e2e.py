@@ -125,7 +125,7 @@ def test_sigterm_drains_every_process(sim: SimProcess, serve: StartServe) -> Non
         assert list(pool.map(lambda _: ask(), range(8))) == [200] * 8
         in_flight = [pool.submit(ask) for _ in range(8)]
         wait_for(
-            lambda: asyncio.run(get_counters(sim.url))["running"] >= 4, "requests in flight", 10
+            lambda: asyncio.run(get_counters(sim.url))["running"] >= 8, "requests in flight", 10
         )
         arriving = [pool.submit(keep_asking) for _ in range(6)]
         time.sleep(0.1)
