@@ -138,9 +138,13 @@ def test_cache_aware_shared_prefix_sticks_and_unrelated_spread() -> None:
                 homes[conv] = chosen.id
             else:
                 assert chosen.id == homes[conv], (conv, turn)
+    # Idle workers: a new conversation goes where its first block hashes to (rendezvous), the
+    # same in every process, so unrelated conversations spread like hashed keys.
     spread = Counter(homes.values())
     assert set(spread) == {w.id for w in workers}
-    assert max(spread.values()) - min(spread.values()) <= 1
+    assert max(spread.values()) <= 2 * 16 // len(workers)
+    again = CacheAwarePolicy()
+    assert {c: again.select(req(_conversation(c, 200)), workers).id for c in homes} == homes
 
 
 def test_cache_aware_below_threshold_goes_to_least_loaded() -> None:
@@ -161,10 +165,12 @@ def test_cache_aware_skips_only_overloaded_holder() -> None:
     policy = CacheAwarePolicy(balance_abs_threshold=4, balance_rel_threshold=1.5)
     workers = fleet(3)
     a = _conversation(10)
-    b = _conversation(11)
     home_a = policy.select(req(a), workers)
-    home_b = policy.select(req(b), workers)
-    assert home_a is not home_b
+    b, home_b = next(
+        (b, home)
+        for b in map(_conversation, range(11, 40))
+        if (home := policy.select(req(b), workers)) is not home_a
+    )
     # Overload home_a; home_b is busier than the idle worker but within the thresholds.
     for w in workers:
         w.load = 0
@@ -210,7 +216,7 @@ def test_cache_aware_departed_worker_loses_its_prefixes() -> None:
     newcomer = Cand("w-new")
     policy.on_workers_changed([w.id for w in [*others, newcomer]])
     for w in others:
-        w.load = 10
+        w.load = 2  # busier than the newcomer, within the balance gap
     assert policy.select(req(prompt), [*others, newcomer]) is moved
 
 
