@@ -48,7 +48,8 @@ class CacheAwarePolicy:
     in flight: a function of the prompt, of what the engines hold and of the loads (which the
     engines push to every router alike), not of this process's history. So every serving
     process and replica sends a new conversation on a shared system prompt to the same worker,
-    and its next turn finds it there even before the engine has reported the first one.
+    and its next turn finds it there even before the engine has reported the first one (for
+    token prompts; an untokenized text prompt's block keys are per process).
 
     A request with a LoRA adapter matches only prefixes sent with that adapter (SGLang's
     radix cache keeps an adapter's KV apart), and on a miss the workers that served the adapter
