@@ -182,6 +182,26 @@ def test_cache_aware_skips_only_overloaded_holder() -> None:
     assert kept is home_b  # affinity survives the imbalance elsewhere
 
 
+def test_cache_aware_balance_gap_is_capped_at_the_mean_load() -> None:
+    """32 requests in flight: a holder 28 above the idle worker loses its affinity (a fixed
+    gap of 64 kept it forever); within the mean load of the other it keeps it."""
+
+    def stays(home_load: int, other_load: int) -> bool:
+        policy = CacheAwarePolicy()
+        workers = fleet(2)
+        prompt = _conversation(21, 320)
+        home = policy.select(req(prompt), workers)
+        other = next(w for w in workers if w is not home)
+        home.load, other.load = home_load, other_load
+        return policy.select(req(prompt + [5] * 16), workers) is home
+
+    assert not stays(30, 2)
+    assert stays(20, 12)
+    # Idle fleet: two more requests than an idle worker are worth a hit, three are not.
+    assert stays(2, 0)
+    assert not stays(3, 0)
+
+
 def test_cache_aware_text_prompts() -> None:
     policy = CacheAwarePolicy()
     workers = fleet(3)
