@@ -223,6 +223,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=100.0,
         help="clients pause a random 0 to MS before each turn (breaks their lock step)",
     )
+    kv.add_argument(
+        "--kv-targets",
+        type=_csv,
+        default=None,
+        help="comma list of the kv_cache targets to run (default: all; e.g. "
+        "turnout-cache,turnout-cache-p2,turnout-cache-x2)",
+    )
     kv.add_argument("--kv-turns", type=int, default=8, help="turns before a conversation ends")
     kv.add_argument("--kv-system-tokens", type=int, default=512, help="system prompt, ~tokens")
     kv.add_argument("--kv-turn-tokens", type=int, default=48, help="a user message, ~tokens")

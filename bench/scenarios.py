@@ -290,7 +290,8 @@ def router_specs(env: str, args: argparse.Namespace, kinds: list[str]) -> list[R
                 specs.append(RouterSpec("turnout-summed", kind, args.dp_policy, worker_dp_size=1))
             continue
         if env == "kv":
-            specs += _kv_specs(kind, args)
+            wanted = getattr(args, "kv_targets", None)
+            specs += [s for s in _kv_specs(kind, args) if not wanted or s.target in wanted]
             continue
         if env == "pd":
             # The same turnout on one regular worker and on a prefill-decode pair. smg is left

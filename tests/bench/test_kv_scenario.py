@@ -151,6 +151,11 @@ def test_kv_environment_is_opt_in_with_cache_on_and_prefill_cost(tmp_path: Path)
         "turnout-cache",
         "turnout-cache-p2",
     ]
+    picked = _args("--kv-targets", "turnout-cache-x2,smg-cache")
+    assert [s.target for s in router_specs("kv", picked, ["turnout", "smg"])] == [
+        "turnout-cache-x2",
+        "smg-cache",
+    ]
     plan = load_plan(SCENARIOS["kv_cache"], args)
     assert (plan.conversations, plan.groups, plan.max_tokens) == (64, 8, 16)
     assert SCENARIOS["kv_cache"].streaming  # TTFT needs a stream

@@ -172,13 +172,15 @@ async def test_cache_aware_keeps_a_conversation_on_its_rank(dp_sims, registry_of
     registry = await registry_of([WorkerSpec(url=s.url) for s in sims])
     dispatcher = Dispatcher(registry, default_policy=CacheAwarePolicy)
     rnd = random.Random(7)
-    conversations = [[rnd.randrange(3, 2900) for _ in range(96)] for _ in range(8)]
+    conversations = [[rnd.randrange(3, 2900) for _ in range(96)] for _ in range(24)]
     homes: dict[int, str] = {}
     for turn in range(3):
         for c, conv in enumerate(conversations):
             home = await run_one(dispatcher, f"c{c}-t{turn}", conv + [7] * (16 * turn))
             assert homes.setdefault(c, home) == home
-    assert len(set(homes.values())) >= 6  # unrelated conversations spread over the 8 ranks
+    # Unrelated conversations spread over the 8 ranks as their first blocks hash (idle ranks:
+    # rendezvous hashing, the same in every process; 5 ranks or fewer: odds below 1e-3).
+    assert len(set(homes.values())) >= 6
     # The sims agree: each later turn ran on the rank that had the conversation's prefix.
     records = {s.url.removeprefix("grpc://"): await get_records(s.url) for s in sims}
     for c, home in homes.items():

@@ -359,11 +359,11 @@ async def test_each_dp_rank_has_its_own_index_and_load(workers: Callable[..., ob
         (w,) = registry.all()
         assert await registry.wait_ready(w.id, 5)
         assert tw.kv_batches is not None
-        rank1_load = cpb.EngineLoad(running_requests=4)
+        rank1_load = cpb.EngineLoad(running_requests=2)
         await tw.kv_batches.put(batch(1, stored(PROMPT, 1), rank=1))
         await tw.kv_batches.put(cpb.KvEventBatch(sequence_number=1, dp_rank=1, load=rank1_load))
         rank0, rank1 = w.ranks
-        assert await eventually(lambda: rank1.load == 4, 5)
+        assert await eventually(lambda: rank1.load == 2, 5)
         routing = RoutingRequest(model="m", token_ids=PROMPT)
         assert cached_tokens(routing, [rank0, rank1]) == [0, 16]
         assert CacheAwarePolicy().select(routing, [rank0, rank1]) is rank1

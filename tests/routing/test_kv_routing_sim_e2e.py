@@ -9,14 +9,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
+import msgspec
 import pytest
 
 from tests.server.harness import MODEL, run_router
@@ -24,11 +27,12 @@ from turnout.plugins.policies.cache_aware import CacheAwarePolicy
 from turnout.routing.dispatch import Dispatcher
 from turnout.routing.kv import cached_tokens
 from turnout.routing.types import RoutingRequest
-from turnout.sim import SimProcess, SimWorker, get_counters
+from turnout.sim import SimKnobs, SimProcess, SimWorker, get_counters
 from turnout.wire import WorkerClient
 from turnout.workers.registry import WorkerRegistry
 from turnout.workers.settings import HealthSettings, WorkerSpec
 
+from ._cands import Prefers
 from ._load import closed_loop
 from ._worker import make_request
 from .conftest import fast_settings
@@ -73,19 +77,33 @@ async def run(dispatcher: Dispatcher, tokens: tuple[int, ...], rid: str) -> tupl
 async def sims() -> AsyncIterator[Callable[..., Any]]:
     started: list[SimWorker] = []
 
-    async def make(n: int, **knobs: Any) -> tuple[list[SimWorker], WorkerRegistry]:
+    async def make(
+        n: int, *, events: bool = True, **knobs: Any
+    ) -> tuple[list[SimWorker], WorkerRegistry]:
         for _ in range(n):
             started.append(
                 await SimWorker(port=0, served_model_name=MODEL, block_size=BLOCK, **knobs).start()
             )
-        specs = [WorkerSpec(url=s.url) for s in started]
-        registry = WorkerRegistry(fast_settings(specs))
+        return started, await router_over([s.url for s in started], events=events)
+
+    async def router_over(urls: list[str], *, events: bool = True) -> WorkerRegistry:
+        """Another router's registry over ``urls`` (subscribed to their KV events unless not
+        ``events``)."""
+        settings = fast_settings([WorkerSpec(url=u) for u in urls])
+        if not events:
+            settings = msgspec.structs.replace(
+                settings, health=msgspec.structs.replace(settings.health, kv_events=False)
+            )
+        registry = WorkerRegistry(settings)
         await registry.start()
         registries.append(registry)
         for worker in registry.all():
             assert await registry.wait_ready(worker.id, 10)
-        assert await eventually(lambda: all(w.kv_index is not None for w in registry.all()), 5)
-        return started, registry
+        if events:
+            assert await eventually(lambda: all(w.kv_index is not None for w in registry.all()), 5)
+        return registry
+
+    make.router_over = router_over  # type: ignore[attr-defined]
 
     registries: list[WorkerRegistry] = []
     yield make
@@ -127,6 +145,78 @@ async def test_the_index_follows_evictions_and_flushes(sims: Callable[..., Any])
     async with WorkerClient(fleet[0].url) as client:
         await client.flush_cache()
     assert await eventually(lambda: worker.kv_index is not None and not len(worker.kv_index), 5)
+
+
+#: A system prompt of 8 blocks that every conversation below starts with.
+SYSTEM = tuple(range(100, 100 + 8 * BLOCK))
+
+
+def conversation(c: int, turn: int) -> tuple[int, ...]:
+    """Turn ``turn`` of conversation ``c``: the system prompt, then two blocks per turn (each
+    turn's prompt extends the one before)."""
+    draw = random.Random(c)
+    return SYSTEM + tuple(draw.randrange(300, 2990) for _ in range(2 * BLOCK * (turn + 1)))
+
+
+async def test_replicas_on_kv_events_agree_where_new_conversations_go(
+    sims: Callable[..., Any],
+) -> None:
+    """Two routers on the same sims' events, with different histories and their workers in a
+    different order, send each new conversation on a system prompt both workers hold to the
+    same worker (a tie of equally good workers is broken by the prompt, not by this router's
+    turn or loads), and a conversation whose next turn goes through the other router before
+    the engine reported the first one still finds its cache."""
+    fleet, a = await sims(2)
+    b = await sims.router_over([s.url for s in reversed(fleet)])
+    for worker in a.all():  # the system prompt cached on both workers
+        pinned = Dispatcher(a, default_policy=lambda w=worker.id: Prefers(w))
+        await run(pinned, (*SYSTEM, *[1] * BLOCK), f"warm-{worker.id}")
+    system = RoutingRequest(model=MODEL, token_ids=SYSTEM)
+    for registry in (a, b):
+        assert await eventually(
+            lambda r=registry: cached_tokens(system, r.all()) == [len(SYSTEM)] * 2, 5
+        )
+    policy_a, policy_b = CacheAwarePolicy(), CacheAwarePolicy()
+    for i in range(3):  # each router has routed other traffic before
+        policy_a.select(RoutingRequest(model=MODEL, token_ids=prompt(i)), a.all())
+    policy_b.select(RoutingRequest(model=MODEL, token_ids=prompt(9)), b.all())
+    picks_a, picks_b = [], []
+    for c in range(16):
+        routing = RoutingRequest(model=MODEL, token_ids=conversation(c, 0))
+        picks_a.append(policy_a.select(routing, a.all()).url)
+        picks_b.append(policy_b.select(routing, b.all()).url)
+    assert picks_a == picks_b
+    assert set(picks_a) == {s.url for s in fleet}  # and they spread
+    # Sent: turn 0 through one router, turn 1 at once through the other.
+    via_a = Dispatcher(a, default_policy=CacheAwarePolicy)
+    via_b = Dispatcher(b, default_policy=CacheAwarePolicy)
+    for c in range(16, 24):
+        first, _ = await run(via_a, conversation(c, 0), f"c{c}-t0")
+        second, cached = await run(via_b, conversation(c, 1), f"c{c}-t1")
+        assert second == first, c
+        assert cached >= len(conversation(c, 0)) - BLOCK, c
+
+
+async def test_cache_aware_without_events_stays_balanced_at_c32(
+    sims: Callable[..., Any],
+) -> None:
+    """32 clients whose conversations share a system prompt, cache_aware on its own tree (no
+    KV events): the balance rule moves conversations off a worker long before it holds all of
+    them (a fixed gap of 64 requests was never reached, and every request piled on one)."""
+    _, registry = await sims(2, events=False, knobs=SimKnobs(delay_ms=2))
+    dispatcher = Dispatcher(registry, default_policy=CacheAwarePolicy)
+    served: Counter[str] = Counter()
+
+    async def client(c: int) -> None:
+        for turn in range(5):
+            worker, _ = await run(dispatcher, conversation(c, turn), f"c{c}-t{turn}")
+            served[worker] += 1
+
+    await asyncio.gather(*(client(c) for c in range(32)))
+    assert all(w.kv_index is None for w in registry.all())  # on the tree, not on events
+    mean = sum(served.values()) / 2
+    assert len(served) == 2
+    assert max(served.values()) <= 1.5 * mean, served
 
 
 def worker_info(base_url: str, url: str) -> dict[str, Any]:
