@@ -79,14 +79,17 @@ async def in_order(steps: Sequence[Awaitable[T]]) -> list[T]:
         for task in tasks:
             task.cancel()
         outcomes = await asyncio.gather(*tasks, return_exceptions=True)
-    results: list[T] = []
+    # A step before the failed one may have been cancelled because of it: the failure is the
+    # first step that failed, not the first that did not finish.
     for index, outcome in enumerate(outcomes):
         if isinstance(outcome, ImageError):
             raise type(outcome)(str(outcome), index) from None
-        if isinstance(outcome, BaseException):
-            if isinstance(outcome, asyncio.CancelledError):  # pragma: no cover - see above
-                raise RuntimeError("an image step was cancelled") from None
+        if isinstance(outcome, BaseException) and not isinstance(outcome, asyncio.CancelledError):
             raise outcome
+    results: list[T] = []
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):  # pragma: no cover - only a failure cancels
+            raise RuntimeError("an image step was cancelled") from None
         results.append(outcome)
     return results
 

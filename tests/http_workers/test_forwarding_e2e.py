@@ -6,6 +6,7 @@ from __future__ import annotations
 import httpx
 import openai
 
+from turnout.sim import SimKnobs
 from turnout.testing.router import RunningRouter
 
 from .conftest import MODEL, REMOTE, front, served_by
@@ -61,9 +62,9 @@ def test_stream_bytes_are_the_upstreams(upstreams: list[RunningRouter]) -> None:
         "seed": 1,
     }
     sim = upstreams[0].sims[0]
-    # A token at a time: without a pause the upstream may put two tokens that reach it
-    # together into one event, and the two answers would differ upstream of the relay.
-    sim.knobs.update({"delay_ms": 5})
+    # The whole answer in one message: the upstream puts tokens that reach it together into
+    # one event, so answers sent a token at a time could differ upstream of the relay.
+    sim.knobs.update({"tokens_per_chunk": 64})
     try:
         direct = httpx.post(upstreams[0].base_url + "/v1/chat/completions", json=body, timeout=30)
         with front([upstreams[0].base_url]) as router:
@@ -73,7 +74,7 @@ def test_stream_bytes_are_the_upstreams(upstreams: list[RunningRouter]) -> None:
                 timeout=30,
             )
     finally:
-        sim.knobs.update({"delay_ms": 0})
+        sim.knobs.update({"tokens_per_chunk": SimKnobs().tokens_per_chunk})
     assert relayed.status_code == 200
     assert relayed.headers["content-type"].startswith("text/event-stream")
     strip = _without_ids

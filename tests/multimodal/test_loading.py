@@ -12,7 +12,7 @@ from PIL import Image
 
 from turnout.config import ImagesConfig
 from turnout.multimodal import BadImage, LoadedImage, decode_images, read_images
-from turnout.multimodal.loading import DECODE_THREADS
+from turnout.multimodal.loading import DECODE_THREADS, in_order
 from turnout.multimodal.qwen2_vl import Qwen2VLVision
 
 from .helpers import data_uri, image_bytes, png_claiming
@@ -104,3 +104,19 @@ async def test_a_failed_request_does_not_decode_its_queued_images() -> None:
         await decode_images(encoded, CONFIG, overlap.step)
     await asyncio.sleep(1.2)  # what was already running has finished
     assert overlap.calls <= DECODE_THREADS  # started before the failure was seen; no more
+
+
+async def test_a_later_image_failing_first_is_the_failure_named() -> None:
+    """Image 1 fails while image 0 still runs: image 0 is cancelled because of it, and the
+    error names image 1 (it was a RuntimeError, a 500, when image 0 came first by position)."""
+
+    async def slow() -> str:
+        await asyncio.sleep(10)
+        return "never"
+
+    async def broken() -> str:
+        raise BadImage("the image cannot be decoded")
+
+    with pytest.raises(BadImage, match=r"^image 1: the image cannot be decoded") as raised:
+        await in_order([slow(), broken()])
+    assert raised.value.index == 1
