@@ -16,9 +16,11 @@ from turnout.routing.kv import cached_tokens
 from turnout.routing.types import Candidate, RoutingRequest
 
 _MASK64 = (1 << 64) - 1
-#: The balance gap is never tighter than this many requests: two more requests than an idle
-#: worker are not worth a cache miss (a batching engine runs them side by side).
-MIN_BALANCE_GAP = 2.0
+#: The balance gap is never tighter than this many requests: a few more requests than an idle
+#: worker are not worth a cache miss (a batching engine runs them side by side). At 2, a burst
+#: of a dozen conversations on four workers moved conversations off their cached prefix
+#: whenever one worker briefly had three in flight and another none.
+MIN_BALANCE_GAP = 4.0
 #: Among equally good candidates, the hash's choice passes to the next in hash order when it
 #: holds more than this factor times an even share of the requests in flight (consistent
 #: hashing with bounded loads): new conversations spread evenly however their prompts hash.

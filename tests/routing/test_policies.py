@@ -197,9 +197,9 @@ def test_cache_aware_balance_gap_is_capped_at_the_mean_load() -> None:
 
     assert not stays(30, 2)
     assert stays(20, 12)
-    # Idle fleet: two more requests than an idle worker are worth a hit, three are not.
-    assert stays(2, 0)
-    assert not stays(3, 0)
+    # Idle fleet: four more requests than an idle worker are worth a hit, five are not.
+    assert stays(4, 0)
+    assert not stays(5, 0)
 
 
 def test_cache_aware_text_prompts() -> None:
