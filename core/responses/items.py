@@ -99,7 +99,7 @@ def _identified(raw: Mapping[str, Any], kind: str, where: str) -> str:
 
 def _message_item(raw: Mapping[str, Any], where: str) -> Item:
     role = raw.get("role")
-    if role not in _ROLES:
+    if not isinstance(role, str) or role not in _ROLES:
         raise bad_request(
             f"{where}.role must be one of {', '.join(sorted(_ROLES))}", f"{where}.role"
         )

@@ -49,7 +49,8 @@ def _text(part: object, index: int) -> str | None:
     if not isinstance(part, Mapping):
         raise ChatTemplateError(f"messages[{index}].content parts must be objects")
     text = part.get("text")
-    if part.get("type", "text") in TEXT_TYPES and isinstance(text, str):
+    kind = part.get("type", "text")
+    if isinstance(kind, str) and kind in TEXT_TYPES and isinstance(text, str):
         return text
     return None
 

@@ -387,6 +387,25 @@ def test_no_route_answers_5xx_to_any_body(
     print(f"{path}: {count} bodies")
 
 
+#: Bodies the fuzzing found answered with a 500 (a list where a name was looked up).
+FOUND = [
+    ("/v1/responses", {"model": MODEL, "input": [{"role": [], "content": ""}]}),
+    (
+        "/v1/tokenize",
+        {"model": MODEL, "messages": [{"role": "system", "content": [{"type": [], "text": "x"}]}]},
+    ),
+]
+
+
+@pytest.mark.parametrize(("path", "body"), FOUND)
+def test_bodies_the_fuzzing_found_get_a_400(router: Router, path: str, body: Any) -> None:
+    sent = json.dumps(body).encode()
+    with httpx.Client(base_url=router.base_url, timeout=30) as client:
+        answer = client.post(path, content=sent, headers={"content-type": "application/json"})
+    check(answer, sent)
+    assert answer.status_code == 400
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("path", sorted(ROUTES))
